@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The project's test command (README.md, .ci/run): gofmt, go vet and the race-enabled tests of every Go
+# module in the repo, against real redis-server processes that the tests start themselves.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: redis-server missing, installing it with apt-get" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+    # The Debian package may start a service on 6379; the tests never use it, they start their own servers.
+  else
+    echo "test.sh: redis-server is missing; install it: sudo apt-get install -y redis-server" >&2
+    exit 1
+  fi
+fi
+
+marker=stockflow-redistest # internal/redistest.ProcessMarker
+leaked() { pgrep -f "$marker" || true; }
+before=$(leaked)
+if [ -n "$before" ]; then
+  echo "test.sh: redis-server processes from an earlier run are still alive: $before" >&2
+fi
+
+status=0
+for mod in $(find . -name go.mod -not -path './.git/*' | sort); do
+  dir=$(dirname "$mod")
+  echo "== $dir"
+  unformatted=$(cd "$dir" && gofmt -l .)
+  if [ -n "$unformatted" ]; then
+    printf 'gofmt would change:\n%s\n' "$unformatted" >&2
+    status=1
+  fi
+  (cd "$dir" && go vet ./...) || status=1
+  (cd "$dir" && go test -race -count=1 -timeout 12m ./...) || status=1
+done
+
+after=$(leaked)
+new=$(comm -13 <(echo "$before" | sort) <(echo "$after" | sort) | tr '\n' ' ')
+if [ -n "${new// /}" ]; then
+  echo "test.sh: the tests left redis-server processes running: $new" >&2
+  kill -9 $new 2>/dev/null || true
+  status=1
+fi
+exit $status
