@@ -1,0 +1,335 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// DefaultLease is the default Config.Lease.
+const DefaultLease = 30 * time.Second
+
+// MinLease is the shortest lease accepted: the watchdog must renew within a third of it.
+const MinLease = 10 * time.Millisecond
+
+// Config configures a locker. Zero fields take their defaults.
+type Config struct {
+	// Lease is how long a lock outlives its holder's last renewal. The watchdog renews every Lease/3 while
+	// the lock is held, so only a crashed or paused holder lets it expire. Default DefaultLease (30 s).
+	Lease time.Duration
+	// MaxWait bounds how long Acquire waits for a lock held by another owner. Default 0: until the
+	// context is done.
+	MaxWait time.Duration
+	// Logger receives renewal failures and lost leases. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.Lease < MinLease {
+		return fmt.Errorf("lockmw: Lease must be at least %v, got %v", MinLease, c.Lease)
+	}
+	if c.MaxWait < 0 {
+		return fmt.Errorf("lockmw: MaxWait must not be negative, got %v", c.MaxWait)
+	}
+	return nil
+}
+
+// backend runs the lock scripts: on one Redis (Reentrant) or on a quorum of independent ones (Redlock).
+type backend interface {
+	acquire(ctx context.Context, n names, owner string) (attempt, error)
+	// release returns the holds left for owner, or -1 when owner does not hold the lock.
+	release(ctx context.Context, n names, owner, requestID string) (int64, error)
+	// renew returns per hold: nil (renewed), ErrNotHeld (gone) or another error (outcome unknown).
+	renew(ctx context.Context, hs []*hold) []error
+}
+
+type attempt struct {
+	ok    bool
+	token int64
+	count int64         // holds of the owner after the attempt; > 1 is a reentry
+	valid time.Duration // ok: how long after the attempt started the lease is safe
+	pttl  time.Duration // !ok: remaining lease of the current holder; < 0 unknown
+}
+
+// engine is what both lockers share: owners, the local wait queue, unlock notifications and the watchdog.
+type engine struct {
+	cfg       Config
+	be        backend
+	instance  string
+	seq       atomic.Uint64
+	queue     *waitQueue
+	notifiers []*notifier
+	dog       *watchdog
+}
+
+func newEngine(cfg Config, be backend) *engine {
+	e := &engine{cfg: cfg, be: be, instance: uuid.NewString(), queue: newWaitQueue()}
+	e.dog = &watchdog{
+		lease: cfg.Lease,
+		renew: be.renew,
+		holds: make(map[holdKey]*hold),
+		onRenewError: func(h *hold, err error) {
+			cfg.Logger.Warn("lockmw: renewal failed", "lock", h.names.lock, "owner", h.owner, "err", err)
+		},
+		onLost: func(h *hold, reason error) {
+			cfg.Logger.Error("lockmw: lock lost", "lock", h.names.lock, "owner", h.owner, "reason", reason)
+		},
+	}
+	return e
+}
+
+// owner returns the owner of an acquisition: the one in ctx, or a new one (instance id plus a counter, as
+// Redisson's "uuid:threadId").
+func (e *engine) owner(ctx context.Context) string {
+	if o := OwnerFrom(ctx); o != "" {
+		return o
+	}
+	return e.instance + ":" + strconv.FormatUint(e.seq.Add(1), 10)
+}
+
+func (e *engine) Acquire(ctx context.Context, key string) (Lease, error) {
+	return e.acquire(ctx, key, true)
+}
+
+func (e *engine) TryAcquire(ctx context.Context, key string) (Lease, error) {
+	return e.acquire(ctx, key, false)
+}
+
+func (e *engine) acquire(ctx context.Context, key string, wait bool) (Lease, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	owner := e.owner(ctx)
+	n := namesFor(key)
+	waitCtx := ctx
+	if wait && e.cfg.MaxWait > 0 {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeoutCause(ctx, e.cfg.MaxWait,
+			fmt.Errorf("lockmw: waited the maximum of %v", e.cfg.MaxWait))
+		defer cancel()
+	}
+	st := AcquireStats{}
+	// A reentry never queues (its owner would wait for itself), and a key nobody here waits for is tried
+	// at once; otherwise the caller queues behind this process's earlier waiters.
+	if !wait || e.dog.get(key, owner) != nil || !e.queue.busy(n.channel) {
+		a, err := e.attempt(waitCtx, key, n, owner, &st)
+		switch {
+		case err != nil:
+			return nil, err
+		case a.ok:
+			return e.newLease(ctx, key, n, owner, a, start, st), nil
+		case !wait:
+			return nil, ErrNotObtained
+		}
+	}
+	return e.wait(ctx, waitCtx, key, n, owner, start, st)
+}
+
+// attempt runs one acquire script. An attempt cut off by ctx may still have taken the lock in Redis: it is
+// released in the background so the key is not blocked for a whole lease.
+func (e *engine) attempt(ctx context.Context, key string, n names, owner string, st *AcquireStats) (attempt, error) {
+	st.Attempts++
+	a, err := e.be.acquire(ctx, n, owner)
+	if err == nil {
+		return a, nil
+	}
+	if ctx.Err() != nil {
+		if e.dog.get(key, owner) == nil {
+			go e.abandon(n, owner)
+		}
+		return attempt{}, notObtained(ctx)
+	}
+	return attempt{}, fmt.Errorf("lockmw: acquire %s: %w", n.lock, err)
+}
+
+func (e *engine) abandon(n names, owner string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = e.be.release(ctx, n, owner, uuid.NewString())
+}
+
+func notObtained(ctx context.Context) error {
+	return errors.Join(ErrNotObtained, ctx.Err(), context.Cause(ctx))
+}
+
+// wait queues behind this process's earlier waiters for the key; at the head it attempts whenever an
+// unlock message arrives, and otherwise when the holder's lease would run out.
+func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner string, start time.Time, st AcquireStats) (Lease, error) {
+	w, first := e.queue.join(n.channel)
+	acquired := false
+	readies := make([]<-chan struct{}, 0, len(e.notifiers))
+	if first {
+		for _, nt := range e.notifiers {
+			readies = append(readies, nt.hold(waitCtx, n.channel))
+		}
+	}
+	defer func() {
+		if e.queue.leave(n.channel, w, acquired) {
+			for _, nt := range e.notifiers {
+				nt.drop(n.channel)
+			}
+		}
+	}()
+	if first {
+		// Attempt only once an unlock message could reach us; else a release between the attempt and
+		// the subscription would leave us waiting for the whole lease.
+		if err := anyReady(waitCtx, readies); err != nil {
+			return nil, err
+		}
+	}
+
+	var fallback *time.Timer
+	defer func() {
+		if fallback != nil {
+			fallback.Stop()
+		}
+	}()
+	retryIn := e.cfg.Lease
+	for {
+		head, try := e.queue.turn(n.channel, w)
+		if try {
+			a, err := e.attempt(waitCtx, key, n, owner, &st)
+			if err != nil {
+				return nil, err
+			}
+			if a.ok {
+				acquired = true
+				return e.newLease(ctx, key, n, owner, a, start, st), nil
+			}
+			retryIn = e.cfg.Lease
+			if a.pttl >= 0 {
+				retryIn = a.pttl
+			}
+			if fallback != nil {
+				fallback.Stop()
+				fallback = nil
+			}
+			continue // a message may have arrived during the attempt
+		}
+		var timeout <-chan time.Time
+		if head {
+			if fallback == nil {
+				fallback = time.NewTimer(jitter(retryIn))
+			}
+			timeout = fallback.C
+		}
+		select {
+		case <-w.wake:
+		case <-timeout:
+			fallback = nil
+			e.queue.retryLater(w)
+		case <-waitCtx.Done():
+			return nil, notObtained(waitCtx)
+		}
+	}
+}
+
+// jitter spreads fallback retries of waiters in different processes; +0-10 %, at least 1 ms.
+func jitter(d time.Duration) time.Duration {
+	d += time.Millisecond
+	return d + rand.N(d/10+1)
+}
+
+// anyReady waits until one of the notifier subscriptions is confirmed, or one second: past that the
+// waiter relies on its fallback timer (a notifier whose Redis is down never confirms).
+func anyReady(ctx context.Context, readies []<-chan struct{}) error {
+	if len(readies) == 0 {
+		return nil
+	}
+	timeout := time.NewTimer(time.Second)
+	defer timeout.Stop()
+	merged := make(chan struct{}, len(readies))
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, r := range readies {
+		go func() {
+			select {
+			case <-r:
+				merged <- struct{}{}
+			case <-stop:
+			}
+		}()
+	}
+	select {
+	case <-merged:
+	case <-timeout.C:
+	case <-ctx.Done():
+		return notObtained(ctx)
+	}
+	return nil
+}
+
+func (e *engine) newLease(ctx context.Context, key string, n names, owner string, a attempt, start time.Time, st AcquireStats) *lease {
+	st.Waited = time.Since(start)
+	st.Reentry = a.count > 1
+	h := e.dog.add(key, n, owner, a.token, start.Add(a.valid))
+	lctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
+	return &lease{e: e, key: key, h: h, ctx: lctx, cancel: cancel, stop: stop, stats: st}
+}
+
+// lease is one hold handed to a caller.
+type lease struct {
+	e        *engine
+	key      string
+	h        *hold
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stop     func() bool
+	stats    AcquireStats
+	released atomic.Bool
+}
+
+func (l *lease) Key() string              { return l.key }
+func (l *lease) Token() int64             { return l.h.token }
+func (l *lease) Context() context.Context { return l.ctx }
+func (l *lease) Stats() AcquireStats      { return l.stats }
+
+// Release runs the release script, retrying a failed round trip with the same request id: the unlock
+// latch makes a retry whose first try did land return that result instead of releasing twice.
+func (l *lease) Release(ctx context.Context) error {
+	if !l.released.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
+	}
+	l.stop()
+	l.cancel(errReleased)
+	// Whatever Redis answers, this process stops renewing: a release that cannot be confirmed must let
+	// the lock expire rather than keep it alive forever.
+	defer l.e.dog.done(l.key, l.h)
+
+	requestID := uuid.NewString()
+	var err error
+	for try := 0; try < 3; try++ {
+		var left int64
+		left, err = l.e.be.release(ctx, l.h.names, l.h.owner, requestID)
+		if err == nil {
+			if left < 0 {
+				return fmt.Errorf("%w: %s by %s (expired or taken away)", ErrNotHeld, l.h.names.lock, l.h.owner)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
+	}
+	return fmt.Errorf("lockmw: release %s: %w", l.h.names.lock, err)
+}

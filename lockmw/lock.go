@@ -1,0 +1,111 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors. Each is errors.Is-able through whatever wraps it.
+var (
+	// ErrNotObtained: the lock could not be taken (held by another owner past the wait, or the context
+	// ended: then it is joined with ctx.Err()).
+	ErrNotObtained = errors.New("lockmw: lock not obtained")
+	// ErrNotHeld: a release by an owner that does not hold the lock (never did, or its lease expired). The
+	// lock of another owner is never touched.
+	ErrNotHeld = errors.New("lockmw: lock not held")
+	// ErrLockLost is the cause of a lease context cancelled because the lease could not be kept: the
+	// watchdog found the lock gone or could not renew it before it expired.
+	ErrLockLost = errors.New("lockmw: lock lost")
+	// ErrInvalidKey: an empty key or one longer than MaxKeyLen.
+	ErrInvalidKey = errors.New("lockmw: invalid lock key")
+)
+
+// MaxKeyLen is the longest key a locker accepts, in bytes.
+const MaxKeyLen = 256
+
+// Locker takes per-key locks. Implementations: Reentrant (one Redis) and Redlock (a majority of independent
+// Redis masters); both use the same Redis layout and the same lease contract.
+type Locker interface {
+	// Acquire takes the lock of key, waiting until it is free, ctx is done or the locker's maximum wait
+	// passes. The owner is OwnerFrom(ctx): an owner that already holds key re-enters at once. Without an
+	// owner in ctx each call is a new owner.
+	Acquire(ctx context.Context, key string) (Lease, error)
+	// TryAcquire is Acquire without waiting: one attempt, ErrNotObtained when another owner holds key.
+	TryAcquire(ctx context.Context, key string) (Lease, error)
+}
+
+// Lease is one hold of a lock. Release it exactly once.
+type Lease interface {
+	// Key is the key given to Acquire.
+	Key() string
+	// Token is the fencing token: it strictly increases with every fresh acquisition of the key; a reentry
+	// keeps the token of the hold it re-enters. Writers pass it to the store so a holder whose lease was lost
+	// cannot overwrite a newer holder's work.
+	Token() int64
+	// Context is done when the lease is released or lost; when lost, context.Cause is ErrLockLost. Do the
+	// guarded work under this context.
+	Context() context.Context
+	// Release gives up this hold. The lock is freed (and one waiter per process woken) when the owner's last
+	// hold is released. ErrNotHeld when the lock expired or was taken away meanwhile.
+	Release(ctx context.Context) error
+}
+
+// AcquireStats says how a lease was obtained, for spans and metrics.
+type AcquireStats struct {
+	Waited   time.Duration // from the call to Acquire until the lock was held
+	Attempts int           // acquire scripts run (0 for a reentry served from the process's own hold)
+	Reentry  bool          // the owner already held the key
+}
+
+// StatsOf returns how lease was obtained; zero for leases of other Locker implementations.
+func StatsOf(lease Lease) AcquireStats {
+	if s, ok := lease.(interface{ Stats() AcquireStats }); ok {
+		return s.Stats()
+	}
+	return AcquireStats{}
+}
+
+type ownerKey struct{}
+
+// WithOwner returns a context whose acquisitions are made by owner: acquiring a key that owner already holds
+// re-enters it. Owners must be unique across processes (for example instance id + message id).
+func WithOwner(ctx context.Context, owner string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, owner)
+}
+
+// OwnerFrom returns the owner set by WithOwner, or "".
+func OwnerFrom(ctx context.Context) string {
+	owner, _ := ctx.Value(ownerKey{}).(string)
+	return owner
+}
+
+func validateKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %q: want 1-%d bytes, got %d", ErrInvalidKey, truncate(key), MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// names are the Redis keys of one lock, in Redisson's naming: a lock named "lock:{K}" has its unlock
+// channel at "redisson_lock__channel:lock:{K}" and its fencing counter at "redisson_lock_token:lock:{K}".
+// The hash tag {K} keeps them in one Redis Cluster slot.
+type names struct {
+	lock, channel, token string
+}
+
+func namesFor(key string) names {
+	lock := "lock:{" + key + "}"
+	return names{lock: lock, channel: "redisson_lock__channel:" + lock, token: "redisson_lock_token:" + lock}
+}
+
+// latch names the unlock latch of one release request (Redisson's redisson_unlock_latch).
+func (n names) latch(requestID string) string { return "redisson_unlock_latch:" + n.lock + ":" + requestID }

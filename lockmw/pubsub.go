@@ -1,0 +1,137 @@
+package lockmw
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// unsubscribeAfter is how long a channel stays subscribed with no waiter. A hot key keeps its
+// subscription between bursts instead of paying SUBSCRIBE, its confirmation and UNSUBSCRIBE every time.
+const unsubscribeAfter = 5 * time.Second
+
+// notifier owns the one pub/sub connection of a locker to one Redis server. Waiters of a key share one
+// subscription to its unlock channel; every message (and every resubscription after a reconnect, when
+// messages may have been lost) is handed to onMessage.
+type notifier struct {
+	ps        *redis.PubSub
+	onMessage func(channel string)
+
+	mu    sync.Mutex
+	chans map[string]*subscription
+	done  chan struct{}
+}
+
+type subscription struct {
+	refs      int
+	ready     chan struct{} // closed when Redis confirmed the subscription
+	confirmed bool
+	idleSince time.Time
+}
+
+func newNotifier(rdb redis.UniversalClient, onMessage func(string)) *notifier {
+	n := &notifier{
+		ps:        rdb.Subscribe(context.Background()),
+		onMessage: onMessage,
+		chans:     make(map[string]*subscription),
+		done:      make(chan struct{}),
+	}
+	go n.run()
+	return n
+}
+
+// hold subscribes to channel (or shares its subscription) and returns a channel closed once Redis
+// confirmed it: from then on no unlock message can slip by unseen.
+func (n *notifier) hold(ctx context.Context, channel string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.chans[channel]
+	if s == nil {
+		s = &subscription{ready: make(chan struct{})}
+		n.chans[channel] = s
+		// A failed write is retried by go-redis on reconnect (it resubscribes every channel); the waiter
+		// meanwhile falls back to polling at the lock's TTL.
+		_ = n.ps.Subscribe(ctx, channel)
+	}
+	s.refs++
+	return s.ready
+}
+
+// drop releases a hold. The subscription is dropped lazily by run.
+func (n *notifier) drop(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.chans[channel]; s != nil {
+		s.refs--
+		if s.refs == 0 {
+			s.idleSince = time.Now()
+		}
+	}
+}
+
+func (n *notifier) close() error {
+	close(n.done)
+	return n.ps.Close()
+}
+
+func (n *notifier) run() {
+	msgs := n.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	sweep := time.NewTicker(unsubscribeAfter)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-sweep.C:
+			n.sweep()
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Message:
+				n.onMessage(m.Channel)
+			case *redis.Subscription:
+				if m.Kind == "subscribe" && n.confirm(m.Channel) {
+					n.onMessage(m.Channel) // a resubscription after reconnect: a message may have been lost
+				}
+			}
+		}
+	}
+}
+
+// confirm marks channel subscribed and reports whether it was already (a resubscription).
+func (n *notifier) confirm(channel string) (again bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.chans[channel]
+	if s == nil {
+		return false
+	}
+	if s.confirmed {
+		return true
+	}
+	s.confirmed = true
+	close(s.ready)
+	return false
+}
+
+func (n *notifier) sweep() {
+	n.mu.Lock()
+	var idle []string
+	for ch, s := range n.chans {
+		// Only confirmed ones: a late confirmation must never be taken for a newer subscription's.
+		if s.refs == 0 && s.confirmed && time.Since(s.idleSince) >= unsubscribeAfter {
+			idle = append(idle, ch)
+			delete(n.chans, ch)
+		}
+	}
+	if len(idle) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = n.ps.Unsubscribe(ctx, idle...)
+		cancel()
+	}
+	n.mu.Unlock()
+}

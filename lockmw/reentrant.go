@@ -1,0 +1,181 @@
+package lockmw
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+
+	//go:embed forcerelease.lua
+	forceReleaseLua    string
+	forceReleaseScript = redis.NewScript(forceReleaseLua)
+)
+
+// latchTTL is how long a release remembers its result for a retry of the same request.
+const latchTTL = 10 * time.Second
+
+// Reentrant is the lock on a single Redis (or a Redis Cluster: all keys of a lock share one slot), in the
+// layout of Redisson's RLock, so Redisson clients and Reentrant exclude each other.
+type Reentrant struct {
+	*engine
+	rdb redis.UniversalClient
+}
+
+var _ Locker = (*Reentrant)(nil)
+
+// NewReentrant returns a locker on rdb. It opens one pub/sub connection for unlock messages; Close it.
+// The client should honour context deadlines (redis.Options.ContextTimeoutEnabled), or a stalled Redis
+// holds acquisitions past their context.
+func NewReentrant(rdb redis.UniversalClient, cfg Config) (*Reentrant, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Reentrant{rdb: rdb}
+	r.engine = newEngine(cfg, singleNode{rdb: rdb, lease: cfg.Lease})
+	r.notifiers = []*notifier{newNotifier(rdb, r.queue.notify)}
+	return r, nil
+}
+
+// Close closes the pub/sub connection; the Redis client stays open. Held leases keep being renewed until
+// released.
+func (r *Reentrant) Close() error { return r.notifiers[0].close() }
+
+// State is a lock as Redis holds it.
+type State struct {
+	Owner     string        // "" when the lock is free
+	Holds     int64         // reentry count of Owner
+	Remaining time.Duration // lease left
+}
+
+// Inspect returns the current holder of key, its hold count and remaining lease.
+func (r *Reentrant) Inspect(ctx context.Context, key string) (State, error) {
+	if err := validateKey(key); err != nil {
+		return State{}, err
+	}
+	n := namesFor(key)
+	pipe := r.rdb.Pipeline()
+	all := pipe.HGetAll(ctx, n.lock)
+	ttl := pipe.PTTL(ctx, n.lock)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return State{}, fmt.Errorf("lockmw: inspect %s: %w", n.lock, err)
+	}
+	var st State
+	for owner, count := range all.Val() {
+		st.Owner = owner
+		st.Holds, _ = strconv.ParseInt(count, 10, 64)
+	}
+	if st.Owner != "" {
+		st.Remaining = ttl.Val()
+	}
+	return st, nil
+}
+
+// ForceRelease deletes the lock of key whoever holds it and wakes its waiters, for operators clearing a
+// stuck lock. Its holder's next renewal finds it gone and cancels its lease. Reports whether a lock existed.
+func (r *Reentrant) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if err := validateKey(key); err != nil {
+		return false, err
+	}
+	n := namesFor(key)
+	deleted, err := forceReleaseScript.Run(ctx, r.rdb, []string{n.lock, n.channel}).Int64()
+	if err != nil {
+		return false, fmt.Errorf("lockmw: force release %s: %w", n.lock, err)
+	}
+	return deleted == 1, nil
+}
+
+// singleNode runs the lock scripts on one Redis.
+type singleNode struct {
+	rdb   redis.UniversalClient
+	lease time.Duration
+}
+
+func (s singleNode) acquire(ctx context.Context, n names, owner string) (attempt, error) {
+	start := time.Now()
+	res, err := acquireScript.Run(ctx, s.rdb, []string{n.lock, n.token}, s.lease.Milliseconds(), owner).Int64Slice()
+	if err != nil {
+		return attempt{}, err
+	}
+	return parseAttempt(res, s.lease-drift(s.lease)-time.Since(start))
+}
+
+func parseAttempt(res []int64, valid time.Duration) (attempt, error) {
+	switch {
+	case len(res) == 3 && res[0] == 1:
+		return attempt{ok: true, token: res[1], count: res[2], valid: valid}, nil
+	case len(res) == 2 && res[0] == 0:
+		return attempt{pttl: time.Duration(res[1]) * time.Millisecond}, nil
+	}
+	return attempt{}, fmt.Errorf("unexpected acquire reply %v", res)
+}
+
+func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
+	return releaseScript.Run(ctx, s.rdb, []string{n.lock, n.channel, n.latch(requestID)},
+		owner, s.lease.Milliseconds(), latchTTL.Milliseconds()).Int64()
+}
+
+func (s singleNode) renew(ctx context.Context, hs []*hold) []error {
+	return renewAll(ctx, s.rdb, hs, s.lease)
+}
+
+// renewAll renews many holds on one server in one pipelined round trip.
+func renewAll(ctx context.Context, rdb redis.UniversalClient, hs []*hold, lease time.Duration) []error {
+	errs := make([]error, len(hs))
+	run := func() bool {
+		cmds := make([]*redis.Cmd, len(hs))
+		pipe := rdb.Pipeline()
+		for i, h := range hs {
+			cmds[i] = renewScript.EvalSha(ctx, pipe, []string{h.names.lock}, lease.Milliseconds(), h.owner)
+		}
+		_, _ = pipe.Exec(ctx)
+		noScript := false
+		for i, c := range cmds {
+			renewed, err := c.Int64()
+			switch {
+			case err != nil:
+				errs[i] = err
+				noScript = noScript || redis.HasErrorPrefix(err, "NOSCRIPT")
+			case renewed == 0:
+				errs[i] = ErrNotHeld
+			default:
+				errs[i] = nil
+			}
+		}
+		return noScript
+	}
+	if run() { // the script cache was flushed (or the server restarted): load it and go again
+		if err := renewScript.Load(ctx, rdb).Err(); err != nil {
+			return fill(errs, err)
+		}
+		run()
+	}
+	return errs
+}
+
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		if errs[i] != nil && !errors.Is(errs[i], ErrNotHeld) {
+			errs[i] = err
+		}
+	}
+	return errs
+}

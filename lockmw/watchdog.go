@@ -1,0 +1,167 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// errReleased is the cancel cause of a hold's context after its owner's last release.
+var errReleased = errors.New("lockmw: lock released")
+
+// hold is one owner's hold of one key in this process. Reentrant leases of the same owner share it.
+type hold struct {
+	names names
+	owner string
+	token int64
+	count int // leases of this owner on this key, in this process
+
+	ctx    context.Context // cancelled with ErrLockLost or errReleased
+	cancel context.CancelCauseFunc
+	expiry *time.Timer // fires at the end of the lease as last confirmed: the lease is lost
+	valid  time.Time   // the lease is safe until then, by the local clock
+}
+
+type holdKey struct{ key, owner string }
+
+// watchdog keeps every hold of the process alive: one loop renews all of them every lease/3, in one round
+// trip per server, and stops when nothing is held. A hold whose renewal finds the lock gone, or that is
+// not renewed before its lease runs out, is lost: its context is cancelled with ErrLockLost.
+type watchdog struct {
+	lease  time.Duration
+	renew  func(ctx context.Context, hs []*hold) []error // nil: renewed; ErrNotHeld: gone; else: unknown
+	// Optional observers, for logs, spans and metrics.
+	onRenewError func(h *hold, err error)
+	onLost       func(h *hold, reason error)
+
+	mu      sync.Mutex
+	holds   map[holdKey]*hold
+	running bool
+}
+
+// drift is the clock drift allowed between this process and Redis over one lease, as in Redlock:
+// the lease is taken as lost this much before Redis would expire it.
+func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
+
+// get returns the hold of owner on key, or nil.
+func (w *watchdog) get(key, owner string) *hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holds[holdKey{key, owner}]
+}
+
+// add records one more lease of owner on key, valid until valid. A new hold starts being renewed.
+func (w *watchdog) add(key string, n names, owner string, token int64, valid time.Time) *hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := holdKey{key, owner}
+	if h := w.holds[k]; h != nil {
+		h.count++
+		w.extendLocked(h, valid)
+		return h
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &hold{names: n, owner: owner, token: token, count: 1, ctx: ctx, cancel: cancel, valid: valid}
+	h.expiry = time.AfterFunc(time.Until(valid), func() { w.expire(k, h) })
+	w.holds[k] = h
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+	return h
+}
+
+// done records the release of one lease of h. At the last one h stops being renewed and its context ends.
+func (w *watchdog) done(key string, h *hold) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h.count--
+	if h.count > 0 {
+		return
+	}
+	k := holdKey{key, h.owner}
+	if w.holds[k] == h {
+		delete(w.holds, k)
+	}
+	h.expiry.Stop()
+	h.cancel(errReleased)
+}
+
+func (w *watchdog) extendLocked(h *hold, valid time.Time) {
+	if valid.After(h.valid) {
+		h.valid = valid
+		h.expiry.Reset(time.Until(valid))
+	}
+}
+
+// expire runs when h's lease ran out without a renewal.
+func (w *watchdog) expire(k holdKey, h *hold) {
+	w.mu.Lock()
+	if w.holds[k] != h || time.Now().Before(h.valid) { // released, or renewed as the timer fired
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	w.lose(k, h, errors.New("lease expired before it could be renewed"))
+}
+
+func (w *watchdog) lose(k holdKey, h *hold, reason error) {
+	w.mu.Lock()
+	if w.holds[k] != h {
+		w.mu.Unlock()
+		return
+	}
+	delete(w.holds, k)
+	h.expiry.Stop()
+	w.mu.Unlock()
+	h.cancel(ErrLockLost)
+	if w.onLost != nil {
+		w.onLost(h, reason)
+	}
+}
+
+func (w *watchdog) loop() {
+	period := w.lease / 3
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for range t.C {
+		w.mu.Lock()
+		if len(w.holds) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		keys := make([]holdKey, 0, len(w.holds))
+		hs := make([]*hold, 0, len(w.holds))
+		for k, h := range w.holds {
+			keys = append(keys, k)
+			hs = append(hs, h)
+		}
+		w.mu.Unlock()
+
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), period)
+		errs := w.renew(ctx, hs)
+		cancel()
+		valid := sent.Add(w.lease - drift(w.lease))
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				w.mu.Lock()
+				if w.holds[keys[i]] == hs[i] {
+					w.extendLocked(hs[i], valid)
+				}
+				w.mu.Unlock()
+			case errors.Is(err, ErrNotHeld):
+				w.lose(keys[i], hs[i], err)
+			default:
+				// Unknown outcome (timeout, connection): try again next period; the expiry timer
+				// declares the lease lost if no renewal lands in time.
+				if w.onRenewError != nil {
+					w.onRenewError(hs[i], err)
+				}
+			}
+		}
+	}
+}
