@@ -108,4 +108,6 @@ func namesFor(key string) names {
 }
 
 // latch names the unlock latch of one release request (Redisson's redisson_unlock_latch).
-func (n names) latch(requestID string) string { return "redisson_unlock_latch:" + n.lock + ":" + requestID }
+func (n names) latch(requestID string) string {
+	return "redisson_unlock_latch:" + n.lock + ":" + requestID
+}

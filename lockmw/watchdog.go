@@ -29,8 +29,8 @@ type holdKey struct{ key, owner string }
 // trip per server, and stops when nothing is held. A hold whose renewal finds the lock gone, or that is
 // not renewed before its lease runs out, is lost: its context is cancelled with ErrLockLost.
 type watchdog struct {
-	lease  time.Duration
-	renew  func(ctx context.Context, hs []*hold) []error // nil: renewed; ErrNotHeld: gone; else: unknown
+	lease time.Duration
+	renew func(ctx context.Context, hs []*hold) []error // nil: renewed; ErrNotHeld: gone; else: unknown
 	// Optional observers, for logs, spans and metrics.
 	onRenewError func(h *hold, err error)
 	onLost       func(h *hold, reason error)
