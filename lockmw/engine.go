@@ -101,8 +101,11 @@ func (e *engine) owner(ctx context.Context) string {
 	if o := OwnerFrom(ctx); o != "" {
 		return o
 	}
-	return e.instance + ":" + strconv.FormatUint(e.seq.Add(1), 10)
+	return e.uniqueID()
 }
+
+// uniqueID is unique across processes without a syscall (unlike a random UUID per call).
+func (e *engine) uniqueID() string { return e.instance + ":" + strconv.FormatUint(e.seq.Add(1), 10) }
 
 func (e *engine) Acquire(ctx context.Context, key string) (Lease, error) {
 	return e.acquire(ctx, key, true)
@@ -163,7 +166,7 @@ func (e *engine) attempt(ctx context.Context, key string, n names, owner string,
 func (e *engine) abandon(n names, owner string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, _ = e.be.release(ctx, n, owner, uuid.NewString())
+	_, _ = e.be.release(ctx, n, owner, e.uniqueID())
 }
 
 func notObtained(ctx context.Context) error {
@@ -315,7 +318,7 @@ func (l *lease) Release(ctx context.Context) error {
 	// the lock expire rather than keep it alive forever.
 	defer l.e.dog.done(l.key, l.h)
 
-	requestID := uuid.NewString()
+	requestID := l.e.uniqueID()
 	var err error
 	for try := 0; try < 3; try++ {
 		var left int64
