@@ -27,13 +27,22 @@ type Config struct {
 	// MaxWait bounds how long Acquire waits for a lock held by another owner. Default 0: until the
 	// context is done.
 	MaxWait time.Duration
+	// NodeTimeout bounds each Redis call of one Redlock attempt, so a slow or stopped master costs at most
+	// this much per attempt. Redlock only. Default DefaultNodeTimeout (50 ms).
+	NodeTimeout time.Duration
 	// Logger receives renewal failures and lost leases. Default slog.Default().
 	Logger *slog.Logger
 }
 
+// DefaultNodeTimeout is the default Config.NodeTimeout.
+const DefaultNodeTimeout = 50 * time.Millisecond
+
 func (c *Config) setDefaults() {
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.NodeTimeout == 0 {
+		c.NodeTimeout = DefaultNodeTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -44,6 +53,9 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	if c.Lease < MinLease {
 		return fmt.Errorf("lockmw: Lease must be at least %v, got %v", MinLease, c.Lease)
+	}
+	if c.NodeTimeout < 0 {
+		return fmt.Errorf("lockmw: NodeTimeout must not be negative, got %v", c.NodeTimeout)
 	}
 	if c.MaxWait < 0 {
 		return fmt.Errorf("lockmw: MaxWait must not be negative, got %v", c.MaxWait)
@@ -64,8 +76,9 @@ type attempt struct {
 	ok    bool
 	token int64
 	count int64         // holds of the owner after the attempt; > 1 is a reentry
-	valid time.Duration // ok: how long after the attempt started the lease is safe
+	valid time.Duration // ok: how long from the attempt's return the lease is safe
 	pttl  time.Duration // !ok: remaining lease of the current holder; < 0 unknown
+	err   error         // !ok: why, when it was not just another holder (Redlock: no quorum)
 }
 
 // engine is what both lockers share: owners, the local wait queue, unlock notifications and the watchdog.
@@ -140,7 +153,7 @@ func (e *engine) acquire(ctx context.Context, key string, wait bool) (Lease, err
 		case a.ok:
 			return e.newLease(ctx, key, n, owner, a, start, st), nil
 		case !wait:
-			return nil, ErrNotObtained
+			return nil, errors.Join(ErrNotObtained, a.err)
 		}
 	}
 	return e.wait(ctx, waitCtx, key, n, owner, start, st)
@@ -206,17 +219,19 @@ func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner s
 		}
 	}()
 	retryIn := e.cfg.Lease
+	var lastErr error // why the last attempt failed, when not just another holder
 	for {
 		head, try := e.queue.turn(n.channel, w)
 		if try {
 			a, err := e.attempt(waitCtx, key, n, owner, &st)
 			if err != nil {
-				return nil, err
+				return nil, errors.Join(err, lastErr)
 			}
 			if a.ok {
 				acquired = true
 				return e.newLease(ctx, key, n, owner, a, start, st), nil
 			}
+			lastErr = a.err
 			retryIn = e.cfg.Lease
 			if a.pttl >= 0 {
 				retryIn = a.pttl
@@ -240,7 +255,7 @@ func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner s
 			fallback = nil
 			e.queue.retryLater(w)
 		case <-waitCtx.Done():
-			return nil, notObtained(waitCtx)
+			return nil, errors.Join(notObtained(waitCtx), lastErr)
 		}
 	}
 }
@@ -283,7 +298,7 @@ func anyReady(ctx context.Context, readies []<-chan struct{}) error {
 func (e *engine) newLease(ctx context.Context, key string, n names, owner string, a attempt, start time.Time, st AcquireStats) *lease {
 	st.Waited = time.Since(start)
 	st.Reentry = a.count > 1
-	h := e.dog.add(key, n, owner, a.token, start.Add(a.valid))
+	h := e.dog.add(key, n, owner, a.token, time.Now().Add(a.valid))
 	lctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
 	return &lease{e: e, key: key, h: h, ctx: lctx, cancel: cancel, stop: stop, stats: st}

@@ -1,0 +1,265 @@
+package lockmw
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed raisetoken.lua
+var raiseTokenLua string
+var raiseTokenScript = redis.NewScript(raiseTokenLua)
+
+// ErrQuorum: fewer than a majority of the Redlock masters answered as needed. The per-node causes are
+// joined to it as *NodeError values.
+var ErrQuorum = errors.New("lockmw: no quorum of Redis masters")
+
+// NodeError is the failure of one Redlock master.
+type NodeError struct {
+	Addr string // the master's address
+	Err  error
+}
+
+func (e *NodeError) Error() string { return "lockmw: node " + e.Addr + ": " + e.Err.Error() }
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Redlock is the lock on a majority of N independent Redis masters (the Redlock algorithm of redis.io), for
+// when one Redis is not trusted to keep a lock through a failover. Every master holds the same reentrant
+// hash in the Redisson layout, so the contract is Reentrant's: same leases, watchdog, reentrancy and
+// fencing.
+//
+// An acquisition runs the acquire script on all masters at once, each bounded by Config.NodeTimeout, and
+// succeeds with a majority and time left: validity = lease - elapsed - drift, drift = lease/100 + 2 ms.
+// Otherwise it is undone on every master, including those that did not answer.
+//
+// Fencing: the token is the largest of the per-master counters in the majority, written back (raise only)
+// to a majority before the lease is handed out. Any two majorities share a master, so the next acquisition
+// reads a counter at least as high as every token handed out before and INCRs past it: tokens strictly
+// increase even when the majority changes. The limit: a master that restarts without its data (no
+// persistence, or fsync lost) forgets its counter, and if the masters that remember are then outside the
+// majority a token can repeat. Run the masters with appendonly yes and appendfsync always (or everysec,
+// accepting a one second window), or delay their restart by one lease as redis.io advises.
+type Redlock struct {
+	*engine
+	nodes redlockNodes
+}
+
+var _ Locker = (*Redlock)(nil)
+
+// NewRedlock returns a Redlock over clients, one per independent master (at least 3; an odd number, as an
+// even one tolerates no more failures than one master less). It opens one pub/sub connection per master.
+// The clients must honour context deadlines (redis.Options.ContextTimeoutEnabled) for NodeTimeout to work.
+func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
+	if len(clients) < 3 {
+		return nil, fmt.Errorf("lockmw: Redlock needs at least 3 independent Redis masters, got %d", len(clients))
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(clients)%2 == 0 {
+		cfg.Logger.Warn("lockmw: Redlock over an even number of masters tolerates no more failures than one less",
+			"masters", len(clients))
+	}
+	nodes := redlockNodes{clients: clients, lease: cfg.Lease, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1,
+		logger: cfg.Logger}
+	r := &Redlock{nodes: nodes}
+	r.engine = newEngine(cfg, nodes)
+	for _, c := range clients {
+		r.notifiers = append(r.notifiers, newNotifier(c, r.queue.notify))
+	}
+	return r, nil
+}
+
+// Close closes the pub/sub connections; the clients stay open.
+func (r *Redlock) Close() error {
+	var errs []error
+	for _, n := range r.notifiers {
+		errs = append(errs, n.close())
+	}
+	return errors.Join(errs...)
+}
+
+type redlockNodes struct {
+	clients []redis.UniversalClient
+	lease   time.Duration
+	timeout time.Duration
+	quorum  int
+	logger  *slog.Logger
+}
+
+// each runs f on every master at once, each call bounded by the node timeout, and waits for all.
+func (r redlockNodes) each(ctx context.Context, f func(ctx context.Context, i int, c redis.UniversalClient)) {
+	var wg sync.WaitGroup
+	for i, c := range r.clients {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, r.timeout)
+			defer cancel()
+			f(ctx, i, c)
+		})
+	}
+	wg.Wait()
+}
+
+func (r redlockNodes) nodeError(i int, err error) error {
+	return &NodeError{Addr: addrOf(r.clients[i]), Err: err}
+}
+
+func addrOf(c redis.UniversalClient) string {
+	if cl, ok := c.(*redis.Client); ok {
+		return cl.Options().Addr
+	}
+	return fmt.Sprintf("%v", c)
+}
+
+func (r redlockNodes) acquire(ctx context.Context, n names, owner string) (attempt, error) {
+	start := time.Now()
+	replies := make([][]int64, len(r.clients))
+	errs := make([]error, len(r.clients))
+	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+		replies[i], errs[i] = acquireScript.Run(ctx, c, []string{n.lock, n.token}, r.lease.Milliseconds(), owner).Int64Slice()
+	})
+	if ctx.Err() != nil {
+		r.undo(ctx, n, owner)
+		return attempt{}, ctx.Err()
+	}
+
+	var held, token, count int64
+	var failures []error
+	pttl := time.Duration(-1)
+	for i, res := range replies {
+		if errs[i] != nil {
+			failures = append(failures, r.nodeError(i, errs[i]))
+			continue
+		}
+		a, err := parseAttempt(res, 0)
+		switch {
+		case err != nil:
+			failures = append(failures, r.nodeError(i, err))
+		case a.ok:
+			held++
+			token, count = max(token, a.token), max(count, a.count)
+		case pttl < 0 || a.pttl < pttl:
+			pttl = a.pttl
+		}
+	}
+	if int(held) < r.quorum {
+		r.undo(ctx, n, owner)
+		if len(failures) > len(r.clients)-r.quorum { // no majority could answer: say why
+			return attempt{pttl: retryAfterFailure(), err: errors.Join(append([]error{ErrQuorum}, failures...)...)}, nil
+		}
+		return attempt{pttl: pttl}, nil
+	}
+
+	if err := r.writeBackToken(ctx, n, token, replies); err != nil {
+		r.undo(ctx, n, owner)
+		return attempt{pttl: retryAfterFailure(), err: err}, nil
+	}
+	valid := r.lease - time.Since(start) - drift(r.lease)
+	if valid <= 0 {
+		r.undo(ctx, n, owner)
+		return attempt{pttl: retryAfterFailure(), err: fmt.Errorf("%w: the majority took longer than the lease", ErrQuorum)}, nil
+	}
+	return attempt{ok: true, token: token, count: count, valid: valid}, nil
+}
+
+// retryAfterFailure spreads the retries of processes that failed together.
+func retryAfterFailure() time.Duration { return 20*time.Millisecond + rand.N(80*time.Millisecond) }
+
+// writeBackToken makes sure a majority's fencing counters are at least token before it is used. Masters
+// that answered token already need nothing; usually that is all of them.
+func (r redlockNodes) writeBackToken(ctx context.Context, n names, token int64, replies [][]int64) error {
+	have := 0
+	for _, res := range replies {
+		if len(res) == 3 && res[0] == 1 && res[1] == token {
+			have++
+		}
+	}
+	if have >= r.quorum {
+		return nil
+	}
+	raised := make([]error, len(r.clients))
+	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+		raised[i] = raiseTokenScript.Run(ctx, c, []string{n.token}, token).Err()
+	})
+	var failures []error
+	for i, err := range raised {
+		if err != nil {
+			failures = append(failures, r.nodeError(i, err))
+		}
+	}
+	if len(r.clients)-len(failures) < r.quorum {
+		return errors.Join(append([]error{fmt.Errorf("%w: fencing token not written back", ErrQuorum)}, failures...)...)
+	}
+	return nil
+}
+
+// undo releases a failed attempt on every master, also those that did not answer (their script may have
+// run), even when the caller's context ended.
+func (r redlockNodes) undo(ctx context.Context, n names, owner string) {
+	ctx = context.WithoutCancel(ctx)
+	requestID := owner + ":undo:" + fmt.Sprint(time.Now().UnixNano())
+	r.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) {
+		_ = releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
+			owner, r.lease.Milliseconds(), latchTTL.Milliseconds()).Err()
+	})
+}
+
+func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
+	lefts := make([]int64, len(r.clients))
+	errs := make([]error, len(r.clients))
+	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+		lefts[i], errs[i] = releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
+			owner, r.lease.Milliseconds(), latchTTL.Milliseconds()).Int64()
+	})
+	var failures []error
+	released, left := 0, int64(0)
+	for i, err := range errs {
+		switch {
+		case err != nil:
+			failures = append(failures, r.nodeError(i, err))
+		case lefts[i] >= 0:
+			released++
+			left = max(left, lefts[i])
+		}
+	}
+	switch {
+	case released >= r.quorum:
+		return left, nil
+	case len(failures) > len(r.clients)-r.quorum:
+		return 0, errors.Join(append([]error{ErrQuorum}, failures...)...)
+	}
+	return -1, nil // a majority says the owner does not hold it
+}
+
+func (r redlockNodes) renew(ctx context.Context, hs []*hold) []error {
+	perNode := make([][]error, len(r.clients))
+	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+		perNode[i] = renewAll(ctx, c, hs, r.lease)
+	})
+	out := make([]error, len(hs))
+	for h := range hs {
+		renewed := 0
+		var failures []error
+		for i := range r.clients {
+			if err := perNode[i][h]; err == nil {
+				renewed++
+			} else {
+				failures = append(failures, r.nodeError(i, err))
+			}
+		}
+		// Fewer than a majority confirmed: the lease is lost at once. Waiting for its validity to run out
+		// would keep a holder working that cannot show a majority.
+		if renewed < r.quorum {
+			out[h] = errors.Join(append([]error{ErrNotHeld, ErrQuorum}, failures...)...)
+		}
+	}
+	return out
+}
