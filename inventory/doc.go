@@ -1,0 +1,31 @@
+// Package inventory keeps the stock of each SKU in Redis and reserves it for orders exactly once.
+//
+// Every change is one Lua script, so it is atomic and costs one round trip. The scripts make all their
+// checks before their first write: a call that returns an error has changed nothing.
+//
+// # Guarantees
+//
+//   - available never goes below 0, and available + reserved changes only through SetStock and Restock.
+//   - An order is decided once. Reserve for an order that already has a recorded outcome returns that
+//     outcome with Replayed set and writes nothing, whatever quantity it is called with, so a redelivered
+//     order is never decremented twice. Release gives a reservation back once.
+//   - A fencing token below the highest one the SKU has seen is refused with ErrStaleFence, so a lock
+//     holder that lost its lease cannot write after a newer holder did. Token 0 means unfenced.
+//   - The scripts survive SCRIPT FLUSH and server restarts: they run with EVALSHA and fall back to EVAL.
+//   - A call cut short by its context may or may not have been applied; calling again with the same order
+//     id is always safe and returns what was decided.
+//
+// # Key layout
+//
+// Other clients rely on this layout. Both keys of a SKU carry the hash tag {SKU}, and every script gets
+// all the keys it touches in KEYS, so it runs in one Redis Cluster slot.
+//
+//	stock:{SKU}             hash    available (HINCRBY target), reserved, fence (highest fencing token seen)
+//	order:{SKU}:<order_id>  string  the outcome recorded for the order, expiring after the outcome TTL:
+//	                                {"status":"reserved","reason":"","quantity":2,"available_after":8,"fence":7}
+//
+// An order id is scoped to its SKU. The outcome TTL (DefaultOutcomeTTL, WithOutcomeTTL) is the
+// idempotency window: it must outlast the longest time an order can be redelivered, and a Release must
+// come within it. A SKU exists once it has an available field; a Reserve for a SKU that does not exist is
+// rejected with ReasonUnknownSKU and leaves no stock hash behind.
+package inventory

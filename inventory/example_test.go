@@ -1,0 +1,43 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// This example is compiled but not run: it needs a Redis server, and the tests start their own
+// (internal/redistest) rather than touch one that may hold real data. Against an empty Redis it prints
+//
+//	reserved 8
+//	rejected insufficient_stock 8
+//	reserved 8 replayed=true
+func ExampleStore_Reserve() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	store := inventory.New(rdb)
+
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The fence is the lock's fencing token; a holder whose lease was lost gets ErrStaleFence.
+	o, err := store.Reserve(ctx, "o-1", "SKU-1", 2, 7)
+	if errors.Is(err, inventory.ErrStaleFence) {
+		fmt.Println("lost the lock, not reserving")
+		return
+	}
+	fmt.Println(o.Status, o.AvailableAfter)
+
+	o, _ = store.Reserve(ctx, "o-2", "SKU-1", 9, 7)
+	fmt.Println(o.Status, o.Reason, o.AvailableAfter)
+
+	// A redelivered order gets its first outcome back and takes nothing more.
+	o, _ = store.Reserve(ctx, "o-1", "SKU-1", 2, 7)
+	fmt.Println(o.Status, o.AvailableAfter, "replayed="+fmt.Sprint(o.Replayed))
+}

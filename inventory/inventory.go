@@ -1,0 +1,96 @@
+package inventory
+
+import (
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultOutcomeTTL is how long the outcome of an order is kept: 7 days.
+const DefaultOutcomeTTL = 7 * 24 * time.Hour
+
+var (
+	// ErrInvalid is wrapped by every input error; the message names the field and its value.
+	ErrInvalid = errors.New("inventory: invalid")
+	// ErrStaleFence means the fencing token is below the highest one the SKU has seen.
+	ErrStaleFence = errors.New("inventory: stale fencing token")
+	// ErrNotReserved means Release found no reservation to give back.
+	ErrNotReserved = errors.New("inventory: order not reserved")
+	// ErrUnknownSKU means the SKU was never stocked.
+	ErrUnknownSKU = errors.New("inventory: unknown sku")
+)
+
+// Status is what happened to an order.
+type Status string
+
+// The statuses of an Outcome.
+const (
+	StatusReserved Status = "reserved"
+	StatusRejected Status = "rejected"
+	StatusReleased Status = "released"
+)
+
+// Reason says why an order was rejected.
+type Reason string
+
+// The reasons of a rejected Outcome; a reserved or released one has none.
+const (
+	ReasonInsufficientStock Reason = "insufficient_stock"
+	ReasonUnknownSKU        Reason = "unknown_sku"
+)
+
+// Outcome is the decision recorded for an order. Its JSON field names are those of the outcome event.
+type Outcome struct {
+	OrderID  string `json:"order_id"`
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+	Status   Status `json:"status"`
+	Reason   Reason `json:"reason"`
+	// AvailableAfter is the available stock right after the operation, or when it was rejected.
+	AvailableAfter int64 `json:"available_after"`
+	// Fence is the fencing token the operation ran with, 0 when unfenced.
+	Fence int64 `json:"fence"`
+	// Replayed is true when the outcome was recorded by an earlier call and returned as is.
+	Replayed bool `json:"replayed"`
+}
+
+// Stock is the state of one SKU.
+type Stock struct {
+	Available int64 `json:"available"`
+	Reserved  int64 `json:"reserved"`
+	Fence     int64 `json:"fence"`
+}
+
+// Store reserves and restocks inventory in one Redis. It is safe for concurrent use.
+type Store struct {
+	rdb       redis.Scripter
+	ttlMillis int64
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithOutcomeTTL sets how long the outcome of an order is kept; the default is DefaultOutcomeTTL.
+// Durations below one millisecond are ignored: an outcome that never expires would grow Redis forever,
+// and one that expires at once would break idempotency.
+func WithOutcomeTTL(d time.Duration) Option {
+	return func(s *Store) {
+		if d >= time.Millisecond {
+			s.ttlMillis = d.Milliseconds()
+		}
+	}
+}
+
+// New returns a Store using rdb, which may be a *redis.Client, *redis.ClusterClient or *redis.Ring.
+func New(rdb redis.Scripter, opts ...Option) *Store {
+	s := &Store{rdb: rdb, ttlMillis: DefaultOutcomeTTL.Milliseconds()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func stockKey(sku string) string { return "stock:{" + sku + "}" }
+
+func orderKey(sku, orderID string) string { return "order:{" + sku + "}:" + orderID }

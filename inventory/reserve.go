@@ -1,0 +1,110 @@
+package inventory
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed reserve.lua
+	reserveSrc    string
+	reserveScript = redis.NewScript(reserveSrc)
+
+	//go:embed release.lua
+	releaseSrc    string
+	releaseScript = redis.NewScript(releaseSrc)
+)
+
+// Reserve takes quantity of sku for orderID, or records why it could not, in one atomic script.
+//
+// If the order already has a recorded outcome, that outcome comes back as is with Replayed set, even
+// when quantity differs: an order id is decided once. A fence below the SKU's stored fence fails with
+// ErrStaleFence and writes nothing; a higher one is stored. fence 0 skips fencing.
+//
+// A rejection is an Outcome, not an error: StatusRejected with ReasonUnknownSKU or
+// ReasonInsufficientStock (AvailableAfter then holds what was available). Errors wrap ErrInvalid,
+// ErrStaleFence or the Redis or context error.
+func (s *Store) Reserve(ctx context.Context, orderID, sku string, quantity, fence int64) (Outcome, error) {
+	if err := ValidateOrder(orderID, sku, quantity); err != nil {
+		return Outcome{}, err
+	}
+	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
+		return Outcome{}, err
+	}
+	keys := []string{stockKey(sku), orderKey(sku, orderID)}
+	reply, err := reserveScript.Run(ctx, s.rdb, keys, quantity, fence, s.ttlMillis).Slice()
+	if err != nil {
+		return Outcome{}, scriptError("reserve", orderSubject(orderID, sku), fence, err)
+	}
+	return decodeOutcome(orderID, sku, reply)
+}
+
+// Release gives back the quantity reserved for orderID, once: it is the compensation for a cancelled
+// order. A second call writes nothing and returns the released outcome with Replayed set. An order that
+// was rejected, or has no recorded outcome (never reserved, or expired), fails with ErrNotReserved.
+// Fencing works as in Reserve.
+func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (Outcome, error) {
+	if err := ValidateOrderID(orderID); err != nil {
+		return Outcome{}, err
+	}
+	if err := ValidateSKU(sku); err != nil {
+		return Outcome{}, err
+	}
+	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
+		return Outcome{}, err
+	}
+	keys := []string{stockKey(sku), orderKey(sku, orderID)}
+	reply, err := releaseScript.Run(ctx, s.rdb, keys, fence).Slice()
+	if err != nil {
+		return Outcome{}, scriptError("release", orderSubject(orderID, sku), fence, err)
+	}
+	return decodeOutcome(orderID, sku, reply)
+}
+
+// decodeOutcome reads the script reply {replayed, status, reason, quantity, available_after, fence}.
+func decodeOutcome(orderID, sku string, reply []any) (Outcome, error) {
+	if len(reply) == 6 {
+		replayed, ok0 := reply[0].(int64)
+		status, ok1 := reply[1].(string)
+		reason, ok2 := reply[2].(string)
+		quantity, ok3 := reply[3].(int64)
+		after, ok4 := reply[4].(int64)
+		fence, ok5 := reply[5].(int64)
+		if ok0 && ok1 && ok2 && ok3 && ok4 && ok5 {
+			return Outcome{
+				OrderID: orderID, SKU: sku, Quantity: quantity,
+				Status: Status(status), Reason: Reason(reason),
+				AvailableAfter: after, Fence: fence, Replayed: replayed == 1,
+			}, nil
+		}
+	}
+	return Outcome{}, fmt.Errorf("inventory: unexpected script reply %v for order %q", reply, orderID)
+}
+
+// scriptError turns the scripts' error replies into the package's sentinels. subject names the order or
+// SKU the call was about.
+func scriptError(op, subject string, fence int64, err error) error {
+	var detail string
+	if _, after, ok := strings.Cut(err.Error(), " "); ok {
+		detail = after
+	}
+	switch {
+	case redis.HasErrorPrefix(err, "STALEFENCE "):
+		return fmt.Errorf("%w: %s %s: token %d is below the stored fence %s", ErrStaleFence, op, subject, fence, detail)
+	case redis.HasErrorPrefix(err, "NOTRESERVED none"):
+		return fmt.Errorf("%w: %s has no recorded outcome", ErrNotReserved, subject)
+	case redis.HasErrorPrefix(err, "NOTRESERVED "):
+		return fmt.Errorf("%w: %s was %s", ErrNotReserved, subject, detail)
+	case redis.HasErrorPrefix(err, "UNKNOWNSKU"):
+		return fmt.Errorf("%w: %s %s", ErrUnknownSKU, op, subject)
+	case redis.HasErrorPrefix(err, "CORRUPT "):
+		return fmt.Errorf("inventory: %s %s: stock field %s is not an integer", op, subject, detail)
+	}
+	return fmt.Errorf("inventory: %s %s: %w", op, subject, err)
+}
+
+func orderSubject(orderID, sku string) string { return fmt.Sprintf("order %q of sku %q", orderID, sku) }

@@ -1,0 +1,210 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// reserveAll reserves one unit for each of n orders "o-0".."o-<n-1>" from 64 goroutines spread over the
+// stores, and returns the outcomes by order index.
+func reserveAll(t *testing.T, stores []*inventory.Store, sku string, n int) []inventory.Outcome {
+	t.Helper()
+	outcomes := make([]inventory.Outcome, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		store := stores[g%len(stores)]
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				o, err := store.Reserve(context.Background(), fmt.Sprintf("o-%d", i), sku, 1, 0)
+				if err != nil {
+					t.Errorf("reserve o-%d: %v", i, err)
+					return
+				}
+				outcomes[i] = o
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return outcomes
+}
+
+func threeStores(s *redistest.Server) []*inventory.Store {
+	return []*inventory.Store{inventory.New(s.Client()), inventory.New(s.Client()), inventory.New(s.Client())}
+}
+
+func TestConcurrentOrdersNeverOversell(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	stores := threeStores(s)
+	if err := stores[0].SetStock(context.Background(), "SKU-1", 5000); err != nil {
+		t.Fatal(err)
+	}
+
+	outcomes := reserveAll(t, stores, "SKU-1", 6000)
+
+	reserved, rejected := 0, 0
+	seenAfter := make(map[int64]bool) // atomic decrements hand out every level 4999..0 exactly once
+	for i, o := range outcomes {
+		switch {
+		case o.Status == inventory.StatusReserved && o.Reason == "" && !o.Replayed:
+			reserved++
+			if o.AvailableAfter < 0 || o.AvailableAfter >= 5000 || seenAfter[o.AvailableAfter] {
+				t.Fatalf("o-%d: available_after %d out of range or seen twice", i, o.AvailableAfter)
+			}
+			seenAfter[o.AvailableAfter] = true
+		case o.Status == inventory.StatusRejected && o.Reason == inventory.ReasonInsufficientStock &&
+			o.AvailableAfter == 0 && !o.Replayed:
+			rejected++
+		default:
+			t.Fatalf("o-%d: unexpected outcome %+v", i, o)
+		}
+	}
+	if reserved != 5000 || rejected != 1000 {
+		t.Fatalf("reserved %d, rejected %d; want 5000 and 1000", reserved, rejected)
+	}
+	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "0", "reserved": "5000"})
+	if n := dbsize(t, rdb); n != 6001 {
+		t.Fatalf("DBSIZE = %d, want 6001 (stock hash and one outcome per order)", n)
+	}
+}
+
+func TestRedeliveredOrdersReplayTheirFirstOutcome(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	stores := threeStores(s)
+	if err := stores[0].SetStock(context.Background(), "SKU-1", 5000); err != nil {
+		t.Fatal(err)
+	}
+	first := reserveAll(t, stores, "SKU-1", 6000)
+	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+
+	again := reserveAll(t, stores, "SKU-1", 6000)
+
+	for i := range first {
+		w := first[i]
+		w.Replayed = true
+		if again[i] != w {
+			t.Fatalf("o-%d replayed as %+v, want %+v", i, again[i], w)
+		}
+	}
+	want(t, stock(t, rdb, "SKU-1"), before)
+	if n := dbsize(t, rdb); n != keys {
+		t.Fatalf("DBSIZE = %d after replay, want %d", n, keys)
+	}
+}
+
+func TestReplayWithAnotherQuantityReturnsTheRecordedOutcome(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := s.Client()
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	o, err := store.Reserve(ctx, "o-1", "SKU-1", 5, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, Status: inventory.StatusReserved,
+		AvailableAfter: 8, Replayed: true}
+	if o != w {
+		t.Fatalf("replay = %+v, want %+v", o, w)
+	}
+	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2"})
+}
+
+func TestInsufficientStockReportsWhatIsAvailable(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := s.Client()
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "SKU-1", 3); err != nil {
+		t.Fatal(err)
+	}
+
+	o, err := store.Reserve(ctx, "o-1", "SKU-1", 4, 0)
+	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 4, Status: inventory.StatusRejected,
+		Reason: inventory.ReasonInsufficientStock, AvailableAfter: 3}
+	if err != nil || o != w {
+		t.Fatalf("4 of 3: %+v, %v; want %+v", o, err, w)
+	}
+	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "3", "reserved": "0"})
+
+	o, err = store.Reserve(ctx, "o-2", "SKU-1", 3, 0)
+	if err != nil || o.Status != inventory.StatusReserved || o.AvailableAfter != 0 {
+		t.Fatalf("3 of 3: %+v, %v", o, err)
+	}
+	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "0", "reserved": "3"})
+}
+
+func TestStaleFenceIsRefusedAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := s.Client()
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := store.Reserve(ctx, "o-1", "SKU-1", 1, 7); err != nil || o.Fence != 7 {
+		t.Fatalf("token 7: %+v, %v", o, err)
+	}
+	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+
+	_, err := store.Reserve(ctx, "o-2", "SKU-1", 1, 6)
+	if !errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("token 6: got %v, want ErrStaleFence", err)
+	}
+	t.Log(err)
+	want(t, stock(t, rdb, "SKU-1"), before)
+	if n := dbsize(t, rdb); n != keys {
+		t.Fatalf("DBSIZE = %d after a stale reserve, want %d", n, keys)
+	}
+
+	o, err := store.Reserve(ctx, "o-2", "SKU-1", 1, 8)
+	if err != nil || o.Status != inventory.StatusReserved || o.Fence != 8 || o.AvailableAfter != 8 {
+		t.Fatalf("token 8: %+v, %v", o, err)
+	}
+	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "8"})
+
+	// Unfenced calls neither check nor lower the fence.
+	if _, err := store.Reserve(ctx, "o-3", "SKU-1", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := stock(t, rdb, "SKU-1")["fence"]; got != "8" {
+		t.Fatalf("fence = %s after an unfenced reserve, want 8", got)
+	}
+}
+
+func TestUnknownSKUIsRejectedAndRecorded(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := s.Client()
+	store := inventory.New(rdb)
+
+	o, err := store.Reserve(ctx, "o-1", "NOPE", 1, 5)
+	w := inventory.Outcome{OrderID: "o-1", SKU: "NOPE", Quantity: 1, Status: inventory.StatusRejected,
+		Reason: inventory.ReasonUnknownSKU, Fence: 5}
+	if err != nil || o != w {
+		t.Fatalf("got %+v, %v; want %+v", o, err, w)
+	}
+	if n, _ := rdb.Exists(ctx, "stock:{NOPE}").Result(); n != 0 {
+		t.Fatal("a reserve for an unknown SKU created its stock hash")
+	}
+	if again, _ := store.Reserve(ctx, "o-1", "NOPE", 1, 5); !again.Replayed {
+		t.Fatalf("second call not replayed: %+v", again)
+	}
+}

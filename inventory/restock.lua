@@ -1,0 +1,16 @@
+-- Add to the available stock of a SKU, creating it if needed.
+-- KEYS[1] stock:{SKU}  hash: available, reserved, fence
+-- ARGV[1] quantity to add, 1..MaxStock
+-- ARGV[2] MaxStock, the most available may reach
+-- Returns the new available count.
+-- Errors: OVERSTOCK <available>, CORRUPT available. Checked before the first write.
+
+local current = redis.call('HGET', KEYS[1], 'available') or '0'
+if not string.find(current, '^%-?%d+$') then return redis.error_reply('CORRUPT available') end
+if tonumber(current) + tonumber(ARGV[1]) > tonumber(ARGV[2]) then
+  return redis.error_reply('OVERSTOCK ' .. current)
+end
+-- HINCRBY first: it is the only call that can fail, and it fails before anything was written.
+local available = redis.call('HINCRBY', KEYS[1], 'available', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'reserved', 0)
+return available

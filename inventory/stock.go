@@ -1,0 +1,94 @@
+package inventory
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed set_stock.lua
+	setStockSrc    string
+	setStockScript = redis.NewScript(setStockSrc)
+
+	//go:embed restock.lua
+	restockSrc    string
+	restockScript = redis.NewScript(restockSrc)
+
+	//go:embed get_stock.lua
+	getStockSrc    string
+	getStockScript = redis.NewScript(getStockSrc)
+)
+
+// SetStock sets the available stock of sku to available (0..MaxStock), creating the SKU with reserved 0
+// if it does not exist. The reserved count and the fence stay as they are: reservations already made
+// are not undone by a stock count.
+func (s *Store) SetStock(ctx context.Context, sku string, available int64) error {
+	if err := ValidateSKU(sku); err != nil {
+		return err
+	}
+	if err := checkRange("available", available, 0, MaxStock); err != nil {
+		return err
+	}
+	if err := setStockScript.Run(ctx, s.rdb, []string{stockKey(sku)}, available).Err(); err != nil {
+		return scriptError("set stock of", skuSubject(sku), 0, err)
+	}
+	return nil
+}
+
+// Restock adds quantity (1..MaxStock) to the available stock of sku, creating the SKU if it does not
+// exist, and returns the new available count. It fails with ErrInvalid, writing nothing, if available
+// would exceed MaxStock.
+func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (available int64, err error) {
+	if err := ValidateSKU(sku); err != nil {
+		return 0, err
+	}
+	if err := checkRange("quantity", quantity, 1, MaxStock); err != nil {
+		return 0, err
+	}
+	available, err = restockScript.Run(ctx, s.rdb, []string{stockKey(sku)}, quantity, int64(MaxStock)).Int64()
+	if redis.HasErrorPrefix(err, "OVERSTOCK ") {
+		return 0, fmt.Errorf("%w quantity %d: sku %q would exceed %d available", ErrInvalid, quantity, sku,
+			int64(MaxStock))
+	}
+	if err != nil {
+		return 0, scriptError("restock", skuSubject(sku), 0, err)
+	}
+	return available, nil
+}
+
+// Get returns the stock of sku, or an error wrapping ErrUnknownSKU if it was never stocked.
+func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Stock{}, err
+	}
+	reply, err := getStockScript.Run(ctx, s.rdb, []string{stockKey(sku)}).Slice()
+	if err != nil {
+		return Stock{}, scriptError("get", skuSubject(sku), 0, err)
+	}
+	if len(reply) != 3 {
+		return Stock{}, fmt.Errorf("inventory: get sku %q: unexpected script reply %v", sku, reply)
+	}
+	if reply[0] == nil {
+		return Stock{}, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
+	}
+	var st Stock
+	names := [...]string{"available", "reserved", "fence"}
+	for i, dst := range []*int64{&st.Available, &st.Reserved, &st.Fence} {
+		v, _ := reply[i].(string) // a missing field reads as 0
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return Stock{}, fmt.Errorf("inventory: get sku %q: stock field %s: %w", sku, names[i], err)
+		}
+		*dst = n
+	}
+	return st, nil
+}
+
+func skuSubject(sku string) string { return fmt.Sprintf("sku %q", sku) }

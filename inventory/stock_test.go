@@ -1,0 +1,72 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+func TestStockOperations(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := s.Client()
+	store := inventory.New(rdb)
+
+	if _, err := store.Get(ctx, "SKU-1"); !errors.Is(err, inventory.ErrUnknownSKU) {
+		t.Fatalf("Get before stocking: got %v, want ErrUnknownSKU", err)
+	}
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
+	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 4, 9); err != nil {
+		t.Fatal(err)
+	}
+
+	// A stock count sets available only: reservations and the fence stay.
+	if err := store.SetStock(ctx, "SKU-1", 20); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := store.Get(ctx, "SKU-1"); err != nil || got != (inventory.Stock{Available: 20, Reserved: 4, Fence: 9}) {
+		t.Fatalf("Get after SetStock: %+v, %v", got, err)
+	}
+
+	if n, err := store.Restock(ctx, "SKU-1", 5); err != nil || n != 25 {
+		t.Fatalf("Restock: %d, %v; want 25", n, err)
+	}
+	if n, err := store.Restock(ctx, "SKU-2", 5); err != nil || n != 5 {
+		t.Fatalf("Restock of a new SKU: %d, %v; want 5", n, err)
+	}
+	want(t, stock(t, rdb, "SKU-2"), map[string]string{"available": "5", "reserved": "0"})
+
+	_, err := store.Restock(ctx, "SKU-1", inventory.MaxStock)
+	if !errors.Is(err, inventory.ErrInvalid) {
+		t.Fatalf("Restock past MaxStock: got %v, want ErrInvalid", err)
+	}
+	t.Log(err)
+	if got, _ := store.Get(ctx, "SKU-1"); got.Available != 25 {
+		t.Fatalf("a refused Restock changed available to %d", got.Available)
+	}
+}
+
+func TestCorruptStockIsRefusedBeforeAnyWrite(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := s.Client()
+	store := inventory.New(rdb)
+	// A non-integer reserved would make the second HINCRBY fail after the first had run.
+	rdb.HSet(ctx, "stock:{SKU-1}", "available", "10", "reserved", "1.5")
+
+	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 1, 3); err == nil {
+		t.Fatal("reserve on a corrupt stock hash succeeded")
+	} else {
+		t.Log(err)
+	}
+	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "1.5"})
+	if n := dbsize(t, rdb); n != 1 {
+		t.Fatalf("DBSIZE = %d, want 1", n)
+	}
+}
