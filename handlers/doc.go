@@ -1,0 +1,7 @@
+// Package handlers holds the order pipeline's message schema and its Watermill handler.
+//
+// Order is what producers publish; Result is what the worker publishes back. Decode is the middleware
+// that parses and validates each message once (bad input wraps ErrBadInput, for the poison stream);
+// SKU gives the lock middleware its key; Reserver is the handler that reserves stock under the lock's
+// fencing token and publishes the outcome. The package reaches Redis only through inventory.
+package handlers

@@ -1,0 +1,166 @@
+// Package config reads the settings of the stockflow binaries from flags and environment variables: every
+// setting has an environment variable in capitals (REDIS_URL) and a flag (--redis-url) that overrides it.
+// A value that does not parse fails at start with a message naming the setting.
+package config
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Set is a flag set whose flags also read an environment variable.
+type Set struct {
+	*flag.FlagSet
+	env    func(string) (string, bool)
+	errs   []error
+	params []Param
+}
+
+// Param describes one setting, for help and documentation.
+type Param struct {
+	Env, Flag, Default, Usage string
+}
+
+// NewSet returns a set named like the binary, reading the environment through env (os.LookupEnv when nil).
+func NewSet(name string, env func(string) (string, bool)) *Set {
+	if env == nil {
+		env = os.LookupEnv
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	return &Set{FlagSet: fs, env: env}
+}
+
+// FlagName is the flag of an environment variable: REDIS_URL -> redis-url.
+func FlagName(env string) string { return strings.ReplaceAll(strings.ToLower(env), "_", "-") }
+
+// Var defines a setting read by value.Set from the environment variable env, then from its flag.
+func (s *Set) Var(value flag.Value, env, usage string) {
+	name := FlagName(env)
+	s.params = append(s.params, Param{Env: env, Flag: "--" + name, Default: value.String(), Usage: usage})
+	if v, ok := s.env(env); ok {
+		if err := value.Set(v); err != nil {
+			s.errs = append(s.errs, fmt.Errorf("invalid %s %q: %v", env, v, err))
+		}
+	}
+	s.FlagSet.Var(value, name, usage+" (env "+env+")")
+}
+
+// String defines a string setting.
+func (s *Set) String(p *string, env, def, usage string) {
+	*p = def
+	s.Var((*stringValue)(p), env, usage)
+}
+
+// Int defines an integer setting.
+func (s *Set) Int(p *int, env string, def int, usage string) {
+	*p = def
+	s.Var((*intValue)(p), env, usage)
+}
+
+// Duration defines a duration setting ("30s", "1m").
+func (s *Set) Duration(p *time.Duration, env string, def time.Duration, usage string) {
+	*p = def
+	s.Var((*durationValue)(p), env, usage)
+}
+
+// Bool defines a boolean setting; the flag needs no value (--wait).
+func (s *Set) Bool(p *bool, env string, usage string) {
+	s.Var((*boolValue)(p), env, usage)
+}
+
+// Float defines a number setting.
+func (s *Set) Float(p *float64, env string, def float64, usage string) {
+	*p = def
+	s.Var((*floatValue)(p), env, usage)
+}
+
+// Parse parses args after the environment; it reports the first bad value, naming its variable or flag.
+func (s *Set) Parse(args []string) error {
+	if len(s.errs) > 0 {
+		return s.errs[0]
+	}
+	return s.FlagSet.Parse(args)
+}
+
+// Params lists the settings defined so far.
+func (s *Set) Params() []Param { return s.params }
+
+type stringValue string
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+func (v *stringValue) String() string     { return string(*v) }
+
+type intValue int
+
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	*v = intValue(n)
+	return err
+}
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+
+type boolValue bool
+
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	*v = boolValue(b)
+	return err
+}
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+type floatValue float64
+
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	*v = floatValue(f)
+	return err
+}
+func (v *floatValue) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 64) }
+
+type durationValue time.Duration
+
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	*v = durationValue(d)
+	return err
+}
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+
+// RedisOptions parses a redis:// or rediss:// URL (user, password and database included). The client
+// honours context deadlines, which the locks rely on: without it go-redis waits out its own timeouts on a
+// stalled server.
+func RedisOptions(url string) (*redis.Options, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	opts.ContextTimeoutEnabled = true
+	if opts.TLSConfig != nil && opts.TLSConfig.MinVersion == 0 {
+		opts.TLSConfig.MinVersion = tls.VersionTLS12
+	}
+	return opts, nil
+}
+
+// RedisURLs parses a comma-separated list of Redis URLs; empty gives none.
+func RedisURLs(list string) ([]*redis.Options, error) {
+	var out []*redis.Options
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		opts, err := RedisOptions(u)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", u, err)
+		}
+		out = append(out, opts)
+	}
+	return out, nil
+}

@@ -1,0 +1,224 @@
+// Package worker wires the order worker: Redis clients, the locker, the stock store, one redisstream
+// subscriber per consumer in a Watermill router, and the per-message middleware chain.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw"
+)
+
+// errShutdownTimeout ends the orders still in flight when SHUTDOWN_TIMEOUT has passed.
+var errShutdownTimeout = errors.New("worker: shutdown timeout")
+
+// Worker is one worker process.
+type Worker struct {
+	cfg     Config
+	logger  *slog.Logger
+	rdb     *redis.Client   // stock, locks, outcomes, poison, acks
+	subRDB  *redis.Client   // the subscribers' reads
+	lockRDB []*redis.Client // Redlock masters
+	locker  interface {
+		lockmw.Locker
+		Close() error
+	}
+	router    *message.Router
+	results   message.Publisher
+	reserver  *handlers.Reserver
+	lock      *lockmw.Middleware
+	drain     context.Context
+	stopDrain context.CancelCauseFunc
+}
+
+// keepOpen hides Close from Watermill, which closes the client it is given; the worker closes its clients.
+type keepOpen struct{ redis.UniversalClient }
+
+func (keepOpen) Close() error { return nil }
+
+// New builds a worker; it connects lazily. Close it if Run is not called.
+func New(cfg Config, logger *slog.Logger) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, logger: logger}
+	w.drain, w.stopDrain = context.WithCancelCause(context.Background())
+	opts, _ := config.RedisOptions(cfg.RedisURL)
+	w.rdb = redis.NewClient(opts)
+	subOpts := *opts
+	subOpts.PoolSize = 2*cfg.Concurrency + 4 // a blocking XREADGROUP and a claim per consumer
+	w.subRDB = redis.NewClient(&subOpts)
+
+	lockCfg := lockmw.Config{Lease: cfg.LockLease, MaxWait: cfg.LockWait, Logger: logger}
+	var err error
+	if urls, _ := config.RedisURLs(cfg.RedlockURLs); len(urls) > 0 {
+		var clients []redis.UniversalClient
+		for _, o := range urls {
+			c := redis.NewClient(o)
+			w.lockRDB = append(w.lockRDB, c)
+			clients = append(clients, c)
+		}
+		w.locker, err = lockmw.NewRedlock(clients, lockCfg)
+	} else {
+		w.locker, err = lockmw.NewReentrant(w.rdb, lockCfg)
+	}
+	if err != nil {
+		w.closeClients()
+		return nil, err
+	}
+	w.lock = &lockmw.Middleware{Locker: w.locker, Key: handlers.SKU, Instance: cfg.Name}
+
+	wmLogger := watermill.NewSlogLogger(logger)
+	w.results, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{w.rdb}}, wmLogger)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb), Results: w.results,
+		ResultsTopic: cfg.ResultsStream, Worker: cfg.Name}
+
+	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.ShutdownTimeout + 2*time.Second}, wmLogger)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	for i := range cfg.Concurrency {
+		consumer := fmt.Sprintf("%s-%d", cfg.Name, i)
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client:                        subscriberClient{w.subRDB},
+			Unmarshaller:                  entryUnmarshaller{},
+			ConsumerGroup:                 cfg.ConsumerGroup,
+			Consumer:                      consumer,
+			MaxIdleTime:                   cfg.ClaimIdle,
+			ClaimInterval:                 min(cfg.ClaimIdle/4, 5*time.Second),
+			NackResendSleep:               500 * time.Millisecond,
+			DisableIndefiniteInitialBlock: true, // so the read loops notice a shutdown
+		}, wmLogger)
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		chain := w.chain(stream{rdb: w.rdb, name: cfg.OrdersStream, group: cfg.ConsumerGroup,
+			consumer: consumer, poison: cfg.PoisonStream})
+		w.router.AddConsumerHandler(consumer, cfg.OrdersStream, sub, func(msg *message.Message) error {
+			_, err := chain(msg)
+			return err
+		})
+	}
+	return w, nil
+}
+
+// chain builds the per-message middleware chain of one consumer, outermost first.
+func (w *Worker) chain(s stream) message.HandlerFunc {
+	h := func(msg *message.Message) ([]*message.Message, error) { return nil, w.reserver.Handle(msg) }
+	mws := []message.HandlerMiddleware{
+		s.poisonMiddleware(w.logger),
+		recoverMiddleware(w.logger),
+		drainMiddleware(w.drain),
+		s.keepaliveMiddleware(w.cfg.ClaimIdle),
+		handlers.Decode,
+		retryMiddleware(w.logger),
+		s.ackMiddleware,
+		w.lock.Middleware,
+	}
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
+// Run processes orders until ctx is done, then shuts down: it stops taking messages, lets the orders in
+// flight finish within the shutdown timeout (their locks are released as they finish) and closes
+// everything. It returns an error if the router stops on its own.
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.Close()
+	if w.cfg.MetricsAddr != "" {
+		srv := &http.Server{Addr: w.cfg.MetricsAddr, Handler: w.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				w.logger.Error("metrics server", "err", err)
+			}
+		}()
+		defer srv.Close()
+	}
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+			return
+		}
+		w.logger.Info("shutting down: finishing orders in flight", "timeout", w.cfg.ShutdownTimeout)
+		timer := time.AfterFunc(w.cfg.ShutdownTimeout, func() { w.stopDrain(errShutdownTimeout) })
+		defer timer.Stop()
+		if err := w.router.Close(); err != nil {
+			w.logger.Error("router close", "err", err)
+		}
+	}()
+	// The router runs under its own context: cancelling it would skip closing the subscribers.
+	err := w.router.Run(context.Background())
+	close(stopped)
+	if err != nil {
+		return err
+	}
+	if ctx.Err() == nil {
+		return errors.New("worker: the router stopped by itself (every consumer failed)")
+	}
+	w.logger.Info("shut down")
+	return nil
+}
+
+func (w *Worker) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
+		if err := w.ready(r.Context()); err != nil {
+			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ready")
+	})
+	return mux
+}
+
+// ready: the router runs and Redis answers.
+func (w *Worker) ready(ctx context.Context) error {
+	if !w.router.IsRunning() || w.router.IsClosed() {
+		return errors.New("router not running")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	if err := w.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// Close releases everything New opened. Run calls it.
+func (w *Worker) Close() {
+	w.stopDrain(errors.New("worker: closed"))
+	if w.locker != nil {
+		_ = w.locker.Close()
+	}
+	w.closeClients()
+}
+
+func (w *Worker) closeClients() {
+	for _, c := range append([]*redis.Client{w.rdb, w.subRDB}, w.lockRDB...) {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}

@@ -1,0 +1,75 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+)
+
+// Middleware takes a lock around a Watermill handler: it acquires the lock of the message's key, runs the
+// handler under the lease's context (cancelled with ErrLockLost if the lock is lost) and releases the lock
+// afterwards, also when the handler fails or panics.
+type Middleware struct {
+	// Locker takes the locks. Required.
+	Locker Locker
+	// Key returns the lock key of a message. Required. An error is returned by the handler as is.
+	Key func(msg *message.Message) (string, error)
+	// Instance names this process in lock owners: a handler run owns its lock as
+	// "<Instance>:<message UUID>:<run>", so a nested acquisition of the same key in the run re-enters it,
+	// while a second delivery of the same message (a claim while the first still runs) waits its turn.
+	// Default: a random id.
+	Instance string
+	// OnAcquired, if set, is called after each acquisition attempt (lease nil on failure), for spans
+	// and metrics.
+	OnAcquired func(ctx context.Context, key string, lease Lease, err error)
+
+	runs atomic.Uint64
+}
+
+type leaseKey struct{}
+
+// LeaseFrom returns the lease the middleware holds for the message whose context is ctx.
+func LeaseFrom(ctx context.Context) (Lease, bool) {
+	lease, ok := ctx.Value(leaseKey{}).(Lease)
+	return lease, ok
+}
+
+// Middleware wraps h.
+func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	if m.Locker == nil || m.Key == nil {
+		panic("lockmw: Middleware needs a Locker and a Key function")
+	}
+	if m.Instance == "" {
+		m.Instance = uuid.NewString()
+	}
+	return func(msg *message.Message) (_ []*message.Message, err error) {
+		key, err := m.Key(msg)
+		if err != nil {
+			return nil, err
+		}
+		orig := msg.Context()
+		owner := m.Instance + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
+		lease, err := m.Locker.Acquire(WithOwner(orig, owner), key)
+		if m.OnAcquired != nil {
+			m.OnAcquired(orig, key, lease, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", key, err)
+		}
+		defer func() {
+			msg.SetContext(orig) // a retry must not start from a released lease's context
+			// The release must not inherit a cancelled message context: it frees the key for others.
+			rerr := lease.Release(context.WithoutCancel(orig))
+			if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+				err = errors.Join(err, fmt.Errorf("unlock %s: %w", key, rerr))
+			}
+		}()
+		msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
+		return h(msg)
+	}
+}
