@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -43,6 +44,10 @@ type Reserver struct {
 	ResultsTopic string
 	// Worker names this worker in outcome events.
 	Worker string
+	// DelayWrite is fault injection for chaos tests, 0 in production: each stock write is held back this
+	// long after the lock was taken and then sent even if the lease was lost meanwhile, as a write stuck
+	// in a stalled network or a paused process would be. The fencing token is what must refuse it.
+	DelayWrite time.Duration
 }
 
 // Handle reserves the order of msg (decoded by Decode) with the fencing token of the lease the lock
@@ -60,6 +65,10 @@ func (r *Reserver) Handle(msg *message.Message) error {
 	var token int64
 	if lease, ok := lockmw.LeaseFrom(ctx); ok {
 		token = lease.Token()
+	}
+	if r.DelayWrite > 0 {
+		time.Sleep(r.DelayWrite)
+		ctx = context.WithoutCancel(ctx)
 	}
 	out, err := r.Store.Reserve(ctx, o.OrderID, o.SKU, o.Quantity, token)
 	if err != nil {

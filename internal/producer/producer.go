@@ -237,9 +237,7 @@ func publish(ctx context.Context, cfg Config, rdb *redis.Client, skus []string, 
 				o := handlers.Order{OrderID: cfg.RunID + "-" + strconv.FormatInt(i, 10), SKU: skus[pick()],
 					Quantity: int64(cfg.Quantity), PlacedAt: time.Now().UTC()}
 				payload, _ := json.Marshal(o)
-				msg := message.NewMessage(watermill.NewUUID(), payload)
-				msg.SetContext(ctx)
-				if err := pub.Publish(cfg.OrdersStream, msg); err != nil {
+				if err := publishOne(ctx, pub, cfg.OrdersStream, payload); err != nil {
 					errc <- fmt.Errorf("publish order %s: %w", o.OrderID, err)
 					return
 				}
@@ -253,6 +251,21 @@ func publish(ctx context.Context, cfg Config, rdb *redis.Client, skus []string, 
 	wg.Wait()
 	close(errc)
 	return placed, <-errc
+}
+
+// publishOne publishes one order, retrying through a Redis restart for up to half a minute. A retry after a
+// lost reply may publish the order twice; the workers decide it once all the same.
+func publishOne(ctx context.Context, pub message.Publisher, stream string, payload []byte) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		msg := message.NewMessage(watermill.NewUUID(), payload)
+		msg.SetContext(ctx)
+		err := pub.Publish(stream, msg)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(delay)
+	}
 }
 
 type keepOpen struct{ redis.UniversalClient }

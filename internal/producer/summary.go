@@ -66,8 +66,9 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 		case ctx.Err() != nil:
 			sum.Missing = len(placed) - len(seen) - sum.Poisoned
 			return nil // reported by check
-		case err != nil:
-			return fmt.Errorf("read outcomes: %w", err)
+		case err != nil: // Redis restarting: keep trying until the timeout
+			time.Sleep(200 * time.Millisecond)
+			continue
 		}
 		for _, s := range streams {
 			poison := s.Stream == cfg.PoisonStream

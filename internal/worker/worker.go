@@ -87,7 +87,7 @@ func New(cfg Config, logger *slog.Logger) (*Worker, error) {
 		return nil, err
 	}
 	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb), Results: w.results,
-		ResultsTopic: cfg.ResultsStream, Worker: cfg.Name}
+		ResultsTopic: cfg.ResultsStream, Worker: cfg.Name, DelayWrite: cfg.FaultDelayWrite}
 
 	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.ShutdownTimeout + 2*time.Second}, wmLogger)
 	if err != nil {

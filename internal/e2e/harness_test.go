@@ -1,0 +1,167 @@
+// Package e2e runs the real worker and producer binaries against real redis-server processes.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+var bin struct {
+	once             sync.Once
+	worker, producer string
+	err              error
+}
+
+// binaries builds cmd/worker and cmd/producer once per test binary.
+func binaries(t *testing.T) (worker, producer string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end tests build and run the binaries; skipped with -short")
+	}
+	bin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "stockflow-e2e-")
+		if err != nil {
+			bin.err = err
+			return
+		}
+		bin.worker, bin.producer = filepath.Join(dir, "worker"), filepath.Join(dir, "producer")
+		for out, pkg := range map[string]string{bin.worker: "../../cmd/worker", bin.producer: "../../cmd/producer"} {
+			if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+				bin.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if bin.err != nil {
+		t.Fatal(bin.err)
+	}
+	return bin.worker, bin.producer
+}
+
+// proc is a running worker process.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// testEnv is the worker environment of the end-to-end tests: short leases and claim times, so crashes
+// are recovered from within seconds.
+func testEnv(s *redistest.Server) []string {
+	return []string{
+		"REDIS_URL=" + s.URL(), "WORKER_CONCURRENCY=8", "LOCK_LEASE=2s", "LOCK_WAIT=1s",
+		"CLAIM_IDLE=3s", "SHUTDOWN_TIMEOUT=5s",
+	}
+}
+
+// startWorker starts a worker named name; extra environment entries override testEnv.
+func startWorker(t *testing.T, s *redistest.Server, name string, extra ...string) *proc {
+	t.Helper()
+	worker, _ := binaries(t)
+	p := &proc{t: t, name: name, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(worker)
+	p.cmd.Env = append(append(os.Environ(), testEnv(s)...), append([]string{"WORKER_NAME=" + name}, extra...)...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("log of worker %s (last 3000 bytes):\n%s", name, tailBytes(b, 3000))
+		}
+	})
+	return p
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal %v to worker %s: %v", sig, p.name, err)
+	}
+}
+
+// exited waits up to timeout for the process to end and returns its exit error.
+func (p *proc) exited(timeout time.Duration) (error, bool) {
+	select {
+	case <-p.done:
+		return p.err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
+func (p *proc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+func tailBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// produce runs the producer with --wait --json and returns its summary; it fails the test if the producer
+// cannot run, but not when its consistency check fails (the caller asserts on the summary).
+func produce(t *testing.T, s *redistest.Server, args ...string) *producer.Summary {
+	t.Helper()
+	_, prod := binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prod, append([]string{"--wait", "--json", "--wait-timeout", "90s"}, args...)...)
+	cmd.Env = append(os.Environ(), "REDIS_URL="+s.URL())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var sum producer.Summary
+	if jerr := json.Unmarshal(stdout.Bytes(), &sum); jerr != nil {
+		t.Fatalf("producer: %v, output %q, stderr %s", err, stdout.String(), stderr.String())
+	}
+	if err != nil && sum.Consistent {
+		t.Fatalf("producer exited with %v although its check passed; stderr %s", err, stderr.String())
+	}
+	if !sum.Consistent && err == nil {
+		t.Fatal("producer exited 0 although its consistency check failed")
+	}
+	return &sum
+}
+
+// assertConsistent fails the test with the summary's problems.
+func assertConsistent(t *testing.T, sum *producer.Summary) {
+	t.Helper()
+	if !sum.Consistent || sum.Missing > 0 {
+		t.Fatalf("consistency check failed: %s (missing %d)", strings.Join(sum.Problems, "; "), sum.Missing)
+	}
+	if sum.Outcomes+sum.Poisoned != sum.Published {
+		t.Fatalf("%d distinct outcomes + %d poisoned for %d published orders", sum.Outcomes, sum.Poisoned, sum.Published)
+	}
+}

@@ -1,0 +1,265 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+// noPending asserts the consumer group has no pending entries: every order was acked.
+func noPending(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	p, err := rdb.XPending(context.Background(), "orders", "inventory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Count != 0 {
+		t.Fatalf("%d entries still pending", p.Count)
+	}
+}
+
+// noLocks asserts that no SKU lock is left in Redis.
+func noLocks(t *testing.T, rdb *redis.Client) {
+	t.Helper()
+	keys, err := rdb.Keys(context.Background(), "lock:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 0 {
+		t.Fatalf("locks left behind: %v", keys)
+	}
+}
+
+func TestOversellWithThreeWorkers(t *testing.T) {
+	s := redistest.Start(t)
+	for i := range 3 {
+		startWorker(t, s, fmt.Sprintf("w%d", i))
+	}
+	sum := produce(t, s, "--orders", "6000", "--sku-list", "HOT", "--seed-stock", "5000")
+	assertConsistent(t, sum)
+	hot := sum.SKUs["HOT"]
+	if sum.Reserved != 5000 || sum.Rejected != 1000 || hot.Available != 0 || hot.Reserved != 5000 {
+		t.Fatalf("reserved %d rejected %d available %d stock reserved %d; want 5000 1000 0 5000",
+			sum.Reserved, sum.Rejected, hot.Available, hot.Reserved)
+	}
+	if sum.Outcomes != 6000 {
+		t.Fatalf("%d distinct outcomes, want 6000", sum.Outcomes)
+	}
+	noPending(t, s.Client())
+	noLocks(t, s.Client())
+}
+
+func TestZipfMixIsConsistent(t *testing.T) {
+	s := redistest.Start(t)
+	startWorker(t, s, "w0")
+	startWorker(t, s, "w1")
+	sum := produce(t, s, "--orders", "20000", "--skus", "100", "--distribution", "zipf", "--seed-stock", "150")
+	assertConsistent(t, sum)
+	if sum.Rejected == 0 || sum.Reserved == 0 {
+		t.Fatalf("reserved %d rejected %d: the mix should exhaust the hot SKUs", sum.Reserved, sum.Rejected)
+	}
+	noPending(t, s.Client())
+}
+
+func TestCrashingWorkers(t *testing.T) {
+	s := redistest.Start(t)
+	workers := []*proc{startWorker(t, s, "c0"), startWorker(t, s, "c1"), startWorker(t, s, "c2")}
+	stop := make(chan struct{})
+	chaos := make(chan int)
+	go func() {
+		kills := 0
+		defer func() { chaos <- kills }()
+		for n := 3; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(1500+rand.IntN(1000)) * time.Millisecond):
+			}
+			i := rand.IntN(len(workers))
+			workers[i].signal(syscall.SIGKILL)
+			kills++
+			workers[i] = startWorker(t, s, fmt.Sprintf("c%d", n))
+		}
+	}()
+	sum := produce(t, s, "--orders", "20000", "--skus", "50", "--distribution", "zipf", "--seed-stock", "300",
+		"--rate", "2000")
+	close(stop)
+	kills := <-chaos
+	t.Logf("%d workers killed; %d duplicate outcome events", kills, sum.Duplicates)
+	if kills < 3 {
+		t.Fatalf("only %d workers killed: the test did not exercise crashes", kills)
+	}
+	assertConsistent(t, sum) // includes: reserved stock equals the reserved outcomes (nothing decremented twice)
+}
+
+func TestPausedHolderIsFenced(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	// Worker A holds each write back for 2 s after taking the lock: long enough to be paused past its
+	// 1 s lease while it holds the lock, with its write still to come.
+	a := startWorker(t, s, "a", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "FAULT_DELAY_WRITE=2s")
+	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	xadd := func(stream, id string) {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream,
+			Values: []string{"payload", `{"order_id":"` + id + `","sku":"P","quantity":1}`}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xadd("orders", "o-a")
+	waitFor(t, 10*time.Second, "worker a holds the lock", func() bool {
+		owners, _ := rdb.HKeys(ctx, "lock:{P}").Result()
+		return len(owners) == 1 && strings.HasPrefix(owners[0], "a:")
+	})
+	a.signal(syscall.SIGSTOP)
+	// B takes the lock once A's lease ran out, and writes with a newer token. It reads its own stream:
+	// Redis would hand an entry of the shared stream to one of A's consumers, blocked in XREADGROUP
+	// while their process is stopped.
+	startWorker(t, s, "b", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "ORDERS_STREAM=orders-b")
+	xadd("orders-b", "o-b")
+	waitFor(t, 10*time.Second, "worker b reserved o-b", func() bool {
+		return rdb.Exists(ctx, "order:{P}:o-b").Val() == 1
+	})
+	a.signal(syscall.SIGCONT)
+	waitFor(t, 15*time.Second, "worker a decided o-a", func() bool {
+		return rdb.Exists(ctx, "order:{P}:o-a").Val() == 1
+	})
+	if !strings.Contains(a.logText(), "stale fencing token") {
+		t.Fatal("worker a's delayed write was not refused by the fencing check (no stale fencing token in its log)")
+	}
+	stock, _ := rdb.HGetAll(ctx, "stock:{P}").Result()
+	if stock["available"] != "8" || stock["reserved"] != "2" {
+		t.Fatalf("stock %v, want available 8 reserved 2: each order reserved exactly once", stock)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestForeignAndBadEntries(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	startWorker(t, s, "w0")
+	if err := rdb.HSet(ctx, "stock:{SKU-1}", "available", 100, "reserved", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad := []struct {
+		name   string
+		fields []string
+		reason string // part of the poison reason
+	}{
+		{"missing payload", []string{"order", "x"}, `no "payload" field`},
+		{"bad JSON", []string{"payload", `{"order_id":`}, "not an order JSON object"},
+		{"negative quantity", []string{"payload", `{"order_id":"o-neg","sku":"SKU-1","quantity":-1}`}, "quantity"},
+		{"huge quantity", []string{"payload", `{"order_id":"o-huge","sku":"SKU-1","quantity":99999999999}`}, "quantity"},
+		{"bad SKU", []string{"payload", `{"order_id":"o-sku","sku":"SKU 1!","quantity":1}`}, "sku"},
+		{"oversized payload", []string{"payload", `{"order_id":"o-big","sku":"SKU-1","quantity":1,"pad":"` + strings.Repeat("x", 70<<10) + `"}`}, "limit"},
+	}
+	ids := map[string]string{}
+	for _, b := range bad {
+		id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: b.fields}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = b.name
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders",
+		Values: []string{"payload", `{"order_id":"o-good","sku":"SKU-1","quantity":3}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the valid plain entry sent after the bad ones is reserved", func() bool {
+		return rdb.Exists(ctx, "order:{SKU-1}:o-good").Val() == 1
+	})
+	poison, err := rdb.XRange(ctx, "orders-poison", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, e := range poison {
+		src, _ := e.Values["poison_source_id"].(string)
+		name, ok := ids[src]
+		if !ok {
+			t.Fatalf("unexpected poison entry %v", e.Values)
+		}
+		reason, _ := e.Values["poison_reason"].(string)
+		for _, b := range bad {
+			if b.name == name && !strings.Contains(reason, b.reason) {
+				t.Errorf("%s: poison reason %q does not mention %q", name, reason, b.reason)
+			}
+		}
+		if name == "missing payload" && e.Values["order"] != "x" {
+			t.Errorf("missing payload: original fields not kept: %v", e.Values)
+		}
+		found[name] = true
+	}
+	if len(found) != len(bad) {
+		t.Fatalf("poisoned %v, want all of %d bad entries", found, len(bad))
+	}
+	if v := rdb.HGet(ctx, "stock:{SKU-1}", "available").Val(); v != "97" {
+		t.Fatalf("available %s, want 97: only the valid order reserved", v)
+	}
+	noPending(t, rdb)
+}
+
+func TestRedisRestartMidRun(t *testing.T) {
+	s := redistest.Start(t, redistest.WithPersistence())
+	startWorker(t, s, "w0")
+	startWorker(t, s, "w1")
+	go func() {
+		time.Sleep(2 * time.Second)
+		s.Restart()
+	}()
+	sum := produce(t, s, "--orders", "12000", "--skus", "20", "--seed-stock", "500", "--rate", "3000")
+	assertConsistent(t, sum)
+}
+
+func TestSIGTERMUnderLoad(t *testing.T) {
+	s := redistest.Start(t)
+	leaving := startWorker(t, s, "leaving")
+	startWorker(t, s, "staying")
+	stopped := make(chan struct {
+		err  error
+		took time.Duration
+	}, 1)
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		start := time.Now()
+		leaving.signal(syscall.SIGTERM)
+		err, ok := leaving.exited(10 * time.Second)
+		if !ok {
+			err = fmt.Errorf("still running 10s after SIGTERM (shutdown timeout 5s)")
+		}
+		stopped <- struct {
+			err  error
+			took time.Duration
+		}{err, time.Since(start)}
+	}()
+	sum := produce(t, s, "--orders", "10000", "--skus", "30", "--seed-stock", "400", "--rate", "2500")
+	res := <-stopped
+	if res.err != nil {
+		t.Fatalf("worker after SIGTERM: %v, want exit 0", res.err)
+	}
+	t.Logf("worker exited %v after SIGTERM", res.took)
+	assertConsistent(t, sum)
+	noPending(t, s.Client())
+	noLocks(t, s.Client())
+}
