@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
@@ -59,7 +60,7 @@ func (entryUnmarshaller) Marshal(topic string, msg *message.Message) (map[string
 	return redisstream.DefaultMarshallerUnmarshaller{}.Marshal(topic, msg)
 }
 
-func (entryUnmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+func (entryUnmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ error) {
 	id, _ := values[entryIDField].(string)
 	delete(values, entryIDField)
 	if id == "" { // not read through subscriberClient
@@ -68,6 +69,13 @@ func (entryUnmarshaller) Unmarshal(values map[string]any) (*message.Message, err
 	if _, ok := values[redisstream.UUIDHeaderKey]; !ok {
 		values[redisstream.UUIDHeaderKey] = id
 	}
+	// A panic here would take the whole process down (it runs in the subscriber's goroutine).
+	defer func() {
+		if v := recover(); v != nil {
+			msg = message.NewMessage(id, nil)
+			msg.Metadata.Set(metaBadEntry, fmt.Sprintf("unreadable entry: %v", v))
+		}
+	}()
 	msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
 	if err != nil {
 		msg = message.NewMessage(id, nil)

@@ -1,0 +1,53 @@
+package handlers
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeOrder(t *testing.T) {
+	valid := `{"order_id":"o-1","sku":"SKU-1","quantity":2,"placed_at":"2026-11-21T10:00:00Z"}`
+	o, err := DecodeOrder([]byte(valid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Order{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, PlacedAt: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
+	if o != want {
+		t.Fatalf("decoded %+v, want %+v", o, want)
+	}
+	if _, err := DecodeOrder([]byte(`{"order_id":"o-1","sku":"SKU-1","quantity":2,"channel":"web"}`)); err != nil {
+		t.Fatalf("unknown fields must be ignored: %v", err)
+	}
+
+	bad := []struct {
+		name, payload, mention string
+	}{
+		{"an empty payload is refused", ``, "empty"},
+		{"a payload over 64 KiB is refused", `{"pad":"` + strings.Repeat("x", MaxPayload) + `"}`, "limit"},
+		{"broken JSON is refused", `{"order_id":`, "not an order JSON object"},
+		{"a JSON array is refused", `[1,2]`, "not an order JSON object"},
+		{"data after the object is refused", valid + ` {}`, "after the order"},
+		{"a string quantity is refused", `{"order_id":"o","sku":"S","quantity":"2"}`, "not an order JSON object"},
+		{"a fractional quantity is refused", `{"order_id":"o","sku":"S","quantity":1.5}`, "not an order JSON object"},
+		{"a zero quantity is refused", `{"order_id":"o","sku":"S","quantity":0}`, "quantity"},
+		{"a negative quantity is refused", `{"order_id":"o","sku":"S","quantity":-1}`, "quantity"},
+		{"a quantity over the maximum is refused", `{"order_id":"o","sku":"S","quantity":1000001}`, "quantity"},
+		{"a missing order id is refused", `{"sku":"S","quantity":1}`, "order"},
+		{"a SKU with a space is refused", `{"order_id":"o","sku":"S 1","quantity":1}`, "sku"},
+		{"a SKU with braces is refused", `{"order_id":"o","sku":"{S}","quantity":1}`, "sku"},
+		{"a bad placed_at is refused", `{"order_id":"o","sku":"S","quantity":1,"placed_at":"yesterday"}`, "not an order JSON object"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeOrder([]byte(tc.payload))
+			if !errors.Is(err, ErrBadInput) {
+				t.Fatalf("err %v, want ErrBadInput", err)
+			}
+			if !strings.Contains(err.Error(), tc.mention) {
+				t.Fatalf("err %q does not mention %q", err, tc.mention)
+			}
+		})
+	}
+}

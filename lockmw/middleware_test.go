@@ -1,0 +1,102 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+func TestMiddleware(t *testing.T) {
+	s := redistest.Start(t)
+	l := newLocker(t, s, Config{})
+	mw := &Middleware{Locker: l, Key: func(msg *message.Message) (string, error) { return string(msg.Payload), nil }}
+	ctx := context.Background()
+	held := func() int64 {
+		st, err := l.Inspect(ctx, "sku-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Holds
+	}
+
+	t.Run("the handler runs under the lease, with a reentrant owner", func(t *testing.T) {
+		h := mw.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			lease, ok := LeaseFrom(msg.Context())
+			if !ok || lease.Token() == 0 || held() != 1 {
+				t.Errorf("in the handler: lease %v, holds %d; want a lease with a token, held once", lease, held())
+			}
+			inner, err := l.TryAcquire(msg.Context(), "sku-1") // nested: same owner re-enters
+			if err != nil {
+				t.Errorf("nested acquire in the handler: %v", err)
+				return nil, nil
+			}
+			_ = inner.Release(ctx)
+			return nil, nil
+		})
+		if _, err := h(message.NewMessage("m1", []byte("sku-1"))); err != nil {
+			t.Fatal(err)
+		}
+		if held() != 0 {
+			t.Fatal("lock still held after the handler")
+		}
+	})
+
+	t.Run("the lock is released when the handler fails or panics", func(t *testing.T) {
+		failing := mw.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("boom") })
+		if _, err := failing(message.NewMessage("m2", []byte("sku-1"))); err == nil || err.Error() != "boom" {
+			t.Fatalf("err %v, want the handler's", err)
+		}
+		if held() != 0 {
+			t.Fatal("lock held after a failing handler")
+		}
+		panicking := mw.Middleware(func(*message.Message) ([]*message.Message, error) { panic("boom") })
+		func() {
+			defer func() { _ = recover() }()
+			_, _ = panicking(message.NewMessage("m3", []byte("sku-1")))
+		}()
+		if held() != 0 {
+			t.Fatal("lock held after a panicking handler")
+		}
+	})
+
+	t.Run("two deliveries of one message exclude each other", func(t *testing.T) {
+		var inside, overlaps atomic.Int32
+		h := mw.Middleware(func(*message.Message) ([]*message.Message, error) {
+			if inside.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			time.Sleep(20 * time.Millisecond)
+			inside.Add(-1)
+			return nil, nil
+		})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				if _, err := h(message.NewMessage("same-id", []byte("sku-1"))); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if overlaps.Load() > 0 {
+			t.Fatal("deliveries of the same message ran inside the lock together")
+		}
+	})
+
+	t.Run("the message context is restored after the handler", func(t *testing.T) {
+		msg := message.NewMessage("m4", []byte("sku-1"))
+		orig := msg.Context()
+		h := mw.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+		_, _ = h(msg)
+		if msg.Context() != orig {
+			t.Fatal("the message keeps the released lease's context: a retry would start cancelled")
+		}
+	})
+}
