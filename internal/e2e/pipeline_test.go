@@ -263,3 +263,27 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	noPending(t, s.Client())
 	noLocks(t, s.Client())
 }
+
+func TestRedlockMode(t *testing.T) {
+	s := redistest.Start(t)
+	masters := redistest.StartN(t, 3)
+	var urls []string
+	for _, m := range masters {
+		urls = append(urls, m.URL())
+	}
+	redlock := "REDLOCK_URLS=" + strings.Join(urls, ",")
+	for i := range 3 {
+		startWorker(t, s, fmt.Sprintf("w%d", i), redlock)
+	}
+	sum := produce(t, s, "--orders", "3000", "--sku-list", "HOT,COLD", "--distribution", "hot", "--seed-stock", "1000")
+	assertConsistent(t, sum)
+	if sum.SKUs["HOT"].Available != 0 || sum.Rejected == 0 {
+		t.Fatalf("HOT available %d, rejected %d: the hot SKU should sell out", sum.SKUs["HOT"].Available, sum.Rejected)
+	}
+	if n := masters[0].Client().Exists(context.Background(), "redisson_lock_token:lock:{HOT}").Val(); n != 1 {
+		t.Fatal("no fencing counter on the Redlock masters: the locks were not taken there")
+	}
+	if n := s.Client().Exists(context.Background(), "redisson_lock_token:lock:{HOT}").Val(); n != 0 {
+		t.Fatal("a lock was taken on the stock Redis although Redlock is configured")
+	}
+}

@@ -19,17 +19,19 @@ import (
 
 // Summary is what a producer run with --wait observed.
 type Summary struct {
-	RunID      string                 `json:"run_id"`
-	Orders     int                    `json:"orders"`
-	Published  int                    `json:"published"`
-	Reserved   int                    `json:"reserved"`
-	Rejected   int                    `json:"rejected"`
-	Poisoned   int                    `json:"poisoned"`
-	Outcomes   int                    `json:"distinct_outcomes"` // orders with at least one outcome event
-	Duplicates int                    `json:"duplicate_outcomes"`
-	Missing    int                    `json:"missing"`
-	LatencyP50 time.Duration          `json:"latency_p50_ns"`
-	LatencyP99 time.Duration          `json:"latency_p99_ns"`
+	RunID      string        `json:"run_id"`
+	Orders     int           `json:"orders"`
+	Published  int           `json:"published"`
+	Reserved   int           `json:"reserved"`
+	Rejected   int           `json:"rejected"`
+	Poisoned   int           `json:"poisoned"`
+	Outcomes   int           `json:"distinct_outcomes"` // orders with at least one outcome event
+	Duplicates int           `json:"duplicate_outcomes"`
+	Missing    int           `json:"missing"`
+	LatencyP50 time.Duration `json:"latency_p50_ns"`
+	LatencyP99 time.Duration `json:"latency_p99_ns"`
+	// Throughput is outcomes per second, from the first order placed to the last outcome.
+	Throughput float64                `json:"orders_per_second"`
 	SKUs       map[string]*SKUSummary `json:"skus"`
 	Problems   []string               `json:"problems"` // empty when the consistency check passed
 	Consistent bool                   `json:"consistent"`
@@ -54,6 +56,7 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 	defer bar.done()
 	seen := make(map[string]handlers.Result, len(placed))
 	var latencies []time.Duration
+	var first, last time.Time
 	from := []string{resultsFrom, poisonFrom}
 	for len(seen)+sum.Poisoned < len(placed) {
 		streams, err := rdb.XRead(ctx, &redis.XReadArgs{
@@ -107,6 +110,12 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 				seen[r.OrderID] = r
 				bar.add(1)
 				latencies = append(latencies, r.ProcessedAt.Sub(p.placedAt))
+				if first.IsZero() || p.placedAt.Before(first) {
+					first = p.placedAt
+				}
+				if r.ProcessedAt.After(last) {
+					last = r.ProcessedAt
+				}
 				s := sum.SKUs[r.SKU]
 				switch r.Status {
 				case inventory.StatusReserved:
@@ -120,6 +129,9 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 		}
 	}
 	sum.Outcomes = len(seen)
+	if span := last.Sub(first).Seconds(); span > 0 {
+		sum.Throughput = float64(len(seen)) / span
+	}
 	slices.Sort(latencies)
 	sum.LatencyP50, sum.LatencyP99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
 	return nil
@@ -170,7 +182,8 @@ func (s *Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "run %s: %d orders published\n", s.RunID, s.Published)
 	fmt.Fprintf(w, "outcomes: %d reserved, %d rejected, %d poisoned, %d missing; %d distinct orders, %d duplicate events\n",
 		s.Reserved, s.Rejected, s.Poisoned, s.Missing, s.Outcomes, s.Duplicates)
-	fmt.Fprintf(w, "end-to-end latency: p50 %v, p99 %v\n", s.LatencyP50.Round(time.Microsecond), s.LatencyP99.Round(time.Microsecond))
+	fmt.Fprintf(w, "end-to-end latency: p50 %v, p99 %v; %.0f orders/s\n", s.LatencyP50.Round(time.Microsecond),
+		s.LatencyP99.Round(time.Microsecond), s.Throughput)
 	names := s.skuNames()
 	const maxRows = 20
 	fmt.Fprintf(w, "%-16s %10s %10s %10s %12s %10s\n", "sku", "initial", "available", "reserved", "run reserved", "rejected")
