@@ -25,7 +25,10 @@ type Set struct {
 
 // Param describes one setting, for help and documentation.
 type Param struct {
-	Env, Flag, Default, Usage string
+	Env     string // "" for a flag-only setting
+	Flag    string
+	Default string
+	Usage   string
 }
 
 // NewSet returns a set named like the binary, reading the environment through env (os.LookupEnv when nil).
@@ -40,45 +43,51 @@ func NewSet(name string, env func(string) (string, bool)) *Set {
 // FlagName is the flag of an environment variable: REDIS_URL -> redis-url.
 func FlagName(env string) string { return strings.ReplaceAll(strings.ToLower(env), "_", "-") }
 
-// Var defines a setting read by value.Set from the environment variable env, then from its flag.
-func (s *Set) Var(value flag.Value, env, usage string) {
-	name := FlagName(env)
-	s.params = append(s.params, Param{Env: env, Flag: "--" + name, Default: value.String(), Usage: usage})
+// Var defines a setting. A name in capitals (REDIS_URL) is an environment variable, with a flag derived
+// from it (--redis-url) that overrides it; a lower-case name (orders) is a flag only.
+func (s *Set) Var(value flag.Value, name, usage string) {
+	if strings.ToUpper(name) != name {
+		s.params = append(s.params, Param{Flag: "--" + name, Default: value.String(), Usage: usage})
+		s.FlagSet.Var(value, name, usage)
+		return
+	}
+	env, flagName := name, FlagName(name)
+	s.params = append(s.params, Param{Env: env, Flag: "--" + flagName, Default: value.String(), Usage: usage})
 	if v, ok := s.env(env); ok {
 		if err := value.Set(v); err != nil {
 			s.errs = append(s.errs, fmt.Errorf("invalid %s %q: %v", env, v, err))
 		}
 	}
-	s.FlagSet.Var(value, name, usage+" (env "+env+")")
+	s.FlagSet.Var(value, flagName, usage+" (env "+env+")")
 }
 
 // String defines a string setting.
-func (s *Set) String(p *string, env, def, usage string) {
+func (s *Set) String(p *string, name, def, usage string) {
 	*p = def
-	s.Var((*stringValue)(p), env, usage)
+	s.Var((*stringValue)(p), name, usage)
 }
 
 // Int defines an integer setting.
-func (s *Set) Int(p *int, env string, def int, usage string) {
+func (s *Set) Int(p *int, name string, def int, usage string) {
 	*p = def
-	s.Var((*intValue)(p), env, usage)
+	s.Var((*intValue)(p), name, usage)
 }
 
 // Duration defines a duration setting ("30s", "1m").
-func (s *Set) Duration(p *time.Duration, env string, def time.Duration, usage string) {
+func (s *Set) Duration(p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def
-	s.Var((*durationValue)(p), env, usage)
+	s.Var((*durationValue)(p), name, usage)
 }
 
 // Bool defines a boolean setting; the flag needs no value (--wait).
-func (s *Set) Bool(p *bool, env string, usage string) {
-	s.Var((*boolValue)(p), env, usage)
+func (s *Set) Bool(p *bool, name string, usage string) {
+	s.Var((*boolValue)(p), name, usage)
 }
 
 // Float defines a number setting.
-func (s *Set) Float(p *float64, env string, def float64, usage string) {
+func (s *Set) Float(p *float64, name string, def float64, usage string) {
 	*p = def
-	s.Var((*floatValue)(p), env, usage)
+	s.Var((*floatValue)(p), name, usage)
 }
 
 // Parse parses args after the environment; it reports the first bad value, naming its variable or flag.

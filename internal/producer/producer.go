@@ -45,39 +45,39 @@ type Config struct {
 // Flags defines the producer's settings on s.
 func Flags(s *config.Set, c *Config) {
 	worker.StreamFlags(s, &c.Streams)
-	s.Int(&c.Orders, "ORDERS", 1000, "orders to publish")
-	s.Int(&c.SKUs, "SKUS", 10, "number of SKUs, named SKU-0 .. SKU-<n-1>")
-	s.String(&c.SKUList, "SKU_LIST", "", "comma-separated SKUs to use instead of --skus")
-	s.Int(&c.Quantity, "QUANTITY", 1, "quantity of each order")
-	s.String(&c.Distribution, "DISTRIBUTION", "uniform", "how orders spread over SKUs: uniform, zipf, or hot (half on the first SKU)")
-	s.Float(&c.Rate, "RATE", 0, "orders per second (0: as fast as possible)")
-	s.Int(&c.SeedStock, "SEED_STOCK", -1, "set each SKU's available stock to this first (-1: leave it)")
-	s.Bool(&c.Wait, "WAIT", "wait for every outcome, print a summary and check consistency")
-	s.Duration(&c.Timeout, "WAIT_TIMEOUT", 2*time.Minute, "with --wait: how long to wait for the outcomes")
-	s.Bool(&c.JSON, "JSON", "print the summary as JSON")
-	s.String(&c.RunID, "RUN_ID", "", "prefix of the order ids (default: random)")
+	s.Int(&c.Orders, "orders", 1000, "orders to publish")
+	s.Int(&c.SKUs, "skus", 10, "number of SKUs, named SKU-0 .. SKU-<n-1>")
+	s.String(&c.SKUList, "sku-list", "", "comma-separated SKUs to use instead of --skus")
+	s.Int(&c.Quantity, "quantity", 1, "quantity of each order")
+	s.String(&c.Distribution, "distribution", "uniform", "how orders spread over SKUs: uniform, zipf, or hot (half on the first SKU)")
+	s.Float(&c.Rate, "rate", 0, "orders per second (0: as fast as possible)")
+	s.Int(&c.SeedStock, "seed-stock", -1, "set each SKU's available stock to this first (-1: leave it)")
+	s.Bool(&c.Wait, "wait", "wait for every outcome, print a summary and check consistency")
+	s.Duration(&c.Timeout, "wait-timeout", 2*time.Minute, "with --wait: how long to wait for the outcomes")
+	s.Bool(&c.JSON, "json", "print the summary as JSON")
+	s.String(&c.RunID, "run-id", "", "prefix of the order ids (default: random)")
 }
 
 // Validate reports the first bad setting, by name.
 func (c *Config) Validate() error {
 	if c.Orders < 1 {
-		return fmt.Errorf("invalid ORDERS %d: want at least 1", c.Orders)
+		return fmt.Errorf("invalid --orders %d: want at least 1", c.Orders)
 	}
 	if c.SKUList == "" && c.SKUs < 1 {
-		return fmt.Errorf("invalid SKUS %d: want at least 1", c.SKUs)
+		return fmt.Errorf("invalid --skus %d: want at least 1", c.SKUs)
 	}
 	for _, sku := range c.skus() {
 		if err := inventory.ValidateSKU(sku); err != nil {
-			return fmt.Errorf("invalid SKU_LIST: %w", err)
+			return fmt.Errorf("invalid --sku-list: %w", err)
 		}
 	}
 	if err := inventory.ValidateQuantity(int64(c.Quantity)); err != nil {
-		return fmt.Errorf("invalid QUANTITY: %w", err)
+		return fmt.Errorf("invalid --quantity: %w", err)
 	}
 	switch c.Distribution {
 	case "uniform", "zipf", "hot":
 	default:
-		return fmt.Errorf("invalid DISTRIBUTION %q: want uniform, zipf or hot", c.Distribution)
+		return fmt.Errorf("invalid --distribution %q: want uniform, zipf or hot", c.Distribution)
 	}
 	if _, err := config.RedisOptions(c.RedisURL); err != nil {
 		return fmt.Errorf("invalid REDIS_URL: %w", err)
@@ -86,7 +86,7 @@ func (c *Config) Validate() error {
 		c.RunID = "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
 	if err := inventory.ValidateOrderID(c.RunID + "-" + strconv.Itoa(c.Orders)); err != nil {
-		return fmt.Errorf("invalid RUN_ID: %w", err)
+		return fmt.Errorf("invalid --run-id: %w", err)
 	}
 	return nil
 }

@@ -17,7 +17,6 @@ type Streams struct {
 	OrdersStream  string
 	ResultsStream string
 	PoisonStream  string
-	ConsumerGroup string
 }
 
 // Defaults of the settings.
@@ -35,12 +34,12 @@ func StreamFlags(s *config.Set, c *Streams) {
 	s.String(&c.OrdersStream, "ORDERS_STREAM", "orders", "stream the orders are read from")
 	s.String(&c.ResultsStream, "RESULTS_STREAM", "order-results", "stream the outcomes are written to")
 	s.String(&c.PoisonStream, "POISON_STREAM", "orders-poison", "stream for entries that can never be processed")
-	s.String(&c.ConsumerGroup, "CONSUMER_GROUP", "inventory", "consumer group of the workers")
 }
 
 // Config is the worker's configuration.
 type Config struct {
 	Streams
+	ConsumerGroup string
 	// RedlockURLs, when set, switches the locks to Redlock over these independent masters.
 	RedlockURLs string
 	// Name names this worker: its consumers are <Name>-0 .. <Name>-(Concurrency-1).
@@ -58,6 +57,7 @@ type Config struct {
 // Flags defines the worker's settings on s.
 func Flags(s *config.Set, c *Config) {
 	StreamFlags(s, &c.Streams)
+	s.String(&c.ConsumerGroup, "CONSUMER_GROUP", "inventory", "consumer group of the workers")
 	host, _ := os.Hostname()
 	s.String(&c.RedlockURLs, "REDLOCK_URLS", "", "comma-separated Redis URLs of independent masters: take locks with Redlock on them (stock stays on REDIS_URL)")
 	s.String(&c.Name, "WORKER_NAME", host+"-"+strconv.Itoa(os.Getpid()), "name of this worker; its consumers are <name>-<i>")
