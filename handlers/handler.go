@@ -63,8 +63,9 @@ func (r *Reserver) Handle(msg *message.Message) error {
 		}
 	}
 	var token int64
+	var waited time.Duration
 	if lease, ok := lockmw.LeaseFrom(ctx); ok {
-		token = lease.Token()
+		token, waited = lease.Token(), lockmw.StatsOf(lease).Waited
 	}
 	if r.DelayWrite > 0 {
 		time.Sleep(r.DelayWrite)
@@ -74,7 +75,8 @@ func (r *Reserver) Handle(msg *message.Message) error {
 	if err != nil {
 		return fmt.Errorf("reserve order %s: %w", o.OrderID, err)
 	}
-	payload, err := json.Marshal(Result{Outcome: out, Worker: r.Worker, ProcessedAt: time.Now().UTC()})
+	payload, err := json.Marshal(Result{Outcome: out, Worker: r.Worker, ProcessedAt: time.Now().UTC(),
+		LockWaitMs: float64(waited.Microseconds()) / 1000})
 	if err != nil {
 		return err
 	}

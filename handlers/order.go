@@ -38,6 +38,8 @@ type Result struct {
 	inventory.Outcome
 	Worker      string    `json:"worker"`
 	ProcessedAt time.Time `json:"processed_at"`
+	// LockWaitMs is how long this delivery waited for its SKU lock, in milliseconds.
+	LockWaitMs float64 `json:"lock_wait_ms"`
 }
 
 // DecodeOrder parses and validates an order payload. Its errors wrap ErrBadInput and say what is wrong.

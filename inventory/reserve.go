@@ -35,12 +35,14 @@ func (s *Store) Reserve(ctx context.Context, orderID, sku string, quantity, fenc
 	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
 		return Outcome{}, err
 	}
-	keys := []string{stockKey(sku), orderKey(sku, orderID)}
-	reply, err := reserveScript.Run(ctx, s.rdb, keys, quantity, fence, s.ttlMillis).Slice()
-	if err != nil {
-		return Outcome{}, scriptError("reserve", orderSubject(orderID, sku), fence, err)
-	}
-	return decodeOutcome(orderID, sku, reply)
+	return traceReserve(ctx, sku, quantity, fence, func(ctx context.Context) (Outcome, error) {
+		keys := []string{stockKey(sku), orderKey(sku, orderID)}
+		reply, err := reserveScript.Run(ctx, s.rdb, keys, quantity, fence, s.ttlMillis).Slice()
+		if err != nil {
+			return Outcome{}, scriptError("reserve", orderSubject(orderID, sku), fence, err)
+		}
+		return decodeOutcome(orderID, sku, reply)
+	})
 }
 
 // Release gives back the quantity reserved for orderID, once: it is the compensation for a cancelled

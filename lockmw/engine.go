@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultLease is the default Config.Lease.
@@ -83,6 +85,7 @@ type attempt struct {
 
 // engine is what both lockers share: owners, the local wait queue, unlock notifications and the watchdog.
 type engine struct {
+	mode      string // reentrant | redlock, for spans and metrics
 	cfg       Config
 	be        backend
 	instance  string
@@ -92,17 +95,20 @@ type engine struct {
 	dog       *watchdog
 }
 
-func newEngine(cfg Config, be backend) *engine {
-	e := &engine{cfg: cfg, be: be, instance: uuid.NewString(), queue: newWaitQueue()}
+func newEngine(mode string, cfg Config, be backend) *engine {
+	e := &engine{mode: mode, cfg: cfg, be: be, instance: uuid.NewString(), queue: newWaitQueue()}
 	e.dog = &watchdog{
 		lease: cfg.Lease,
 		renew: be.renew,
 		holds: make(map[holdKey]*hold),
 		onRenewError: func(h *hold, err error) {
 			cfg.Logger.Warn("lockmw: renewal failed", "lock", h.names.lock, "owner", h.owner, "err", err)
+			h.span.RecordError(fmt.Errorf("lock renewal failed: %w", err), trace.WithAttributes(attrKey.String(h.names.lock)))
 		},
 		onLost: func(h *hold, reason error) {
 			cfg.Logger.Error("lockmw: lock lost", "lock", h.names.lock, "owner", h.owner, "reason", reason)
+			h.span.RecordError(fmt.Errorf("%w: %w", ErrLockLost, reason), trace.WithAttributes(attrKey.String(h.names.lock)))
+			lostCount.Add(context.Background(), 1, metric.WithAttributes(attrMode.String(mode)))
 		},
 	}
 	return e
@@ -133,12 +139,24 @@ func (e *engine) acquire(ctx context.Context, key string, wait bool) (Lease, err
 		return nil, err
 	}
 	start := time.Now()
+	actx, span := e.startAcquire(ctx, key)
+	l, err := e.obtain(ctx, actx, key, wait, start)
+	e.endAcquire(ctx, span, start, l, err)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return l, nil
+}
+
+// obtain takes the lock. ctx is the caller's (the lease's context derives from it); actx carries the
+// acquisition's span, for the Redis calls made while acquiring.
+func (e *engine) obtain(ctx, actx context.Context, key string, wait bool, start time.Time) (*lease, error) {
 	owner := e.owner(ctx)
 	n := namesFor(key)
-	waitCtx := ctx
+	waitCtx := actx
 	if wait && e.cfg.MaxWait > 0 {
 		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithTimeoutCause(ctx, e.cfg.MaxWait,
+		waitCtx, cancel = context.WithTimeoutCause(actx, e.cfg.MaxWait,
 			fmt.Errorf("lockmw: waited the maximum of %v", e.cfg.MaxWait))
 		defer cancel()
 	}
@@ -182,13 +200,15 @@ func (e *engine) abandon(n names, owner string) {
 	_, _ = e.be.release(ctx, n, owner, e.uniqueID())
 }
 
+func isNotObtained(err error) bool { return errors.Is(err, ErrNotObtained) }
+
 func notObtained(ctx context.Context) error {
 	return errors.Join(ErrNotObtained, ctx.Err(), context.Cause(ctx))
 }
 
 // wait queues behind this process's earlier waiters for the key; at the head it attempts whenever an
 // unlock message arrives, and otherwise when the holder's lease would run out.
-func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner string, start time.Time, st AcquireStats) (Lease, error) {
+func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner string, start time.Time, st AcquireStats) (*lease, error) {
 	w, first := e.queue.join(n.channel)
 	acquired := false
 	readies := make([]<-chan struct{}, 0, len(e.notifiers))
@@ -298,10 +318,10 @@ func anyReady(ctx context.Context, readies []<-chan struct{}) error {
 func (e *engine) newLease(ctx context.Context, key string, n names, owner string, a attempt, start time.Time, st AcquireStats) *lease {
 	st.Waited = time.Since(start)
 	st.Reentry = a.count > 1
-	h := e.dog.add(key, n, owner, a.token, time.Now().Add(a.valid))
+	h := e.dog.add(key, n, owner, a.token, time.Now().Add(a.valid), trace.SpanFromContext(ctx))
 	lctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	return &lease{e: e, key: key, h: h, ctx: lctx, cancel: cancel, stop: stop, stats: st}
+	return &lease{e: e, key: key, h: h, ctx: lctx, cancel: cancel, stop: stop, stats: st, acquired: time.Now()}
 }
 
 // lease is one hold handed to a caller.
@@ -313,6 +333,7 @@ type lease struct {
 	cancel   context.CancelCauseFunc
 	stop     func() bool
 	stats    AcquireStats
+	acquired time.Time
 	released atomic.Bool
 }
 
@@ -329,6 +350,7 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.stop()
 	l.cancel(errReleased)
+	holdHist.Record(ctx, time.Since(l.acquired).Seconds(), metric.WithAttributes(attrMode.String(l.e.mode)))
 	// Whatever Redis answers, this process stops renewing: a release that cannot be confirmed must let
 	// the lock expire rather than keep it alive forever.
 	defer l.e.dog.done(l.key, l.h)

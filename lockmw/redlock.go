@@ -71,7 +71,7 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 	nodes := redlockNodes{clients: clients, lease: cfg.Lease, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1,
 		logger: cfg.Logger}
 	r := &Redlock{nodes: nodes}
-	r.engine = newEngine(cfg, nodes)
+	r.engine = newEngine("redlock", cfg, nodes)
 	for _, c := range clients {
 		r.notifiers = append(r.notifiers, newNotifier(c, r.queue.notify))
 	}

@@ -50,7 +50,7 @@ func NewReentrant(rdb redis.UniversalClient, cfg Config) (*Reentrant, error) {
 		return nil, err
 	}
 	r := &Reentrant{rdb: rdb}
-	r.engine = newEngine(cfg, singleNode{rdb: rdb, lease: cfg.Lease})
+	r.engine = newEngine("reentrant", cfg, singleNode{rdb: rdb, lease: cfg.Lease})
 	r.notifiers = []*notifier{newNotifier(rdb, r.queue.notify)}
 	return r, nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // errReleased is the cancel cause of a hold's context after its owner's last release.
@@ -21,6 +23,7 @@ type hold struct {
 	cancel context.CancelCauseFunc
 	expiry *time.Timer // fires at the end of the lease as last confirmed: the lease is lost
 	valid  time.Time   // the lease is safe until then, by the local clock
+	span   trace.Span  // the holder's span at acquisition, for renewal failures and loss
 }
 
 type holdKey struct{ key, owner string }
@@ -52,7 +55,7 @@ func (w *watchdog) get(key, owner string) *hold {
 }
 
 // add records one more lease of owner on key, valid until valid. A new hold starts being renewed.
-func (w *watchdog) add(key string, n names, owner string, token int64, valid time.Time) *hold {
+func (w *watchdog) add(key string, n names, owner string, token int64, valid time.Time, span trace.Span) *hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := holdKey{key, owner}
@@ -62,7 +65,7 @@ func (w *watchdog) add(key string, n names, owner string, token int64, valid tim
 		return h
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &hold{names: n, owner: owner, token: token, count: 1, ctx: ctx, cancel: cancel, valid: valid}
+	h := &hold{names: n, owner: owner, token: token, count: 1, ctx: ctx, cancel: cancel, valid: valid, span: span}
 	h.expiry = time.AfterFunc(time.Until(valid), func() { w.expire(k, h) })
 	w.holds[k] = h
 	if !w.running {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/telemetry"
 )
 
 func main() {
@@ -38,6 +39,12 @@ func run(args []string) int {
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		progress = os.Stderr
 	}
+	tel, err := telemetry.Setup(ctx, "stockflow-producer", false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "producer: telemetry:", err)
+		return 2
+	}
+	defer tel.Shutdown(context.WithoutCancel(ctx)) // flush the publish spans
 	sum, err := producer.Run(ctx, cfg, progress)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "producer:", err)

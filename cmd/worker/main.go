@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/telemetry"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -32,12 +34,24 @@ func run(args []string) error {
 		return err
 	}
 	logger := config.Logger(os.Stderr)
-	w, err := worker.New(cfg, logger)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	tel, err := telemetry.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() {
+		// Flush what the exporters buffered, also after the signal ended ctx.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			logger.Error("telemetry shutdown", "err", err)
+		}
+	}()
+	w, err := worker.New(cfg, logger, worker.Telemetry{Metrics: tel.Metrics, Tracing: tel.Tracing})
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	logger.Info("worker started", "name", cfg.Name, "consumers", cfg.Concurrency, "orders", cfg.OrdersStream,
 		"group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != "")
 	return w.Run(ctx)

@@ -287,3 +287,29 @@ func TestRedlockMode(t *testing.T) {
 		t.Fatal("a lock was taken on the stock Redis although Redlock is configured")
 	}
 }
+
+func TestConsoleTraceExporter(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	w := startWorker(t, s, "w0", "OTEL_TRACES_EXPORTER=console")
+	if err := rdb.HSet(ctx, "stock:{SKU-1}", "available", 5).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders",
+		Values: []string{"payload", `{"order_id":"o-1","sku":"SKU-1","quantity":1}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the order is reserved", func() bool {
+		return rdb.Exists(ctx, "order:{SKU-1}:o-1").Val() == 1
+	})
+	w.signal(syscall.SIGTERM) // shutdown flushes the batched spans
+	if err, ok := w.exited(10 * time.Second); !ok || err != nil {
+		t.Fatalf("worker exit: %v (exited %v)", err, ok)
+	}
+	for _, span := range []string{`"Name":"orders process"`, `"Name":"lock acquire"`, `"Name":"stock reserve"`} {
+		if !strings.Contains(w.logText(), span) {
+			t.Fatalf("worker printed no span %s with OTEL_TRACES_EXPORTER=console", span)
+		}
+	}
+}

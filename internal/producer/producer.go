@@ -22,6 +22,7 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/telemetry"
 	"github.com/stockflow/stockflow/internal/worker"
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -199,11 +200,12 @@ type placedOrder struct {
 
 // publish publishes the orders through Watermill, from several goroutines unless a rate is set.
 func publish(ctx context.Context, cfg Config, rdb *redis.Client, skus []string, progress io.Writer) (map[string]placedOrder, error) {
-	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{rdb}}, watermill.NopLogger{})
+	wpub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{rdb}}, watermill.NopLogger{})
 	if err != nil {
 		return nil, err
 	}
-	defer pub.Close()
+	defer wpub.Close()
+	pub := telemetry.Publisher{Publisher: wpub} // a trace per order, carried to the workers in the metadata
 	placed := make(map[string]placedOrder, cfg.Orders)
 	var mu sync.Mutex
 	var next atomic.Int64

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,7 @@ type Summary struct {
 	LatencyP99 time.Duration `json:"latency_p99_ns"`
 	// Throughput is outcomes per second, from the first order placed to the last outcome.
 	Throughput float64                `json:"orders_per_second"`
+	LockWait   LockWait               `json:"lock_wait"`
 	SKUs       map[string]*SKUSummary `json:"skus"`
 	Problems   []string               `json:"problems"` // empty when the consistency check passed
 	Consistent bool                   `json:"consistent"`
@@ -39,12 +41,20 @@ type Summary struct {
 
 // SKUSummary is one SKU's stock before and after, and what this run's outcomes say about it.
 type SKUSummary struct {
-	Initial        int64 `json:"initial"` // available + reserved before the run
-	Available      int64 `json:"available"`
-	Reserved       int64 `json:"reserved"`
-	OrdersReserved int64 `json:"orders_reserved"` // quantity reserved by this run's outcomes
-	OrdersRejected int64 `json:"orders_rejected"` // orders rejected
+	Initial        int64   `json:"initial"` // available + reserved before the run
+	Available      int64   `json:"available"`
+	Reserved       int64   `json:"reserved"`
+	OrdersReserved int64   `json:"orders_reserved"` // quantity reserved by this run's outcomes
+	OrdersRejected int64   `json:"orders_rejected"` // orders rejected
+	LockWaitMs     float64 `json:"lock_wait_ms"`    // total lock wait of this run's orders
 	reservedBefore int64
+}
+
+// LockWait summarises how long the orders waited for their SKU lock, as the workers recorded it in the
+// outcome events.
+type LockWait struct {
+	P50, P95, P99, Max float64  `json:",omitzero"` // milliseconds
+	HotSKUs            []string `json:"hot_skus"`  // the 5 SKUs with the most total wait, most first
 }
 
 // collect reads this run's outcome and poison events until every order has one or the timeout passes.
@@ -56,6 +66,7 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 	defer bar.done()
 	seen := make(map[string]handlers.Result, len(placed))
 	var latencies []time.Duration
+	var waits []float64
 	var first, last time.Time
 	from := []string{resultsFrom, poisonFrom}
 	for len(seen)+sum.Poisoned < len(placed) {
@@ -110,6 +121,7 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 				seen[r.OrderID] = r
 				bar.add(1)
 				latencies = append(latencies, r.ProcessedAt.Sub(p.placedAt))
+				waits = append(waits, r.LockWaitMs)
 				if first.IsZero() || p.placedAt.Before(first) {
 					first = p.placedAt
 				}
@@ -117,6 +129,7 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 					last = r.ProcessedAt
 				}
 				s := sum.SKUs[r.SKU]
+				s.LockWaitMs += r.LockWaitMs
 				switch r.Status {
 				case inventory.StatusReserved:
 					sum.Reserved++
@@ -134,12 +147,35 @@ func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, p
 	}
 	slices.Sort(latencies)
 	sum.LatencyP50, sum.LatencyP99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+	sum.LockWait = lockWait(waits, sum.SKUs)
 	return nil
 }
 
-func percentile(sorted []time.Duration, p float64) time.Duration {
+func lockWait(waits []float64, skus map[string]*SKUSummary) LockWait {
+	slices.Sort(waits)
+	lw := LockWait{P50: percentile(waits, 0.50), P95: percentile(waits, 0.95), P99: percentile(waits, 0.99)}
+	if len(waits) > 0 {
+		lw.Max = waits[len(waits)-1]
+	}
+	for sku, s := range skus {
+		if s.LockWaitMs > 0 {
+			lw.HotSKUs = append(lw.HotSKUs, sku)
+		}
+	}
+	slices.SortFunc(lw.HotSKUs, func(a, b string) int {
+		if c := cmp.Compare(skus[b].LockWaitMs, skus[a].LockWaitMs); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	lw.HotSKUs = lw.HotSKUs[:min(5, len(lw.HotSKUs))]
+	return lw
+}
+
+func percentile[T cmp.Ordered](sorted []T, p float64) T {
+	var zero T
 	if len(sorted) == 0 {
-		return 0
+		return zero
 	}
 	return sorted[int(float64(len(sorted)-1)*p)]
 }
@@ -184,6 +220,14 @@ func (s *Summary) Print(w io.Writer) {
 		s.Reserved, s.Rejected, s.Poisoned, s.Missing, s.Outcomes, s.Duplicates)
 	fmt.Fprintf(w, "end-to-end latency: p50 %v, p99 %v; %.0f orders/s\n", s.LatencyP50.Round(time.Microsecond),
 		s.LatencyP99.Round(time.Microsecond), s.Throughput)
+	fmt.Fprintf(w, "lock wait (ms): p50 %.2f, p95 %.2f, p99 %.2f, max %.2f\n", s.LockWait.P50, s.LockWait.P95, s.LockWait.P99, s.LockWait.Max)
+	if len(s.LockWait.HotSKUs) > 0 {
+		fmt.Fprintf(w, "most lock wait:")
+		for _, sku := range s.LockWait.HotSKUs {
+			fmt.Fprintf(w, " %s (%.0f ms)", sku, s.SKUs[sku].LockWaitMs)
+		}
+		fmt.Fprintln(w)
+	}
 	names := s.skuNames()
 	const maxRows = 20
 	fmt.Fprintf(w, "%-16s %10s %10s %10s %12s %10s\n", "sku", "initial", "available", "reserved", "run reserved", "rejected")

@@ -11,13 +11,15 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockflow/stockflow/handlers"
 )
 
 // The per-message chain, outermost first (see Worker.chain):
 //
-//	poison ▶ recover ▶ drain ▶ keepalive ▶ decode ▶ retry ▶ ack ▶ lock ▶ reserve + publish outcome
+//	trace ▶ poison ▶ recover ▶ drain ▶ keepalive ▶ decode ▶ retry ▶ ack ▶ lock ▶ reserve + publish outcome
 
 // stream identifies the consumer a message was delivered to.
 type stream struct {
@@ -54,6 +56,8 @@ func (s stream) poisonMiddleware(logger *slog.Logger) message.HandlerMiddleware 
 				return nil, fmt.Errorf("poison entry %s: %w", msg.UUID, err)
 			}
 			logger.Warn("poisoned entry", "stream", s.name, "id", msg.UUID, "reason", reason)
+			poisoned.Add(ctx, 1)
+			trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
 			return nil, nil
 		}
 	}

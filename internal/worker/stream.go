@@ -83,6 +83,10 @@ func (entryUnmarshaller) Unmarshal(values map[string]any) (msg *message.Message,
 		return msg, nil
 	}
 	msg.UUID = id
+	// A foreign producer may send its trace context as a field of its own.
+	if tp, ok := values["traceparent"].(string); ok && msg.Metadata.Get("traceparent") == "" {
+		msg.Metadata.Set("traceparent", tp)
+	}
 	if _, ok := values["payload"]; !ok {
 		msg.Metadata.Set(metaBadEntry, `entry has no "payload" field`)
 	}

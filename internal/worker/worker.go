@@ -13,10 +13,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/telemetry"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 )
@@ -41,6 +43,7 @@ type Worker struct {
 	lock      *lockmw.Middleware
 	drain     context.Context
 	stopDrain context.CancelCauseFunc
+	metrics   http.Handler
 }
 
 // keepOpen hides Close from Watermill, which closes the client it is given; the worker closes its clients.
@@ -48,15 +51,28 @@ type keepOpen struct{ redis.UniversalClient }
 
 func (keepOpen) Close() error { return nil }
 
+// Telemetry is what the worker needs of the process's telemetry set-up.
+type Telemetry struct {
+	Metrics http.Handler // served on /metrics; nil: not served
+	Tracing bool         // spans are exported: instrument the Redis client
+}
+
 // New builds a worker; it connects lazily. Close it if Run is not called.
-func New(cfg Config, logger *slog.Logger) (*Worker, error) {
+func New(cfg Config, logger *slog.Logger, tel Telemetry) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, logger: logger}
+	w := &Worker{cfg: cfg, logger: logger, metrics: tel.Metrics}
 	w.drain, w.stopDrain = context.WithCancelCause(context.Background())
 	opts, _ := config.RedisOptions(cfg.RedisURL)
 	w.rdb = redis.NewClient(opts)
+	if tel.Tracing {
+		// Statements off: no payloads or arguments in spans. The subscribers' client is not instrumented,
+		// so their idle stream polling stays out of the traces.
+		if err := redisotel.InstrumentTracing(w.rdb, redisotel.WithDBStatement(false)); err != nil {
+			return nil, err
+		}
+	}
 	subOpts := *opts
 	subOpts.PoolSize = 2*cfg.Concurrency + 4 // a blocking XREADGROUP and a claim per consumer
 	w.subRDB = redis.NewClient(&subOpts)
@@ -86,7 +102,7 @@ func New(cfg Config, logger *slog.Logger) (*Worker, error) {
 		w.Close()
 		return nil, err
 	}
-	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb), Results: w.results,
+	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb), Results: telemetry.Publisher{Publisher: w.results},
 		ResultsTopic: cfg.ResultsStream, Worker: cfg.Name, DelayWrite: cfg.FaultDelayWrite}
 
 	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.ShutdownTimeout + 2*time.Second}, wmLogger)
@@ -124,6 +140,7 @@ func New(cfg Config, logger *slog.Logger) (*Worker, error) {
 func (w *Worker) chain(s stream) message.HandlerFunc {
 	h := func(msg *message.Message) ([]*message.Message, error) { return nil, w.reserver.Handle(msg) }
 	mws := []message.HandlerMiddleware{
+		s.traceMiddleware,
 		s.poisonMiddleware(w.logger),
 		recoverMiddleware(w.logger),
 		drainMiddleware(w.drain),
@@ -182,6 +199,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 func (w *Worker) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	if w.metrics != nil {
+		mux.Handle("/metrics", w.metrics)
+	}
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
 		if err := w.ready(r.Context()); err != nil {

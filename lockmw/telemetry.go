@@ -1,0 +1,70 @@
+package lockmw
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Span and metric attributes.
+const (
+	attrKey      = attribute.Key("lock.key")
+	attrMode     = attribute.Key("lock.mode") // reentrant | redlock
+	attrWait     = attribute.Key("lock.wait.seconds")
+	attrAttempts = attribute.Key("lock.attempts")
+	attrReentry  = attribute.Key("lock.reentry")
+	attrToken    = attribute.Key("lock.fencing_token")
+	attrResult   = attribute.Key("lock.result") // acquired | not_obtained | error
+)
+
+const scope = "github.com/stockflow/stockflow/lockmw"
+
+// The instruments come from the global meter provider; they are no-ops until one is installed.
+var (
+	meter = otel.Meter(scope)
+	// WaitBuckets are the bucket bounds of the lock wait histogram, in seconds.
+	WaitBuckets = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	waitHist, _ = meter.Float64Histogram("stockflow.lock.wait", metric.WithUnit("s"),
+		metric.WithDescription("Time from asking for a lock until holding it (or giving up)."),
+		metric.WithExplicitBucketBoundaries(WaitBuckets...))
+	holdHist, _ = meter.Float64Histogram("stockflow.lock.hold", metric.WithUnit("s"),
+		metric.WithDescription("Time a lease was held, from acquisition to release."),
+		metric.WithExplicitBucketBoundaries(WaitBuckets...))
+	lostCount, _ = meter.Int64Counter("stockflow.lock.lost",
+		metric.WithDescription("Leases lost: the watchdog found the lock gone or could not renew it in time."))
+)
+
+func tracer() trace.Tracer { return otel.Tracer(scope) }
+
+// startAcquire starts the span of one acquisition.
+func (e *engine) startAcquire(ctx context.Context, key string) (context.Context, trace.Span) {
+	return tracer().Start(ctx, "lock acquire", trace.WithAttributes(attrKey.String(key), attrMode.String(e.mode)))
+}
+
+// endAcquire records the outcome of an acquisition on its span and in the wait histogram: the span's wait
+// attribute and the histogram get the same value.
+func (e *engine) endAcquire(ctx context.Context, span trace.Span, start time.Time, l *lease, err error) {
+	wait := time.Since(start)
+	result := "acquired"
+	switch {
+	case err == nil:
+		wait = l.stats.Waited
+		span.SetAttributes(attrAttempts.Int(l.stats.Attempts), attrReentry.Bool(l.stats.Reentry), attrToken.Int64(l.h.token))
+	case isNotObtained(err):
+		result = "not_obtained"
+	default:
+		result = "error"
+	}
+	span.SetAttributes(attrWait.Float64(wait.Seconds()), attrResult.String(result))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, result)
+	}
+	span.End()
+	waitHist.Record(ctx, wait.Seconds(), metric.WithAttributes(attrMode.String(e.mode), attrResult.String(result)))
+}
