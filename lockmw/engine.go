@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -67,7 +66,10 @@ func (c Config) Validate() error {
 
 // backend runs the lock scripts: on one Redis (Reentrant) or on a quorum of independent ones (Redlock).
 type backend interface {
-	acquire(ctx context.Context, n names, owner string) (attempt, error)
+	// acquire runs one attempt. On failure it leaves nothing behind, as far as it can tell: an attempt
+	// whose outcome is unknown (cut off, no reply) is undone, except where owner already held the lock
+	// (held), whose count must not be touched.
+	acquire(ctx context.Context, n names, owner string, held bool) (attempt, error)
 	// release returns the holds left for owner, or -1 when owner does not hold the lock.
 	release(ctx context.Context, n names, owner, requestID string) (int64, error)
 	// renew returns per hold: nil (renewed), ErrNotHeld (gone) or another error (outcome unknown).
@@ -77,15 +79,19 @@ type backend interface {
 type attempt struct {
 	ok    bool
 	token int64
-	count int64         // holds of the owner after the attempt; > 1 is a reentry
-	valid time.Duration // ok: how long from the attempt's return the lease is safe
-	pttl  time.Duration // !ok: remaining lease of the current holder; < 0 unknown
+	count int64         // holds of the owner after the attempt; 1 is a fresh acquisition, more a reentry
+	valid time.Time     // ok: the lease is safe until then (attempt start + lease - drift - elapsed)
+	pttl  time.Duration // !ok: when to try again at the latest (the holder's remaining lease); < 0 unknown
 	err   error         // !ok: why, when it was not just another holder (Redlock: no quorum)
+	// quiet: the attempt took and gave back part of the lock (Redlock minority), publishing unlock messages
+	// that would wake the waiters at once; they wait pttl instead, or they would collide again.
+	quiet bool
 }
 
 // engine is what both lockers share: owners, the local wait queue, unlock notifications and the watchdog.
 type engine struct {
 	mode      string // reentrant | redlock, for spans and metrics
+	attrs     metricAttrs
 	cfg       Config
 	be        backend
 	instance  string
@@ -96,7 +102,7 @@ type engine struct {
 }
 
 func newEngine(mode string, cfg Config, be backend) *engine {
-	e := &engine{mode: mode, cfg: cfg, be: be, instance: uuid.NewString(), queue: newWaitQueue()}
+	e := &engine{mode: mode, attrs: newMetricAttrs(mode), cfg: cfg, be: be, instance: uuid.NewString(), queue: newWaitQueue()}
 	e.dog = &watchdog{
 		lease: cfg.Lease,
 		renew: be.renew,
@@ -108,7 +114,7 @@ func newEngine(mode string, cfg Config, be backend) *engine {
 		onLost: func(h *hold, reason error) {
 			cfg.Logger.Error("lockmw: lock lost", "lock", h.names.lock, "owner", h.owner, "reason", reason)
 			h.span.RecordError(fmt.Errorf("%w: %w", ErrLockLost, reason), trace.WithAttributes(attrKey.String(h.names.lock)))
-			lostCount.Add(context.Background(), 1, metric.WithAttributes(attrMode.String(mode)))
+			lostCount.Add(context.Background(), 1, e.attrs.mode)
 		},
 	}
 	return e
@@ -177,28 +183,21 @@ func (e *engine) obtain(ctx, actx context.Context, key string, wait bool, start 
 	return e.wait(ctx, waitCtx, key, n, owner, start, st)
 }
 
-// attempt runs one acquire script. An attempt cut off by ctx may still have taken the lock in Redis: it is
-// released in the background so the key is not blocked for a whole lease.
+// attempt runs one acquire script.
 func (e *engine) attempt(ctx context.Context, key string, n names, owner string, st *AcquireStats) (attempt, error) {
 	st.Attempts++
-	a, err := e.be.acquire(ctx, n, owner)
-	if err == nil {
+	a, err := e.be.acquire(ctx, n, owner, e.dog.get(key, owner) != nil)
+	switch {
+	case err == nil:
 		return a, nil
-	}
-	if ctx.Err() != nil {
-		if e.dog.get(key, owner) == nil {
-			go e.abandon(n, owner)
-		}
+	case ctx.Err() != nil:
 		return attempt{}, notObtained(ctx)
 	}
 	return attempt{}, fmt.Errorf("lockmw: acquire %s: %w", n.lock, err)
 }
 
-func (e *engine) abandon(n names, owner string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_, _ = e.be.release(ctx, n, owner, e.uniqueID())
-}
+// undoTimeout bounds the undo of a failed attempt, which runs even when the caller's context ended.
+const undoTimeout = 250 * time.Millisecond
 
 func isNotObtained(err error) bool { return errors.Is(err, ErrNotObtained) }
 
@@ -209,12 +208,12 @@ func notObtained(ctx context.Context) error {
 // wait queues behind this process's earlier waiters for the key; at the head it attempts whenever an
 // unlock message arrives, and otherwise when the holder's lease would run out.
 func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner string, start time.Time, st AcquireStats) (*lease, error) {
-	w, first := e.queue.join(n.channel)
+	w, first := e.queue.join(n.channel, owner)
 	acquired := false
 	readies := make([]<-chan struct{}, 0, len(e.notifiers))
 	if first {
 		for _, nt := range e.notifiers {
-			readies = append(readies, nt.hold(waitCtx, n.channel))
+			readies = append(readies, nt.hold(n.channel))
 		}
 	}
 	defer func() {
@@ -240,8 +239,19 @@ func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner s
 	}()
 	retryIn := e.cfg.Lease
 	var lastErr error // why the last attempt failed, when not just another holder
+	// After an attempt that gave back part of the lock (Redlock), its own unlock messages arrive at once:
+	// an attempt asked for before quietUntil waits until then, a random delay that lets colliding
+	// processes fall out of step.
+	var quietUntil time.Time
 	for {
 		head, try := e.queue.turn(n.channel, w)
+		if try && time.Now().Before(quietUntil) {
+			try = false
+			if fallback != nil {
+				fallback.Stop()
+			}
+			fallback = time.NewTimer(time.Until(quietUntil))
+		}
 		if try {
 			a, err := e.attempt(waitCtx, key, n, owner, &st)
 			if err != nil {
@@ -255,6 +265,9 @@ func (e *engine) wait(ctx, waitCtx context.Context, key string, n names, owner s
 			retryIn = e.cfg.Lease
 			if a.pttl >= 0 {
 				retryIn = a.pttl
+			}
+			if a.quiet {
+				quietUntil = time.Now().Add(retryAfterFailure())
 			}
 			if fallback != nil {
 				fallback.Stop()
@@ -318,7 +331,7 @@ func anyReady(ctx context.Context, readies []<-chan struct{}) error {
 func (e *engine) newLease(ctx context.Context, key string, n names, owner string, a attempt, start time.Time, st AcquireStats) *lease {
 	st.Waited = time.Since(start)
 	st.Reentry = a.count > 1
-	h := e.dog.add(key, n, owner, a.token, time.Now().Add(a.valid), trace.SpanFromContext(ctx))
+	h := e.dog.add(key, n, owner, a.token, a.count == 1, a.valid, trace.SpanFromContext(ctx))
 	lctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
 	return &lease{e: e, key: key, h: h, ctx: lctx, cancel: cancel, stop: stop, stats: st, acquired: time.Now()}
@@ -350,10 +363,15 @@ func (l *lease) Release(ctx context.Context) error {
 	}
 	l.stop()
 	l.cancel(errReleased)
-	holdHist.Record(ctx, time.Since(l.acquired).Seconds(), metric.WithAttributes(attrMode.String(l.e.mode)))
-	// Whatever Redis answers, this process stops renewing: a release that cannot be confirmed must let
-	// the lock expire rather than keep it alive forever.
-	defer l.e.dog.done(l.key, l.h)
+	holdHist.Record(ctx, time.Since(l.acquired).Seconds(), l.e.attrs.mode)
+	// Whatever Redis answers, this process stops renewing first: a release that cannot be confirmed
+	// must let the lock expire rather than keep it alive forever, and a renewal racing the release
+	// must not report the lock lost.
+	if !l.e.dog.done(l.key, l.h) {
+		// The hold was lost and the owner holds the key again: the lock in Redis is the new hold's,
+		// which a release by owner id would take away.
+		return fmt.Errorf("%w: lease of %s was lost", ErrNotHeld, l.key)
+	}
 
 	requestID := l.e.uniqueID()
 	var err error

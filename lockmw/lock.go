@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -18,7 +19,7 @@ var (
 	// ErrLockLost is the cause of a lease context cancelled because the lease could not be kept: the
 	// watchdog found the lock gone or could not renew it before it expired.
 	ErrLockLost = errors.New("lockmw: lock lost")
-	// ErrInvalidKey: an empty key or one longer than MaxKeyLen.
+	// ErrInvalidKey: an empty key, one longer than MaxKeyLen, or one with a brace.
 	ErrInvalidKey = errors.New("lockmw: invalid lock key")
 )
 
@@ -84,6 +85,10 @@ func OwnerFrom(ctx context.Context) string {
 func validateKey(key string) error {
 	if key == "" || len(key) > MaxKeyLen {
 		return fmt.Errorf("%w: %q: want 1-%d bytes, got %d", ErrInvalidKey, truncate(key), MaxKeyLen, len(key))
+	}
+	// A brace would move the {KEY} hash tag: the lock's keys would land in different Cluster slots.
+	if strings.ContainsAny(key, "{}") {
+		return fmt.Errorf("%w: %q: braces are not allowed", ErrInvalidKey, truncate(key))
 	}
 	return nil
 }

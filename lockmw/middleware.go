@@ -20,9 +20,9 @@ type Middleware struct {
 	// Key returns the lock key of a message. Required. An error is returned by the handler as is.
 	Key func(msg *message.Message) (string, error)
 	// Instance names this process in lock owners: a handler run owns its lock as
-	// "<Instance>:<message UUID>:<run>", so a nested acquisition of the same key in the run re-enters it,
-	// while a second delivery of the same message (a claim while the first still runs) waits its turn.
-	// Default: a random id.
+	// "<Instance>:<random>:<message UUID>:<run>", so a nested acquisition of the same key in the run
+	// re-enters it, while a second delivery of the same message (a claim while the first still runs)
+	// waits its turn. Optional.
 	Instance string
 	// OnAcquired, if set, is called after each acquisition attempt (lease nil on failure), for spans
 	// and metrics.
@@ -44,8 +44,11 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	if m.Locker == nil || m.Key == nil {
 		panic("lockmw: Middleware needs a Locker and a Key function")
 	}
-	if m.Instance == "" {
-		m.Instance = uuid.NewString()
+	// A random part per process: a restarted worker with the same name must not produce the owner of its
+	// previous incarnation, whose lock may still be held.
+	prefix := uuid.NewString()
+	if m.Instance != "" {
+		prefix = m.Instance + ":" + prefix[:8]
 	}
 	return func(msg *message.Message) (_ []*message.Message, err error) {
 		key, err := m.Key(msg)
@@ -53,7 +56,7 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, err
 		}
 		orig := msg.Context()
-		owner := m.Instance + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
+		owner := prefix + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
 		lease, err := m.Locker.Acquire(WithOwner(orig, owner), key)
 		if m.OnAcquired != nil {
 			m.OnAcquired(orig, key, lease, err)

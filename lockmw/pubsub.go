@@ -19,9 +19,10 @@ type notifier struct {
 	ps        *redis.PubSub
 	onMessage func(channel string)
 
-	mu    sync.Mutex
-	chans map[string]*subscription
-	done  chan struct{}
+	mu        sync.Mutex
+	chans     map[string]*subscription
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 type subscription struct {
@@ -44,16 +45,17 @@ func newNotifier(rdb redis.UniversalClient, onMessage func(string)) *notifier {
 
 // hold subscribes to channel (or shares its subscription) and returns a channel closed once Redis
 // confirmed it: from then on no unlock message can slip by unseen.
-func (n *notifier) hold(ctx context.Context, channel string) <-chan struct{} {
+func (n *notifier) hold(channel string) <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := n.chans[channel]
 	if s == nil {
 		s = &subscription{ready: make(chan struct{})}
 		n.chans[channel] = s
-		// A failed write is retried by go-redis on reconnect (it resubscribes every channel); the waiter
-		// meanwhile falls back to polling at the lock's TTL.
-		_ = n.ps.Subscribe(ctx, channel)
+		// Not the waiter's context: a write cut off by its deadline would tear down the connection that
+		// every key shares. A failed write is retried by go-redis on reconnect (it resubscribes every
+		// channel); the waiter meanwhile falls back to polling at the lock's TTL.
+		_ = n.ps.Subscribe(context.Background(), channel)
 	}
 	s.refs++
 	return s.ready
@@ -72,8 +74,12 @@ func (n *notifier) drop(channel string) {
 }
 
 func (n *notifier) close() error {
-	close(n.done)
-	return n.ps.Close()
+	var err error
+	n.closeOnce.Do(func() {
+		close(n.done)
+		err = n.ps.Close()
+	})
+	return err
 }
 
 func (n *notifier) run() {
@@ -94,28 +100,26 @@ func (n *notifier) run() {
 			case *redis.Message:
 				n.onMessage(m.Channel)
 			case *redis.Subscription:
-				if m.Kind == "subscribe" && n.confirm(m.Channel) {
-					n.onMessage(m.Channel) // a resubscription after reconnect: a message may have been lost
+				// Every confirmation counts as a possible unlock: one published before the subscription
+				// took effect (or during a reconnect) was not seen, and the head that attempted then
+				// may not have been the one that waited for this confirmation.
+				if m.Kind == "subscribe" {
+					n.confirm(m.Channel)
+					n.onMessage(m.Channel)
 				}
 			}
 		}
 	}
 }
 
-// confirm marks channel subscribed and reports whether it was already (a resubscription).
-func (n *notifier) confirm(channel string) (again bool) {
+// confirm marks channel subscribed.
+func (n *notifier) confirm(channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := n.chans[channel]
-	if s == nil {
-		return false
+	if s := n.chans[channel]; s != nil && !s.confirmed {
+		s.confirmed = true
+		close(s.ready)
 	}
-	if s.confirmed {
-		return true
-	}
-	s.confirmed = true
-	close(s.ready)
-	return false
 }
 
 func (n *notifier) sweep() {

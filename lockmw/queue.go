@@ -18,6 +18,7 @@ type keyQueue struct {
 }
 
 type waiter struct {
+	owner string
 	// wake carries "look again": an unlock message for the key, or this waiter became head.
 	wake chan struct{}
 	// tryNow: became head because the previous head gave up (not because it took the lock), so the lock
@@ -37,8 +38,8 @@ func (q *waitQueue) busy(channel string) bool {
 
 // join appends a waiter for the key. first reports that the key had no queue, so the caller subscribes to
 // its unlock channel.
-func (q *waitQueue) join(channel string) (w *waiter, first bool) {
-	w = &waiter{wake: make(chan struct{}, 1), tryNow: true}
+func (q *waitQueue) join(channel, owner string) (w *waiter, first bool) {
+	w = &waiter{owner: owner, wake: make(chan struct{}, 1), tryNow: true}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	kq := q.keys[channel]
@@ -73,7 +74,8 @@ func (q *waitQueue) retryLater(w *waiter) {
 }
 
 // leave removes w. If w was head, the next waiter becomes head; it attempts at once only when w did not
-// take the lock (a lock taken by w will announce its release). last reports that the queue is now empty.
+// take the lock (a lock taken by w will announce its release), or when w's owner is its own: then it
+// re-enters. last reports that the queue is now empty.
 func (q *waitQueue) leave(channel string, w *waiter, acquired bool) (last bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -89,7 +91,7 @@ func (q *waitQueue) leave(channel string, w *waiter, acquired bool) (last bool) 
 		}
 		if i == 0 {
 			next := kq.waiters[0]
-			next.tryNow = !acquired
+			next.tryNow = !acquired || next.owner == w.owner
 			signal(next.wake)
 		}
 		return false

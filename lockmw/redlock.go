@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -119,7 +120,7 @@ func addrOf(c redis.UniversalClient) string {
 	return fmt.Sprintf("%v", c)
 }
 
-func (r redlockNodes) acquire(ctx context.Context, n names, owner string) (attempt, error) {
+func (r redlockNodes) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
 	start := time.Now()
 	replies := make([][]int64, len(r.clients))
 	errs := make([]error, len(r.clients))
@@ -127,11 +128,12 @@ func (r redlockNodes) acquire(ctx context.Context, n names, owner string) (attem
 		replies[i], errs[i] = acquireScript.Run(ctx, c, []string{n.lock, n.token}, r.lease.Milliseconds(), owner).Int64Slice()
 	})
 	if ctx.Err() != nil {
-		r.undo(ctx, n, owner)
+		r.undo(ctx, n, owner, replies, errs, held)
 		return attempt{}, ctx.Err()
 	}
 
-	var held, token, count int64
+	var got int
+	var token, count int64
 	var failures []error
 	pttl := time.Duration(-1)
 	for i, res := range replies {
@@ -139,33 +141,37 @@ func (r redlockNodes) acquire(ctx context.Context, n names, owner string) (attem
 			failures = append(failures, r.nodeError(i, errs[i]))
 			continue
 		}
-		a, err := parseAttempt(res, 0)
+		a, err := parseAttempt(res)
 		switch {
 		case err != nil:
 			failures = append(failures, r.nodeError(i, err))
 		case a.ok:
-			held++
+			got++
 			token, count = max(token, a.token), max(count, a.count)
 		case pttl < 0 || a.pttl < pttl:
 			pttl = a.pttl
 		}
 	}
-	if int(held) < r.quorum {
-		r.undo(ctx, n, owner)
-		if len(failures) > len(r.clients)-r.quorum { // no majority could answer: say why
-			return attempt{pttl: retryAfterFailure(), err: errors.Join(append([]error{ErrQuorum}, failures...)...)}, nil
+	fail := func(err error) (attempt, error) {
+		quiet := r.undo(ctx, n, owner, replies, errs, held)
+		retry := pttl // another owner holds it: its unlock message wakes us, at the latest its lease ends
+		if err != nil {
+			retry = retryAfterFailure()
 		}
-		return attempt{pttl: pttl}, nil
+		return attempt{pttl: retry, err: err, quiet: quiet}, nil
 	}
-
+	if got < r.quorum {
+		if len(failures) > len(r.clients)-r.quorum { // no majority could answer: say why
+			return fail(errors.Join(append([]error{ErrQuorum}, failures...)...))
+		}
+		return fail(nil)
+	}
 	if err := r.writeBackToken(ctx, n, token, replies); err != nil {
-		r.undo(ctx, n, owner)
-		return attempt{pttl: retryAfterFailure(), err: err}, nil
+		return fail(err)
 	}
-	valid := r.lease - time.Since(start) - drift(r.lease)
-	if valid <= 0 {
-		r.undo(ctx, n, owner)
-		return attempt{pttl: retryAfterFailure(), err: fmt.Errorf("%w: the majority took longer than the lease", ErrQuorum)}, nil
+	valid := start.Add(r.lease - drift(r.lease))
+	if !time.Now().Before(valid) {
+		return fail(fmt.Errorf("%w: the majority took longer than the lease", ErrQuorum))
 	}
 	return attempt{ok: true, token: token, count: count, valid: valid}, nil
 }
@@ -201,15 +207,26 @@ func (r redlockNodes) writeBackToken(ctx context.Context, n names, token int64, 
 	return nil
 }
 
-// undo releases a failed attempt on every master, also those that did not answer (their script may have
-// run), even when the caller's context ended.
-func (r redlockNodes) undo(ctx context.Context, n names, owner string) {
+// undo releases a failed attempt, even when the caller's context ended: on the masters that granted it,
+// and on those that did not answer (their script may have run) unless the owner already held the lock,
+// whose count there must not be touched. It reports whether it gave back a granted master, which
+// publishes an unlock message.
+func (r redlockNodes) undo(ctx context.Context, n names, owner string, replies [][]int64, errs []error, held bool) (gaveBack bool) {
 	ctx = context.WithoutCancel(ctx)
-	requestID := owner + ":undo:" + fmt.Sprint(time.Now().UnixNano())
-	r.each(ctx, func(ctx context.Context, _ int, c redis.UniversalClient) {
-		_ = releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
-			owner, r.lease.Milliseconds(), latchTTL.Milliseconds()).Err()
+	requestID := uuid.NewString()
+	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+		granted := errs[i] == nil && len(replies[i]) == 3 && replies[i][0] == 1
+		if granted || (errs[i] != nil && !held) {
+			_ = releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
+				owner, r.lease.Milliseconds(), latchTTL.Milliseconds()).Err()
+		}
 	})
+	for i := range replies {
+		if errs[i] == nil && len(replies[i]) == 3 && replies[i][0] == 1 {
+			return true
+		}
+	}
+	return false
 }
 
 func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (int64, error) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -72,7 +73,7 @@ func (r *Reentrant) Inspect(ctx context.Context, key string) (State, error) {
 		return State{}, err
 	}
 	n := namesFor(key)
-	pipe := r.rdb.Pipeline()
+	pipe := r.rdb.TxPipeline() // owner and lease from the same moment
 	all := pipe.HGetAll(ctx, n.lock)
 	ttl := pipe.PTTL(ctx, n.lock)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -109,19 +110,39 @@ type singleNode struct {
 	lease time.Duration
 }
 
-func (s singleNode) acquire(ctx context.Context, n names, owner string) (attempt, error) {
+func (s singleNode) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
 	start := time.Now()
 	res, err := acquireScript.Run(ctx, s.rdb, []string{n.lock, n.token}, s.lease.Milliseconds(), owner).Int64Slice()
 	if err != nil {
+		if !held { // the script may have run before the reply was lost or the context ended
+			s.undo(ctx, n, owner)
+		}
 		return attempt{}, err
 	}
-	return parseAttempt(res, s.lease-drift(s.lease)-time.Since(start))
+	a, err := parseAttempt(res)
+	if err != nil || !a.ok {
+		return a, err
+	}
+	a.valid = start.Add(s.lease - drift(s.lease))
+	if !time.Now().Before(a.valid) && a.count == 1 { // the round trip outlasted the lease
+		s.undo(ctx, n, owner)
+		return attempt{err: fmt.Errorf("the acquisition took longer than the lease %v", s.lease)}, nil
+	}
+	return a, nil
 }
 
-func parseAttempt(res []int64, valid time.Duration) (attempt, error) {
+// undo releases what an attempt of owner may have taken, before the caller can try again with the same
+// owner (a late undo would release that next hold).
+func (s singleNode) undo(ctx context.Context, n names, owner string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	_, _ = s.release(ctx, n, owner, uuid.NewString())
+}
+
+func parseAttempt(res []int64) (attempt, error) {
 	switch {
 	case len(res) == 3 && res[0] == 1:
-		return attempt{ok: true, token: res[1], count: res[2], valid: valid}, nil
+		return attempt{ok: true, token: res[1], count: res[2]}, nil
 	case len(res) == 2 && res[0] == 0:
 		return attempt{pttl: time.Duration(res[1]) * time.Millisecond}, nil
 	}

@@ -466,7 +466,7 @@ func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 	ctx := context.Background()
 	n := namesFor("sku-1")
 	for range 2 {
-		if a, err := be.acquire(ctx, n, "o"); err != nil || !a.ok {
+		if a, err := be.acquire(ctx, n, "o", false); err != nil || !a.ok {
 			t.Fatalf("acquire: %+v %v", a, err)
 		}
 	}

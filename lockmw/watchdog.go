@@ -24,6 +24,7 @@ type hold struct {
 	expiry *time.Timer // fires at the end of the lease as last confirmed: the lease is lost
 	valid  time.Time   // the lease is safe until then, by the local clock
 	span   trace.Span  // the holder's span at acquisition, for renewal failures and loss
+	lost   bool        // ended by the watchdog, not by its release
 }
 
 type holdKey struct{ key, owner string }
@@ -55,14 +56,20 @@ func (w *watchdog) get(key, owner string) *hold {
 }
 
 // add records one more lease of owner on key, valid until valid. A new hold starts being renewed.
-func (w *watchdog) add(key string, n names, owner string, token int64, valid time.Time, span trace.Span) *hold {
+// fresh says Redis counts this as the owner's first hold: an older local hold of the same owner is then
+// stale (its lock was lost in Redis before the watchdog noticed) and is ended as lost.
+func (w *watchdog) add(key string, n names, owner string, token int64, fresh bool, valid time.Time, span trace.Span) *hold {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := holdKey{key, owner}
 	if h := w.holds[k]; h != nil {
-		h.count++
-		w.extendLocked(h, valid)
-		return h
+		if !fresh {
+			h.count++
+			w.extendLocked(h, valid)
+			return h
+		}
+		w.loseLocked(k, h)
+		go w.reportLost(h, errors.New("the lock was gone when its owner acquired it again"))
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &hold{names: n, owner: owner, token: token, count: 1, ctx: ctx, cancel: cancel, valid: valid, span: span}
@@ -76,19 +83,24 @@ func (w *watchdog) add(key string, n names, owner string, token int64, valid tim
 }
 
 // done records the release of one lease of h. At the last one h stops being renewed and its context ends.
-func (w *watchdog) done(key string, h *hold) {
+// It reports false when h was lost and the owner holds the key again through a newer hold.
+func (w *watchdog) done(key string, h *hold) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h.count--
-	if h.count > 0 {
-		return
-	}
 	k := holdKey{key, h.owner}
+	if h.lost {
+		return w.holds[k] == nil
+	}
+	if h.count > 0 {
+		return true
+	}
 	if w.holds[k] == h {
 		delete(w.holds, k)
 	}
 	h.expiry.Stop()
 	h.cancel(errReleased)
+	return true
 }
 
 func (w *watchdog) extendLocked(h *hold, valid time.Time) {
@@ -115,10 +127,19 @@ func (w *watchdog) lose(k holdKey, h *hold, reason error) {
 		w.mu.Unlock()
 		return
 	}
-	delete(w.holds, k)
-	h.expiry.Stop()
+	w.loseLocked(k, h)
 	w.mu.Unlock()
+	w.reportLost(h, reason)
+}
+
+func (w *watchdog) loseLocked(k holdKey, h *hold) {
+	delete(w.holds, k)
+	h.lost = true
+	h.expiry.Stop()
 	h.cancel(ErrLockLost)
+}
+
+func (w *watchdog) reportLost(h *hold, reason error) {
 	if w.onLost != nil {
 		w.onLost(h, reason)
 	}
