@@ -81,6 +81,7 @@ func TestOneTracePerOrder(t *testing.T) {
 	s := redistest.Start(t)
 	cfg := workerConfig(t, s)
 	cfg.MetricsAddr = freeAddr(t)
+	cfg.TraceRedis = true
 	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		worker.Telemetry{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Tracing: true})
 	if err != nil {

@@ -50,6 +50,8 @@ type Config struct {
 	ClaimIdle       time.Duration
 	ShutdownTimeout time.Duration
 	MetricsAddr     string
+	// TraceRedis adds a span per Redis command (redisotel) to the traces.
+	TraceRedis bool
 	// FaultDelayWrite is fault injection for chaos tests (handlers.Reserver.DelayWrite).
 	FaultDelayWrite time.Duration
 }
@@ -67,6 +69,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Duration(&c.ClaimIdle, "CLAIM_IDLE", DefaultClaimIdle, "how long a pending order of a dead consumer waits before another worker claims it")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", DefaultShutdownTimeout, "on SIGTERM, how long in-flight orders may take to finish")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", "", "listen address for /metrics, /healthz and /readyz (empty: off)")
+	s.Bool(&c.TraceRedis, "TRACE_REDIS_COMMANDS", "with tracing on, add a span per Redis command (no arguments); at full load it costs more than tracing itself (see Numbers)")
 	s.Duration(&c.FaultDelayWrite, "FAULT_DELAY_WRITE", 0, "chaos tests only: hold each stock write this long after taking the lock, then send it even if the lease was lost")
 }
 
