@@ -48,7 +48,7 @@ func run(args []string) error {
 			logger.Error("telemetry shutdown", "err", err)
 		}
 	}()
-	w, err := worker.New(cfg, logger, worker.Telemetry{Metrics: tel.Metrics, Tracing: tel.Tracing})
+	w, err := worker.New(cfg, logger, worker.Options{Metrics: tel.Metrics, Tracing: tel.Tracing})
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,7 @@ func TestOneTracePerOrder(t *testing.T) {
 	cfg.MetricsAddr = freeAddr(t)
 	cfg.TraceRedis = true
 	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		worker.Telemetry{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Tracing: true})
+		worker.Options{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Tracing: true})
 	if err != nil {
 		t.Fatal(err)
 	}

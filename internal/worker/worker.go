@@ -52,22 +52,27 @@ type keepOpen struct{ redis.UniversalClient }
 
 func (keepOpen) Close() error { return nil }
 
-// Telemetry is what the worker needs of the process's telemetry set-up.
-type Telemetry struct {
+// Options are what the worker takes from its embedder rather than from settings.
+type Options struct {
 	Metrics http.Handler // served on /metrics; nil: not served
-	Tracing bool         // spans are exported: instrument the Redis client
+	Tracing bool         // spans are exported: the Redis client may be instrumented
+	// Locker replaces the locker the settings describe (benchmarks plug in other lock libraries).
+	Locker lockmw.Locker
+	// NoLock runs the handler without the lock middleware, unfenced: only the stock script's atomicity
+	// protects the stock. For measuring what the lock costs; never in production.
+	NoLock bool
 }
 
 // New builds a worker; it connects lazily. Close it if Run is not called.
-func New(cfg Config, logger *slog.Logger, tel Telemetry) (*Worker, error) {
+func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, logger: logger, metrics: tel.Metrics}
+	w := &Worker{cfg: cfg, logger: logger, metrics: opts.Metrics}
 	w.drain, w.stopDrain = context.WithCancelCause(context.Background())
-	opts, _ := config.RedisOptions(cfg.RedisURL)
-	w.rdb = redis.NewClient(opts)
-	if tel.Tracing && cfg.TraceRedis {
+	redisOpts, _ := config.RedisOptions(cfg.RedisURL)
+	w.rdb = redis.NewClient(redisOpts)
+	if opts.Tracing && cfg.TraceRedis {
 		// Statements off: no payloads or arguments in spans; caller off: it walks the stack on every
 		// command (a tenth of the CPU under load). The subscribers' client is not instrumented,
 		// so their idle stream polling stays out of the traces.
@@ -75,13 +80,15 @@ func New(cfg Config, logger *slog.Logger, tel Telemetry) (*Worker, error) {
 			return nil, err
 		}
 	}
-	subOpts := *opts
+	subOpts := *redisOpts
 	subOpts.PoolSize = 2*cfg.Concurrency + 4 // a blocking XREADGROUP and a claim per consumer
 	w.subRDB = redis.NewClient(&subOpts)
 
 	lockCfg := lockmw.Config{Lease: cfg.LockLease, MaxWait: cfg.LockWait, Logger: logger}
 	var err error
-	if urls, _ := config.RedisURLs(cfg.RedlockURLs); len(urls) > 0 {
+	switch urls, _ := config.RedisURLs(cfg.RedlockURLs); {
+	case opts.Locker != nil || opts.NoLock:
+	case len(urls) > 0:
 		var clients []redis.UniversalClient
 		for _, o := range urls {
 			c := redis.NewClient(o)
@@ -89,14 +96,20 @@ func New(cfg Config, logger *slog.Logger, tel Telemetry) (*Worker, error) {
 			clients = append(clients, c)
 		}
 		w.locker, err = lockmw.NewRedlock(clients, lockCfg)
-	} else {
+	default:
 		w.locker, err = lockmw.NewReentrant(w.rdb, lockCfg)
 	}
 	if err != nil {
 		w.closeClients()
 		return nil, err
 	}
-	w.lock = &lockmw.Middleware{Locker: w.locker, Key: handlers.SKU, Instance: cfg.Name}
+	switch {
+	case opts.NoLock:
+	case opts.Locker != nil:
+		w.lock = &lockmw.Middleware{Locker: opts.Locker, Key: handlers.SKU, Instance: cfg.Name}
+	default:
+		w.lock = &lockmw.Middleware{Locker: w.locker, Key: handlers.SKU, Instance: cfg.Name}
+	}
 
 	wmLogger := watermill.NewSlogLogger(logger)
 	w.results, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{w.rdb}}, wmLogger)
@@ -150,7 +163,9 @@ func (w *Worker) chain(s stream) message.HandlerFunc {
 		handlers.Decode,
 		retryMiddleware(w.logger),
 		s.ackMiddleware,
-		w.lock.Middleware,
+	}
+	if w.lock != nil {
+		mws = append(mws, w.lock.Middleware)
 	}
 	for i := len(mws) - 1; i >= 0; i-- {
 		h = mws[i](h)
