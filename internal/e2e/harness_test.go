@@ -20,9 +20,9 @@ import (
 )
 
 var bin struct {
-	once             sync.Once
-	worker, producer string
-	err              error
+	once                   sync.Once
+	worker, producer, demo string
+	err                    error
 }
 
 // binaries builds cmd/worker and cmd/producer once per test binary.
@@ -37,8 +37,8 @@ func binaries(t *testing.T) (worker, producer string) {
 			bin.err = err
 			return
 		}
-		bin.worker, bin.producer = filepath.Join(dir, "worker"), filepath.Join(dir, "producer")
-		for out, pkg := range map[string]string{bin.worker: "../../cmd/worker", bin.producer: "../../cmd/producer"} {
+		bin.worker, bin.producer, bin.demo = filepath.Join(dir, "worker"), filepath.Join(dir, "producer"), filepath.Join(dir, "demo")
+		for out, pkg := range map[string]string{bin.worker: "../../cmd/worker", bin.producer: "../../cmd/producer", bin.demo: "../../cmd/demo"} {
 			if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 				bin.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 				return
@@ -70,8 +70,20 @@ func testEnv(s *redistest.Server) []string {
 	}
 }
 
+// buildDemo returns the demo binary.
+func buildDemo(t *testing.T) string {
+	binaries(t)
+	return bin.demo
+}
+
 // startWorker starts a worker named name; extra environment entries override testEnv.
 func startWorker(t *testing.T, s *redistest.Server, name string, extra ...string) *proc {
+	t.Helper()
+	return startWorkerArgs(t, s, name, nil, extra...)
+}
+
+// startWorkerArgs starts a worker with command-line arguments.
+func startWorkerArgs(t *testing.T, s *redistest.Server, name string, args []string, extra ...string) *proc {
 	t.Helper()
 	worker, _ := binaries(t)
 	p := &proc{t: t, name: name, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
@@ -79,7 +91,7 @@ func startWorker(t *testing.T, s *redistest.Server, name string, extra ...string
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(worker)
+	p.cmd = exec.Command(worker, args...)
 	p.cmd.Env = append(append(os.Environ(), testEnv(s)...), append([]string{"WORKER_NAME=" + name}, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -209,7 +208,8 @@ func (s *Summary) skuNames() []string {
 	for n := range s.SKUs {
 		names = append(names, n)
 	}
-	sort.Strings(names)
+	// SKU-2 before SKU-10.
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) })
 	return names
 }
 

@@ -1,0 +1,16 @@
+# syntax=docker/dockerfile:1
+# Multi-stage build: static worker and producer binaries on a distroless base (about 30 MB).
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/worker ./cmd/worker && \
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/producer ./cmd/producer
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/worker /out/producer /usr/local/bin/
+USER nonroot:nonroot
+EXPOSE 9090
+ENTRYPOINT ["/usr/local/bin/worker"]
