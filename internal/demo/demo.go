@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/redisproc"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -120,12 +121,12 @@ func startRedis(cfg Config, out io.Writer) (string, func(), error) {
 	}
 	switch mode {
 	case "server":
-		url, stop, err := startServer()
+		srv, err := redisproc.Start(redisproc.Options{})
 		if err != nil {
 			return "", nil, err
 		}
-		fmt.Fprintf(out, "Redis: a redis-server child process at %s\n", url)
-		return url, stop, nil
+		fmt.Fprintf(out, "Redis: a redis-server child process at %s\n", srv.URL())
+		return srv.URL(), srv.Stop, nil
 	case "embedded":
 		m := miniredis.NewMiniRedis()
 		if err := m.StartAddr("127.0.0.1:0"); err != nil {

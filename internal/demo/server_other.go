@@ -1,7 +1,0 @@
-//go:build !linux
-
-package demo
-
-import "os/exec"
-
-func dieWithParent(*exec.Cmd) {}
