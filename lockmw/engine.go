@@ -331,10 +331,10 @@ func anyReady(ctx context.Context, readies []<-chan struct{}) error {
 func (e *engine) newLease(ctx context.Context, key string, n names, owner string, a attempt, start time.Time, st AcquireStats) *lease {
 	st.Waited = time.Since(start)
 	st.Reentry = a.count > 1
-	h := e.dog.add(key, n, owner, a.token, a.count == 1, a.valid, trace.SpanFromContext(ctx))
 	lctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	return &lease{e: e, key: key, h: h, ctx: lctx, cancel: cancel, stop: stop, stats: st, acquired: time.Now()}
+	l := &lease{e: e, key: key, ctx: lctx, cancel: cancel, stats: st, acquired: time.Now()}
+	e.dog.add(key, n, owner, l, a.token, a.count == 1, a.valid, trace.SpanFromContext(ctx))
+	return l
 }
 
 // lease is one hold handed to a caller.
@@ -344,7 +344,6 @@ type lease struct {
 	h        *hold
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	stop     func() bool
 	stats    AcquireStats
 	acquired time.Time
 	released atomic.Bool
@@ -361,13 +360,12 @@ func (l *lease) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
 	}
-	l.stop()
 	l.cancel(errReleased)
 	holdHist.Record(ctx, time.Since(l.acquired).Seconds(), l.e.attrs.mode)
 	// Whatever Redis answers, this process stops renewing first: a release that cannot be confirmed
 	// must let the lock expire rather than keep it alive forever, and a renewal racing the release
 	// must not report the lock lost.
-	if !l.e.dog.done(l.key, l.h) {
+	if !l.e.dog.done(l.key, l) {
 		// The hold was lost and the owner holds the key again: the lock in Redis is the new hold's,
 		// which a release by owner id would take away.
 		return fmt.Errorf("%w: lease of %s was lost", ErrNotHeld, l.key)

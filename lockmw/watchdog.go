@@ -3,13 +3,14 @@ package lockmw
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
 
-// errReleased is the cancel cause of a hold's context after its owner's last release.
+// errReleased is the cancel cause of a lease's context after its release.
 var errReleased = errors.New("lockmw: lock released")
 
 // hold is one owner's hold of one key in this process. Reentrant leases of the same owner share it.
@@ -17,10 +18,9 @@ type hold struct {
 	names names
 	owner string
 	token int64
-	count int // leases of this owner on this key, in this process
+	// leases of this owner on this key in this process, whose contexts a loss cancels
+	leases []*lease
 
-	ctx    context.Context // cancelled with ErrLockLost or errReleased
-	cancel context.CancelCauseFunc
 	expiry *time.Timer // fires at the end of the lease as last confirmed: the lease is lost
 	valid  time.Time   // the lease is safe until then, by the local clock
 	span   trace.Span  // the holder's span at acquisition, for renewal failures and loss
@@ -55,51 +55,53 @@ func (w *watchdog) get(key, owner string) *hold {
 	return w.holds[holdKey{key, owner}]
 }
 
-// add records one more lease of owner on key, valid until valid. A new hold starts being renewed.
+// add records lease l of owner on key, valid until valid, and sets l.h. A new hold starts being renewed.
 // fresh says Redis counts this as the owner's first hold: an older local hold of the same owner is then
 // stale (its lock was lost in Redis before the watchdog noticed) and is ended as lost.
-func (w *watchdog) add(key string, n names, owner string, token int64, fresh bool, valid time.Time, span trace.Span) *hold {
+func (w *watchdog) add(key string, n names, owner string, l *lease, token int64, fresh bool, valid time.Time, span trace.Span) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := holdKey{key, owner}
 	if h := w.holds[k]; h != nil {
 		if !fresh {
-			h.count++
+			h.leases = append(h.leases, l)
+			l.h = h
 			w.extendLocked(h, valid)
-			return h
+			return
 		}
 		w.loseLocked(k, h)
 		go w.reportLost(h, errors.New("the lock was gone when its owner acquired it again"))
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	h := &hold{names: n, owner: owner, token: token, count: 1, ctx: ctx, cancel: cancel, valid: valid, span: span}
+	h := &hold{names: n, owner: owner, token: token, leases: []*lease{l}, valid: valid, span: span}
+	l.h = h
 	h.expiry = time.AfterFunc(time.Until(valid), func() { w.expire(k, h) })
 	w.holds[k] = h
 	if !w.running {
 		w.running = true
 		go w.loop()
 	}
-	return h
 }
 
-// done records the release of one lease of h. At the last one h stops being renewed and its context ends.
-// It reports false when h was lost and the owner holds the key again through a newer hold.
-func (w *watchdog) done(key string, h *hold) bool {
+// done records the release of lease l. At the hold's last lease the hold stops being renewed. It reports
+// false when the hold was lost and the owner holds the key again through a newer hold.
+func (w *watchdog) done(key string, l *lease) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h.count--
+	h := l.h
+	if i := slices.Index(h.leases, l); i >= 0 {
+		h.leases = slices.Delete(h.leases, i, i+1)
+	}
 	k := holdKey{key, h.owner}
 	if h.lost {
 		return w.holds[k] == nil
 	}
-	if h.count > 0 {
+	if len(h.leases) > 0 {
 		return true
 	}
 	if w.holds[k] == h {
 		delete(w.holds, k)
 	}
 	h.expiry.Stop()
-	h.cancel(errReleased)
 	return true
 }
 
@@ -136,7 +138,9 @@ func (w *watchdog) loseLocked(k holdKey, h *hold) {
 	delete(w.holds, k)
 	h.lost = true
 	h.expiry.Stop()
-	h.cancel(ErrLockLost)
+	for _, l := range h.leases {
+		l.cancel(ErrLockLost)
+	}
 }
 
 func (w *watchdog) reportLost(h *hold, reason error) {
