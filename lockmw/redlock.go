@@ -98,10 +98,15 @@ type redlockNodes struct {
 
 // each runs f on every master at once, each call bounded by the node timeout, and waits for all.
 func (r redlockNodes) each(ctx context.Context, f func(ctx context.Context, i int, c redis.UniversalClient)) {
+	r.eachWithin(ctx, r.timeout, f)
+}
+
+// eachWithin is each with another bound per call.
+func (r redlockNodes) eachWithin(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int, c redis.UniversalClient)) {
 	var wg sync.WaitGroup
 	for i, c := range r.clients {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, r.timeout)
+			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			f(ctx, i, c)
 		})
@@ -232,33 +237,58 @@ func (r redlockNodes) undo(ctx context.Context, n names, owner string, replies [
 func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
 	lefts := make([]int64, len(r.clients))
 	errs := make([]error, len(r.clients))
-	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+	release := func(ctx context.Context, i int, c redis.UniversalClient) {
 		lefts[i], errs[i] = releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
 			owner, r.lease.Milliseconds(), latchTTL.Milliseconds()).Int64()
-	})
+	}
+	r.each(ctx, release)
 	var failures []error
-	released, left := 0, int64(0)
+	var failed []int
+	released, notHeld, left := 0, 0, int64(0)
 	for i, err := range errs {
 		switch {
 		case err != nil:
 			failures = append(failures, r.nodeError(i, err))
+			failed = append(failed, i)
 		case lefts[i] >= 0:
 			released++
 			left = max(left, lefts[i])
+		default:
+			notHeld++
 		}
 	}
 	switch {
 	case released >= r.quorum:
+		// The masters that did not answer keep their copy until the lease ends unless told again; the
+		// latch makes a repeat of this request harmless where the first one landed.
+		if len(failed) > 0 {
+			go r.retryRelease(context.WithoutCancel(ctx), failed, release)
+		}
 		return left, nil
-	case len(failures) > len(r.clients)-r.quorum:
-		return 0, errors.Join(append([]error{ErrQuorum}, failures...)...)
+	case notHeld > len(r.clients)-r.quorum:
+		return -1, nil // no majority can hold it for owner
 	}
-	return -1, nil // a majority says the owner does not hold it
+	// Unknown on too many masters: the caller retries the same request.
+	return 0, errors.Join(append([]error{ErrQuorum}, failures...)...)
+}
+
+// retryRelease repeats a release on the masters that did not answer, with a longer timeout.
+func (r redlockNodes) retryRelease(ctx context.Context, failed []int, release func(context.Context, int, redis.UniversalClient)) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, i := range failed {
+		wg.Go(func() { release(ctx, i, r.clients[i]) })
+	}
+	wg.Wait()
 }
 
 func (r redlockNodes) renew(ctx context.Context, hs []*hold) []error {
 	perNode := make([][]error, len(r.clients))
-	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+	// Renewals are not on anyone's critical path: a master may take a quarter of the watchdog's period to
+	// answer (at least the node timeout), so a slow round does not lose the lease, and a dead majority is
+	// still noticed within about one period.
+	r.eachWithin(ctx, max(r.timeout, r.lease/12), func(ctx context.Context, i int, c redis.UniversalClient) {
 		perNode[i] = renewAll(ctx, c, hs, r.lease)
 	})
 	out := make([]error, len(hs))

@@ -14,16 +14,17 @@ import (
 	"github.com/stockflow/stockflow/internal/redistest"
 )
 
-// noPending asserts the consumer group has no pending entries: every order was acked.
+// noPending asserts the consumer group has no pending entries: every order was acked. An outcome is
+// visible just before its entry is acked, so it waits a little.
 func noPending(t *testing.T, rdb *redis.Client) {
 	t.Helper()
-	p, err := rdb.XPending(context.Background(), "orders", "inventory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Count != 0 {
-		t.Fatalf("%d entries still pending", p.Count)
-	}
+	waitFor(t, 10*time.Second, "no entry is pending", func() bool {
+		p, err := rdb.XPending(context.Background(), "orders", "inventory").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Count == 0
+	})
 }
 
 // noLocks asserts that no SKU lock is left in Redis.
