@@ -137,6 +137,10 @@ func TestReadmeCommandsRun(t *testing.T) {
 	if len(cmds) < 6 {
 		t.Fatalf("found only %d README commands: %q", len(cmds), cmds)
 	}
+	// The commands quoted inline in the Numbers section.
+	for _, m := range regexp.MustCompile("`((?:go test|scripts/)[^`]*)`").FindAllStringSubmatch(section(t, readme(t), "## Numbers"), -1) {
+		cmds = append(cmds, m[1])
+	}
 	smaller := strings.NewReplacer("--orders 20000", "--orders 2000")
 	run := func(name string, args []string, env ...string) string {
 		t.Helper()
@@ -171,6 +175,27 @@ func TestReadmeCommandsRun(t *testing.T) {
 			out := run(prod, f[3:], "REDIS_URL="+s.URL())
 			if !strings.Contains(out, "consistency check: PASS") {
 				t.Fatalf("producer output:\n%s", out)
+			}
+		case strings.HasPrefix(c, "go test "):
+			// One iteration of each benchmark: it runs, not how fast.
+			args := strings.Fields(strings.NewReplacer("-count 5", "-count 1", "'^$'", "^$").Replace(c))[1:]
+			cmd := exec.Command("go", append(args, "-benchtime", "1x")...)
+			cmd.Dir = "../.."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", c, err, out)
+			}
+		case strings.HasPrefix(c, "scripts/tracing-overhead.sh"):
+			cmd := exec.Command("bash", "../../"+c)
+			cmd.Env = append(os.Environ(), "ROUNDS=1", "ORDERS=300")
+			if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "medians:") {
+				t.Fatalf("%s: %v\n%s", c, err, out)
+			}
+		case strings.HasPrefix(c, "scripts/bench.sh"):
+			// The smallest run of the harness: one round of the uncontended comparison. The full command is
+			// what produced BENCHMARKS.md.
+			cmd := exec.Command("bash", "../../scripts/bench.sh", "--quick", "--only", "uncontended", "--rounds", "1", "--out", t.TempDir())
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", c, err, out)
 			}
 		case f[0] == "redis-cli":
 			host, port, _ := strings.Cut(s.Addr, ":")
