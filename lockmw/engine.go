@@ -355,7 +355,10 @@ func (l *lease) Context() context.Context { return l.ctx }
 func (l *lease) Stats() AcquireStats      { return l.stats }
 
 // Release runs the release script, retrying a failed round trip with the same request id: the unlock
-// latch makes a retry whose first try did land return that result instead of releasing twice.
+// latch makes a retry whose first try did land return that result instead of taking a second reentrant
+// hold. (A retry of the last hold's release finds the lock gone; if the same owner took the lock again in
+// between, from another goroutine, that retry would release the new hold: owners are meant to be used by
+// one goroutine at a time, as the middleware's are.)
 func (l *lease) Release(ctx context.Context) error {
 	if !l.released.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
@@ -377,6 +380,11 @@ func (l *lease) Release(ctx context.Context) error {
 		var left int64
 		left, err = l.e.be.release(ctx, l.h.names, l.h.owner, requestID)
 		if err == nil {
+			if left < 0 && try > 0 {
+				// An earlier try whose reply was lost freed the lock (the last hold keeps no latch),
+				// or it expired meanwhile: either way this hold has ended.
+				return nil
+			}
 			if left < 0 {
 				return fmt.Errorf("%w: %s by %s (expired or taken away)", ErrNotHeld, l.h.names.lock, l.h.owner)
 			}
