@@ -1,0 +1,88 @@
+package harness
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+// The harness is only worth its numbers if its checks fail when they should. These tests run it at toy
+// sizes: seconds, not a benchmark.
+
+func TestCounterCheckCatchesALockThatDoesNotExclude(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		c     contender
+		exact bool
+	}{
+		{noLock(), false},
+		{stockflowReentrant(), true},
+		{redsyncDefaults(), true},
+		{redislockRetry(time.Millisecond), true},
+		{naiveSpin(5 * time.Millisecond), true},
+	} {
+		t.Run(tc.c.name, func(t *testing.T) {
+			lockers, err := newLockers(tc.c, []string{s.Addr}, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closeLockers(lockers)
+			res, err := load{lockers: lockers, perLocker: 8, key: "k-" + strings.ReplaceAll(tc.c.name, " ", "-"),
+				counter: s.Client(), counterKey: "counter", duration: 300 * time.Millisecond, maxWait: time.Second}.run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ErrorCount > 0 || res.Sections == 0 {
+				t.Fatalf("%d sections, %d errors: %v", res.Sections, res.ErrorCount, res.Errors)
+			}
+			if exact := res.Counter == int64(res.Sections); exact != tc.exact {
+				t.Errorf("counter %d after %d sections: exact %v, want %v", res.Counter, res.Sections, exact, tc.exact)
+			}
+		})
+	}
+}
+
+func TestRunChecksStockStrategiesAndWritesResults(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("needs Linux")
+	}
+	out := t.TempDir()
+	cfg := Config{Mode: "smoke", Rounds: 1, Warmup: 20 * time.Millisecond, HotKey: 150 * time.Millisecond,
+		StockUnits: 300, StockOrders: 400, StockClients: 16, Out: out,
+		Only: map[string]bool{"hotkey": true, "stock": true}}
+	report, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Problems) > 0 {
+		t.Errorf("checks failed: %v", report.Problems)
+	}
+	stock := report.Tables[len(report.Tables)-1]
+	if got := stock.value("naive GET/SET", "oversold"); got <= 0 {
+		t.Errorf("naive strategy oversold %v units, want > 0", got)
+	}
+	if got := stock.value("atomic script", "sold"); got != 300 {
+		t.Errorf("atomic script sold %v, want 300", got)
+	}
+	for _, name := range []string{"smoke-hotkey-stock.json", "smoke-hotkey-stock-lock-waits.png"} {
+		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s not written: %v", name, err)
+		}
+	}
+
+	// With no more orders than stock, the naive strategy cannot oversell: its check must fail.
+	cfg.Only, cfg.StockOrders = map[string]bool{"stock": true}, 300
+	report, err = Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(report.Problems, "\n"), "naive GET/SET: oversells") {
+		t.Errorf("a naive strategy that did not oversell passed its check; problems: %v", report.Problems)
+	}
+}

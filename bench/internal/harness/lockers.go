@@ -1,0 +1,225 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/lockmw"
+)
+
+// A locker is one lock implementation under test as one process holds it: its own Redis clients and,
+// for stockflow, its own local wait queue and unlock subscription.
+type locker interface {
+	// lock takes key, waiting as the implementation does, and returns the function that releases it.
+	lock(ctx context.Context, key string) (unlock func(context.Context) error, err error)
+	close()
+}
+
+// A contender names an implementation and makes its lockers over one or more Redis servers.
+type contender struct {
+	name string
+	new  func(addrs []string) (locker, error)
+	// limit marks the physical-limit baseline: two bare round trips that exclude nothing.
+	limit bool
+}
+
+// peerTTL is the lock expiry given to the peers without a watchdog: redsync's default expiry.
+const peerTTL = 8 * time.Second
+
+func stockflowReentrant() contender {
+	return contender{name: "stockflow", new: func(addrs []string) (locker, error) {
+		rdb := newClient(addrs[0])
+		l, err := lockmw.NewReentrant(rdb, lockmw.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return &lockmwLocker{l: l, closeL: l.Close, clients: []*redis.Client{rdb}}, nil
+	}}
+}
+
+func stockflowRedlock() contender {
+	return contender{name: "stockflow", new: func(addrs []string) (locker, error) {
+		var clients []*redis.Client
+		var universal []redis.UniversalClient
+		for _, a := range addrs {
+			c := newClient(a)
+			clients = append(clients, c)
+			universal = append(universal, c)
+		}
+		l, err := lockmw.NewRedlock(universal, lockmw.Config{})
+		if err != nil {
+			return nil, err
+		}
+		return &lockmwLocker{l: l, closeL: l.Close, clients: clients}, nil
+	}}
+}
+
+type lockmwLocker struct {
+	l       lockmw.Locker
+	closeL  func() error
+	clients []*redis.Client
+}
+
+func (s *lockmwLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	lease, err := s.l.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return lease.Release, nil
+}
+
+func (s *lockmwLocker) close() { _ = s.closeL(); closeAll(s.clients) }
+
+// redsyncDefaults is redsync with its documented defaults (8 s expiry, 32 tries, 50-250 ms between them),
+// over one pool per address (Redlock when there are several).
+func redsyncDefaults() contender {
+	return contender{name: "redsync", new: func(addrs []string) (locker, error) {
+		var clients []*redis.Client
+		var pools []redsyncredis.Pool
+		for _, a := range addrs {
+			c := newClient(a)
+			clients = append(clients, c)
+			pools = append(pools, goredis.NewPool(c))
+		}
+		return &redsyncLocker{rs: redsync.New(pools...), clients: clients}, nil
+	}}
+}
+
+type redsyncLocker struct {
+	rs      *redsync.Redsync
+	clients []*redis.Client
+}
+
+func (r *redsyncLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	m := r.rs.NewMutex(key)
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		ok, err := m.UnlockContext(ctx)
+		if err == nil && !ok {
+			err = errors.New("redsync: unlock found the mutex taken")
+		}
+		return err
+	}, nil
+}
+
+func (r *redsyncLocker) close() { closeAll(r.clients) }
+
+// redislockRetry is bsm/redislock with a LinearBackoff retry strategy; 0 is its default (no retry).
+func redislockRetry(backoff time.Duration) contender {
+	name := "redislock"
+	if backoff > 0 {
+		name = fmt.Sprintf("redislock %v", backoff)
+	}
+	return contender{name: name, new: func(addrs []string) (locker, error) {
+		rdb := newClient(addrs[0])
+		var opts *redislock.Options
+		if backoff > 0 {
+			opts = &redislock.Options{RetryStrategy: redislock.LinearBackoff(backoff)}
+		}
+		return &redislockLocker{c: redislock.New(rdb), opts: opts, rdb: rdb}, nil
+	}}
+}
+
+type redislockLocker struct {
+	c    *redislock.Client
+	opts *redislock.Options
+	rdb  *redis.Client
+}
+
+func (r *redislockLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	l, err := r.c.Obtain(ctx, key, peerTTL, r.opts)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}
+
+func (r *redislockLocker) close() { _ = r.rdb.Close() }
+
+// naiveSpin is the lock many services write first: SET NX with an expiry, and on failure sleep and try
+// again; DEL to unlock.
+func naiveSpin(sleep time.Duration) contender {
+	return contender{name: fmt.Sprintf("naive SETNX %v", sleep), new: func(addrs []string) (locker, error) {
+		return &naiveLocker{rdb: newClient(addrs[0]), sleep: sleep}, nil
+	}}
+}
+
+type naiveLocker struct {
+	rdb   *redis.Client
+	sleep time.Duration
+}
+
+func (n *naiveLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	for {
+		ok, err := n.rdb.SetNX(ctx, key, "1", peerTTL).Result()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return func(ctx context.Context) error { return n.rdb.Del(ctx, key).Err() }, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(n.sleep):
+		}
+	}
+}
+
+func (n *naiveLocker) close() { _ = n.rdb.Close() }
+
+// twoEvalSha is the physical limit of a lock that needs one script to take and one to give back: two
+// bare EVALSHA round trips of a one-command script on the same kind of client. It excludes nothing.
+func twoEvalSha() contender {
+	return contender{name: "physical limit (2 x EVALSHA)", limit: true, new: func(addrs []string) (locker, error) {
+		rdb := newClient(addrs[0])
+		if err := hincrby.Load(context.Background(), rdb).Err(); err != nil {
+			_ = rdb.Close()
+			return nil, err
+		}
+		return &evalShaLocker{rdb: rdb}, nil
+	}}
+}
+
+var hincrby = redis.NewScript(`return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)`)
+
+type evalShaLocker struct{ rdb *redis.Client }
+
+func (e *evalShaLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+	keys := []string{key}
+	if err := hincrby.EvalSha(ctx, e.rdb, keys, "f").Err(); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return hincrby.EvalSha(ctx, e.rdb, keys, "f").Err() }, nil
+}
+
+func (e *evalShaLocker) close() { _ = e.rdb.Close() }
+
+// noLock takes nothing: the smoke test uses it to prove the counter check catches a lock that does not
+// exclude.
+func noLock() contender {
+	return contender{name: "no lock", new: func([]string) (locker, error) { return noLocker{}, nil }}
+}
+
+type noLocker struct{}
+
+func (noLocker) lock(context.Context, string) (func(context.Context) error, error) {
+	return func(context.Context) error { return nil }, nil
+}
+func (noLocker) close() {}
+
+func closeAll(clients []*redis.Client) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
+}

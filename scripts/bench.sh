@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Side-by-side benchmarks against the peers (issue 8; bench/README.md). Builds the harness and the bench
+# worker of the bench/ module, then runs every comparison on redis-servers the harness starts on free
+# loopback ports (never a Redis you run), contenders interleaved round by round. Prints the table of
+# medians; writes bench/results/<mode>.json and bench/results/<mode>-lock-waits.png.
+#
+#   scripts/bench.sh --quick          under 3 minutes on 2 cores
+#   scripts/bench.sh                  full mode, about 9 minutes
+#   scripts/bench.sh --only hotkey    any harness flag passes through (--rounds N, --only a,b)
+#
+# A run with --only names its result files after its comparisons.
+#
+# Exits 1 when a correctness check failed (a lock let two holders in, a safe stock strategy oversold,
+# the naive one did not, the end-to-end consistency check failed), 2 when the run itself broke.
+set -euo pipefail
+cd "$(dirname "$0")/../bench"
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bench.sh: redis-server missing, installing it with apt-get" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "bench.sh: redis-server is missing; install it: sudo apt-get install -y redis-server" >&2
+    exit 1
+  fi
+fi
+
+tmp=$(mktemp -d)
+pidfile="$tmp/pids"
+harness=""
+cleanup() {
+  if [ -n "$harness" ] && kill -0 "$harness" 2>/dev/null; then
+    kill -TERM "$harness" 2>/dev/null || true
+    wait "$harness" 2>/dev/null || true
+  fi
+  # The harness's children die with it (PR_SET_PDEATHSIG); this is the backstop. The harness wrote each
+  # child's pid and a part of its command line (the server's address and marker, the worker binary's
+  # path): a pid is killed only while its command line still holds that.
+  if [ -f "$pidfile" ]; then
+    while read -r pid match; do
+      cmd=$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null || true)
+      case $cmd in
+        *"$match"*) kill -9 "$pid" 2>/dev/null || true ;;
+      esac
+    done <"$pidfile"
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The code measured: the commit, "+dirty" when tracked files outside bench/ differ from it.
+commit=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+if [ -z "${BENCH_COMMIT:-}" ] && ! git diff --quiet HEAD -- .. ':(exclude)../bench' 2>/dev/null; then
+  commit="$commit+dirty"
+fi
+
+go build -o "$tmp/bench" ./cmd/bench
+go build -o "$tmp/benchworker" ./cmd/benchworker
+mkdir -p results
+"$tmp/bench" --worker-bin "$tmp/benchworker" --out results --pid-file "$pidfile" --commit "$commit" "$@" &
+harness=$!
+status=0
+wait "$harness" || status=$?
+harness=""
+exit "$status"
