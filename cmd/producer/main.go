@@ -14,8 +14,8 @@ import (
 	"syscall"
 
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/telemetry"
 )
 
 func main() {
@@ -39,7 +39,7 @@ func run(args []string) int {
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		progress = os.Stderr
 	}
-	tel, err := telemetry.Setup(ctx, "stockflow-producer", false)
+	tel, err := otelsetup.Setup(ctx, "stockflow-producer", false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "producer: telemetry:", err)
 		return 2

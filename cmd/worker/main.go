@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/telemetry"
+	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -36,7 +36,7 @@ func run(args []string) error {
 	logger := config.Logger(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	tel, err := telemetry.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
+	tel, err := otelsetup.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}

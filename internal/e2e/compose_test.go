@@ -43,7 +43,7 @@ func settings(define func(*config.Set)) map[string]bool {
 	return out
 }
 
-// otelVars are the OpenTelemetry variables the binaries honour (internal/telemetry).
+// otelVars are the OpenTelemetry variables the binaries honour (internal/otelsetup).
 var otelVars = regexp.MustCompile(`^OTEL_(SERVICE_NAME|RESOURCE_ATTRIBUTES|TRACES_EXPORTER|METRICS_EXPORTER|EXPORTER_OTLP_[A-Z_]+|TRACES_SAMPLER(_ARG)?|BSP_[A-Z_]+)$`)
 
 func TestComposeMatchesTheCode(t *testing.T) {

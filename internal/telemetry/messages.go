@@ -1,3 +1,5 @@
+// Package telemetry carries trace context through stream messages and traces publishes, on the
+// OpenTelemetry API alone (no SDK, no exporters: see internal/otelsetup for those).
 package telemetry
 
 import (

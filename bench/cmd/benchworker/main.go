@@ -20,7 +20,7 @@ import (
 
 	"github.com/stockflow/stockflow/bench/internal/redsynclock"
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/telemetry"
+	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -45,7 +45,7 @@ func run(args []string) error {
 	logger := config.Logger(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	tel, err := telemetry.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
+	tel, err := otelsetup.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}

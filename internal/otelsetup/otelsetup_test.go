@@ -1,4 +1,4 @@
-package telemetry_test
+package otelsetup_test
 
 import (
 	"context"
@@ -24,9 +24,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/redistest"
-	"github.com/stockflow/stockflow/internal/telemetry"
 	"github.com/stockflow/stockflow/internal/worker"
 	"github.com/stockflow/stockflow/lockmw"
 )
@@ -45,7 +45,7 @@ func unsetOTel(t *testing.T) {
 func TestNothingConfiguredExportsNothing(t *testing.T) {
 	unsetOTel(t)
 	before := runtime.NumGoroutine()
-	tel, err := telemetry.Setup(context.Background(), "test", false)
+	tel, err := otelsetup.Setup(context.Background(), "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestOneTracePerOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(manual), sdkmetric.WithReader(promExp)))
-	tel, err := telemetry.Setup(context.Background(), "test", false) // only the propagator: nothing configured
+	tel, err := otelsetup.Setup(context.Background(), "test", false) // only the propagator: nothing configured
 	if err != nil {
 		t.Fatal(err)
 	}

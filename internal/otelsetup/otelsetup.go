@@ -1,5 +1,6 @@
-// Package telemetry sets up OpenTelemetry for the stockflow binaries from the standard environment
-// variables, and carries trace context through stream messages.
+// Package otelsetup sets up OpenTelemetry for the stockflow binaries from the standard environment
+// variables. Only the mains import it: it links the exporters (OTLP over HTTP and gRPC, Prometheus), which
+// the libraries and the demo do without (internal/telemetry has what they need).
 //
 //	OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES      resource
 //	OTEL_TRACES_EXPORTER  = otlp | console | none     default none: no spans are exported
@@ -9,7 +10,7 @@
 //
 // With nothing set, nothing is exported and no exporter goroutine runs: the global providers stay the
 // no-op ones, and trace context is still passed on from message to message.
-package telemetry
+package otelsetup
 
 import (
 	"context"
