@@ -172,8 +172,8 @@ func (s *Server) launchLocked() error {
 		"--appendonly", appendonly, "--appendfsync", "always",
 		"--proc-title-template", "{title} {listen-addr} " + ProcessMarker,
 	}
-	cmd, err := spawn(s.bin, args)
-	if err != nil {
+	cmd := exec.Command(s.bin, args...)
+	if err := StartChild(cmd); err != nil {
 		return err
 	}
 	done := make(chan struct{})

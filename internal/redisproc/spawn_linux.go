@@ -7,7 +7,7 @@ import (
 )
 
 // The kernel sends PDEATHSIG when the *thread* that forked the child exits, not the process. Go may retire
-// threads, so every server is forked from one goroutine locked to a thread that lives as long as the binary.
+// threads, so every child is forked from one goroutine locked to a thread that lives as long as the binary.
 var spawnRequests = make(chan spawnRequest)
 
 type spawnRequest struct {
@@ -24,10 +24,11 @@ func init() {
 	}()
 }
 
-func spawn(bin string, args []string) (*exec.Cmd, error) {
-	cmd := exec.Command(bin, args...)
+// StartChild starts cmd as a child that the kernel kills when this process dies (PR_SET_PDEATHSIG), in a
+// process group of its own. The benchmark harness starts its worker processes with it too.
+func StartChild(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	errc := make(chan error)
 	spawnRequests <- spawnRequest{cmd, errc}
-	return cmd, <-errc
+	return <-errc
 }

@@ -4,8 +4,5 @@ package redisproc
 
 import "os/exec"
 
-// spawn starts the server. Outside Linux there is no PDEATHSIG: servers are stopped by t.Cleanup only.
-func spawn(bin string, args []string) (*exec.Cmd, error) {
-	cmd := exec.Command(bin, args...)
-	return cmd, cmd.Start()
-}
+// StartChild starts cmd. Outside Linux there is no PDEATHSIG: children are stopped by their owner only.
+func StartChild(cmd *exec.Cmd) error { return cmd.Start() }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/redisproc"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -123,7 +124,7 @@ func (b *bench) e2eRun(ctx context.Context, lockFlag, distribution string, order
 		cmd := exec.Command(b.cfg.WorkerBin, "--lock", lockFlag, "--redis-url", url, "--worker-name", "w"+strconv.Itoa(i),
 			"--metrics-addr", addr)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		err = start(cmd)
+		err = redisproc.StartChild(cmd)
 		logf.Close()
 		if err != nil {
 			return res, err
