@@ -19,6 +19,9 @@ var (
 	ErrNotReserved = errors.New("inventory: order not reserved")
 	// ErrUnknownSKU means the SKU was never stocked.
 	ErrUnknownSKU = errors.New("inventory: unknown sku")
+	// ErrCorrupt means the SKU's stock hash holds a value no script can work with (a field that is not an
+	// integer). Retrying cannot help until an operator repairs the hash.
+	ErrCorrupt = errors.New("inventory: corrupt stock")
 )
 
 // Status is what happened to an order.

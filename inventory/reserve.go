@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -39,7 +40,7 @@ func (s *Store) Reserve(ctx context.Context, orderID, sku string, quantity, fenc
 		keys := []string{stockKey(sku), orderKey(sku, orderID)}
 		reply, err := reserveScript.Run(ctx, s.rdb, keys, quantity, fence, s.ttlMillis).Slice()
 		if err != nil {
-			return Outcome{}, scriptError("reserve", orderSubject(orderID, sku), fence, err)
+			return Outcome{}, scriptError("reserve", orderID, sku, fence, err)
 		}
 		return decodeOutcome(orderID, sku, reply)
 	})
@@ -62,7 +63,7 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 	keys := []string{stockKey(sku), orderKey(sku, orderID)}
 	reply, err := releaseScript.Run(ctx, s.rdb, keys, fence).Slice()
 	if err != nil {
-		return Outcome{}, scriptError("release", orderSubject(orderID, sku), fence, err)
+		return Outcome{}, scriptError("release", orderID, sku, fence, err)
 	}
 	return decodeOutcome(orderID, sku, reply)
 }
@@ -87,16 +88,21 @@ func decodeOutcome(orderID, sku string, reply []any) (Outcome, error) {
 	return Outcome{}, fmt.Errorf("inventory: unexpected script reply %v for order %q", reply, orderID)
 }
 
-// scriptError turns the scripts' error replies into the package's sentinels. subject names the order or
-// SKU the call was about.
-func scriptError(op, subject string, fence int64, err error) error {
+// scriptError turns the scripts' error replies into the package's sentinels. orderID is "" for a call
+// about the SKU as a whole.
+func scriptError(op, orderID, sku string, fence int64, err error) error {
+	subject := skuSubject(sku)
+	if orderID != "" {
+		subject = orderSubject(orderID, sku)
+	}
 	var detail string
 	if _, after, ok := strings.Cut(err.Error(), " "); ok {
 		detail = after
 	}
 	switch {
 	case redis.HasErrorPrefix(err, "STALEFENCE "):
-		return fmt.Errorf("%w: %s %s: token %d is below the stored fence %s", ErrStaleFence, op, subject, fence, detail)
+		stored, _ := strconv.ParseInt(detail, 10, 64)
+		return &StaleFenceError{Op: op, Subject: subject, SKU: sku, Token: fence, Stored: stored}
 	case redis.HasErrorPrefix(err, "NOTRESERVED none"):
 		return fmt.Errorf("%w: %s has no recorded outcome", ErrNotReserved, subject)
 	case redis.HasErrorPrefix(err, "NOTRESERVED "):
@@ -104,9 +110,26 @@ func scriptError(op, subject string, fence int64, err error) error {
 	case redis.HasErrorPrefix(err, "UNKNOWNSKU"):
 		return fmt.Errorf("%w: %s %s", ErrUnknownSKU, op, subject)
 	case redis.HasErrorPrefix(err, "CORRUPT "):
-		return fmt.Errorf("inventory: %s %s: stock field %s is not an integer", op, subject, detail)
+		return fmt.Errorf("%w: %s %s: stock field %s is not an integer", ErrCorrupt, op, subject, detail)
 	}
 	return fmt.Errorf("inventory: %s %s: %w", op, subject, err)
 }
 
 func orderSubject(orderID, sku string) string { return fmt.Sprintf("order %q of sku %q", orderID, sku) }
+
+// StaleFenceError is a write refused because its fencing token is below the SKU's stored fence: the
+// writer's lock was taken over, or the lock's fencing counter fell behind the stored fence (it was lost)
+// and must be raised past Stored. errors.Is(err, ErrStaleFence) holds for it.
+type StaleFenceError struct {
+	Op, Subject string // the operation and the order or SKU it was about
+	SKU         string
+	Token       int64 // the refused token
+	Stored      int64 // the SKU's stored fence
+}
+
+func (e *StaleFenceError) Error() string {
+	return fmt.Sprintf("%v: %s %s: token %d is below the stored fence %d", ErrStaleFence, e.Op, e.Subject, e.Token, e.Stored)
+}
+
+// Is makes errors.Is(err, ErrStaleFence) true.
+func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }

@@ -34,7 +34,7 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 		return err
 	}
 	if err := setStockScript.Run(ctx, s.rdb, []string{stockKey(sku)}, available).Err(); err != nil {
-		return scriptError("set stock of", skuSubject(sku), 0, err)
+		return scriptError("set stock of", "", sku, 0, err)
 	}
 	return nil
 }
@@ -55,7 +55,7 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (availa
 			int64(MaxStock))
 	}
 	if err != nil {
-		return 0, scriptError("restock", skuSubject(sku), 0, err)
+		return 0, scriptError("restock", "", sku, 0, err)
 	}
 	return available, nil
 }
@@ -67,7 +67,7 @@ func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
 	}
 	reply, err := getStockScript.Run(ctx, s.rdb, []string{stockKey(sku)}).Slice()
 	if err != nil {
-		return Stock{}, scriptError("get", skuSubject(sku), 0, err)
+		return Stock{}, scriptError("get", "", sku, 0, err)
 	}
 	if len(reply) != 3 {
 		return Stock{}, fmt.Errorf("inventory: get sku %q: unexpected script reply %v", sku, reply)

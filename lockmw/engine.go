@@ -33,6 +33,12 @@ type Config struct {
 	NodeTimeout time.Duration
 	// Logger receives renewal failures and lost leases. Default slog.Default().
 	Logger *slog.Logger
+	// TokenTTL, when positive, makes a key's fencing counter expire after this long without a fresh
+	// acquisition, so keys that are locked once (a typo, a retired SKU) leave nothing behind for good.
+	// Default 0: counters are kept forever, as Redisson keeps them. A counter that expired restarts at 1;
+	// a store that refuses the lower token (a stale fence) recovers with RaiseToken. Fencing then only
+	// protects against holders paused for less than TokenTTL.
+	TokenTTL time.Duration
 }
 
 // DefaultNodeTimeout is the default Config.NodeTimeout.
@@ -61,6 +67,9 @@ func (c Config) Validate() error {
 	if c.MaxWait < 0 {
 		return fmt.Errorf("lockmw: MaxWait must not be negative, got %v", c.MaxWait)
 	}
+	if c.TokenTTL < 0 {
+		return fmt.Errorf("lockmw: TokenTTL must not be negative, got %v", c.TokenTTL)
+	}
 	return nil
 }
 
@@ -74,6 +83,8 @@ type backend interface {
 	release(ctx context.Context, n names, owner, requestID string) (int64, error)
 	// renew returns per hold: nil (renewed), ErrNotHeld (gone) or another error (outcome unknown).
 	renew(ctx context.Context, hs []*hold) []error
+	// raiseToken raises the fencing counter of n to at least token.
+	raiseToken(ctx context.Context, n names, token int64) error
 }
 
 type attempt struct {
@@ -138,6 +149,21 @@ func (e *engine) Acquire(ctx context.Context, key string) (Lease, error) {
 
 func (e *engine) TryAcquire(ctx context.Context, key string) (Lease, error) {
 	return e.acquire(ctx, key, false)
+}
+
+// RaiseToken raises the fencing counter of key to at least token (never lowers it), so the next fresh
+// acquisition gets a larger token. A store that refused a token as stale because its stored fence is
+// ahead of the counter (the counter was lost: a restart without persistence, eviction, an operator, or
+// Config.TokenTTL) calls it with the stored fence: the next holder then writes again after one retry.
+// Raising never weakens fencing: tokens only grow.
+func (e *engine) RaiseToken(ctx context.Context, key string, token int64) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := e.be.raiseToken(ctx, namesFor(key), token); err != nil {
+		return fmt.Errorf("lockmw: raise fencing counter of %s: %w", key, err)
+	}
+	return nil
 }
 
 func (e *engine) acquire(ctx context.Context, key string, wait bool) (Lease, error) {

@@ -14,10 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed raisetoken.lua
-var raiseTokenLua string
-var raiseTokenScript = redis.NewScript(raiseTokenLua)
-
 // ErrQuorum: fewer than a majority of the Redlock masters answered as needed. The per-node causes are
 // joined to it as *NodeError values.
 var ErrQuorum = errors.New("lockmw: no quorum of Redis masters")
@@ -69,8 +65,8 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 		cfg.Logger.Warn("lockmw: Redlock over an even number of masters tolerates no more failures than one less",
 			"masters", len(clients))
 	}
-	nodes := redlockNodes{clients: clients, lease: cfg.Lease, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1,
-		logger: cfg.Logger}
+	nodes := redlockNodes{clients: clients, lease: cfg.Lease, tokenTTL: cfg.TokenTTL, timeout: cfg.NodeTimeout,
+		quorum: len(clients)/2 + 1, logger: cfg.Logger}
 	r := &Redlock{nodes: nodes}
 	r.engine = newEngine("redlock", cfg, nodes)
 	for _, c := range clients {
@@ -89,11 +85,12 @@ func (r *Redlock) Close() error {
 }
 
 type redlockNodes struct {
-	clients []redis.UniversalClient
-	lease   time.Duration
-	timeout time.Duration
-	quorum  int
-	logger  *slog.Logger
+	clients  []redis.UniversalClient
+	lease    time.Duration
+	tokenTTL time.Duration
+	timeout  time.Duration
+	quorum   int
+	logger   *slog.Logger
 }
 
 // each runs f on every master at once, each call bounded by the node timeout, and waits for all.
@@ -130,7 +127,8 @@ func (r redlockNodes) acquire(ctx context.Context, n names, owner string, held b
 	replies := make([][]int64, len(r.clients))
 	errs := make([]error, len(r.clients))
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
-		replies[i], errs[i] = acquireScript.Run(ctx, c, []string{n.lock, n.token}, r.lease.Milliseconds(), owner).Int64Slice()
+		replies[i], errs[i] = acquireScript.Run(ctx, c, []string{n.lock, n.token}, r.lease.Milliseconds(), owner,
+			r.tokenTTL.Milliseconds()).Int64Slice()
 	})
 	if ctx.Err() != nil {
 		r.undo(ctx, n, owner, replies, errs, held)
@@ -196,9 +194,14 @@ func (r redlockNodes) writeBackToken(ctx context.Context, n names, token int64, 
 	if have >= r.quorum {
 		return nil
 	}
+	return r.raiseToken(ctx, n, token)
+}
+
+// raiseToken raises the fencing counter to at least token on every master; a majority must confirm.
+func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) error {
 	raised := make([]error, len(r.clients))
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
-		raised[i] = raiseTokenScript.Run(ctx, c, []string{n.token}, token).Err()
+		raised[i] = raiseTokenScript.Run(ctx, c, []string{n.token}, token, r.tokenTTL.Milliseconds()).Err()
 	})
 	var failures []error
 	for i, err := range raised {
@@ -207,7 +210,7 @@ func (r redlockNodes) writeBackToken(ctx context.Context, n names, token int64, 
 		}
 	}
 	if len(r.clients)-len(failures) < r.quorum {
-		return errors.Join(append([]error{fmt.Errorf("%w: fencing token not written back", ErrQuorum)}, failures...)...)
+		return errors.Join(append([]error{fmt.Errorf("%w: fencing counter not raised", ErrQuorum)}, failures...)...)
 	}
 	return nil
 }

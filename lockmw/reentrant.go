@@ -25,6 +25,10 @@ var (
 	renewLua    string
 	renewScript = redis.NewScript(renewLua)
 
+	//go:embed raisetoken.lua
+	raiseTokenLua    string
+	raiseTokenScript = redis.NewScript(raiseTokenLua)
+
 	//go:embed forcerelease.lua
 	forceReleaseLua    string
 	forceReleaseScript = redis.NewScript(forceReleaseLua)
@@ -51,7 +55,7 @@ func NewReentrant(rdb redis.UniversalClient, cfg Config) (*Reentrant, error) {
 		return nil, err
 	}
 	r := &Reentrant{rdb: rdb}
-	r.engine = newEngine("reentrant", cfg, singleNode{rdb: rdb, lease: cfg.Lease})
+	r.engine = newEngine("reentrant", cfg, singleNode{rdb: rdb, lease: cfg.Lease, tokenTTL: cfg.TokenTTL})
 	r.notifiers = []*notifier{newNotifier(rdb, r.queue.notify)}
 	return r, nil
 }
@@ -106,13 +110,19 @@ func (r *Reentrant) ForceRelease(ctx context.Context, key string) (bool, error) 
 
 // singleNode runs the lock scripts on one Redis.
 type singleNode struct {
-	rdb   redis.UniversalClient
-	lease time.Duration
+	rdb      redis.UniversalClient
+	lease    time.Duration
+	tokenTTL time.Duration
+}
+
+func (s singleNode) raiseToken(ctx context.Context, n names, token int64) error {
+	return raiseTokenScript.Run(ctx, s.rdb, []string{n.token}, token, s.tokenTTL.Milliseconds()).Err()
 }
 
 func (s singleNode) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, s.rdb, []string{n.lock, n.token}, s.lease.Milliseconds(), owner).Int64Slice()
+	res, err := acquireScript.Run(ctx, s.rdb, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
+		s.tokenTTL.Milliseconds()).Int64Slice()
 	if err != nil {
 		if !held { // the script may have run before the reply was lost or the context ended
 			s.undo(ctx, n, owner)

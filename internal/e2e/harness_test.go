@@ -62,11 +62,12 @@ type proc struct {
 }
 
 // testEnv is the worker environment of the end-to-end tests: short leases and claim times, so crashes
-// are recovered from within seconds.
+// are recovered from within seconds. New groups start at 0: tests add entries right after starting a
+// worker, possibly before it created the group.
 func testEnv(s *redistest.Server) []string {
 	return []string{
 		"REDIS_URL=" + s.URL(), "WORKER_CONCURRENCY=8", "LOCK_LEASE=2s", "LOCK_WAIT=1s",
-		"CLAIM_IDLE=3s", "SHUTDOWN_TIMEOUT=5s",
+		"CLAIM_IDLE=3s", "SHUTDOWN_TIMEOUT=5s", "CONSUMER_GROUP_START=0",
 	}
 }
 

@@ -157,6 +157,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 		return nil, err
 	}
 
+	if err := ensureGroup(ctx, rdb, cfg.Streams); err != nil {
+		return nil, err
+	}
 	placed, err := publish(ctx, cfg, rdb, skus, progress)
 	if err != nil {
 		return nil, err
@@ -177,6 +180,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 	}
 	sum.check()
 	return sum, nil
+}
+
+// ensureGroup creates the workers' consumer group if it does not exist yet, at the end of the stream, so
+// that the orders about to be published reach the workers even when none has started yet (a new group
+// starts at $ by default, and would skip them).
+func ensureGroup(ctx context.Context, rdb *redis.Client, s worker.Streams) error {
+	err := rdb.XGroupCreateMkStream(ctx, s.OrdersStream, s.ConsumerGroup, "$").Err()
+	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return fmt.Errorf("create consumer group %s of stream %s: %w", s.ConsumerGroup, s.OrdersStream, err)
+	}
+	return nil
 }
 
 // lastID is the ID of the newest entry of a stream, "0-0" when it has none.

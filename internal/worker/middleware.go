@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockflow/stockflow/handlers"
@@ -19,34 +21,30 @@ import (
 
 // The per-message chain, outermost first (see Worker.chain):
 //
-//	trace ▶ poison ▶ recover ▶ drain ▶ keepalive ▶ decode ▶ retry ▶ ack ▶ lock ▶ reserve + publish outcome
+//	trace ▶ poison ▶ recover ▶ drain ▶ attempts ▶ keepalive ▶ decode ▶ ack ▶ lock ▶ reserve + publish outcome
 
 // stream identifies the consumer a message was delivered to.
 type stream struct {
-	rdb      redis.UniversalClient
-	name     string
-	group    string
-	consumer string
-	poison   string
+	rdb          redis.UniversalClient
+	name         string
+	group        string
+	consumer     string
+	poison       string
+	poisonMaxLen int
+	busy         *atomic.Int64 // since when the consumer has been handling its message (unix ns), 0 when idle
 }
 
 // poison sends a message that can never succeed to the poison stream and acks it, in one MULTI: an entry
-// marked unreadable by the unmarshaller, one the handler rejects as bad input, or one whose handling
-// panicked. The poison entry holds the original fields, plus poison_reason, poison_source_stream and
-// poison_source_id. Anything else passes through.
+// marked unreadable by the unmarshaller, one the handler rejects as bad input, one whose handling panicked,
+// and one that failed permanently or too often (attempts). The poison entry holds the original fields,
+// plus poison_reason, poison_source_stream and poison_source_id. Anything else passes through.
 func (s stream) poisonMiddleware(logger *slog.Logger) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
-			reason := msg.Metadata.Get(metaBadEntry)
+			reason, kind := msg.Metadata.Get(metaBadEntry), reasonBadInput
 			if reason == "" {
 				msgs, err := h(msg)
-				var panicked *panicError
-				switch {
-				case errors.As(err, &panicked):
-					reason = panicked.Error()
-				case errors.Is(err, handlers.ErrBadInput):
-					reason = err.Error()
-				default:
+				if reason, kind = poisonReason(err); reason == "" {
 					return msgs, err
 				}
 			}
@@ -56,11 +54,26 @@ func (s stream) poisonMiddleware(logger *slog.Logger) message.HandlerMiddleware 
 				return nil, fmt.Errorf("poison entry %s: %w", msg.UUID, err)
 			}
 			logger.Warn("poisoned entry", "stream", s.name, "id", msg.UUID, "reason", reason)
-			poisoned.Add(ctx, 1)
+			poisoned.Add(ctx, 1, kind)
 			trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
 			return nil, nil
 		}
 	}
+}
+
+// poisonReason says why err sends its message to the poison stream, or "" when it does not.
+func poisonReason(err error) (string, metric.MeasurementOption) {
+	var panicked *panicError
+	var failed *permanentError
+	switch {
+	case errors.As(err, &panicked):
+		return panicked.Error(), reasonPanic
+	case errors.As(err, &failed):
+		return failed.Error(), failed.kind()
+	case errors.Is(err, handlers.ErrBadInput):
+		return err.Error(), reasonBadInput
+	}
+	return "", nil
 }
 
 func (s stream) toPoison(ctx context.Context, id, reason string) error {
@@ -78,7 +91,7 @@ func (s stream) toPoison(ctx context.Context, id, reason string) error {
 	fields["poison_source_stream"] = s.name
 	fields["poison_source_id"] = id
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: s.poison, Values: fields})
+		p.XAdd(ctx, &redis.XAddArgs{Stream: s.poison, Values: fields, MaxLen: int64(s.poisonMaxLen), Approx: true})
 		p.XAck(ctx, s.name, s.group, id)
 		return nil
 	})
@@ -100,9 +113,18 @@ func (s stream) ackMiddleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-//go:embed keepalive.lua
-var keepaliveLua string
-var keepaliveScript = redis.NewScript(keepaliveLua)
+//go:embed reclaim.lua
+var reclaimLua string
+var reclaimScript = redis.NewScript(reclaimLua)
+
+// reclaim sets the idle time of the entry msgID if this consumer still owns it (reclaim.lua).
+func (s stream) reclaim(ctx context.Context, msgID string, idle time.Duration, uncount bool) error {
+	flag := 0
+	if uncount {
+		flag = 1
+	}
+	return reclaimScript.Run(ctx, s.rdb, []string{s.name}, s.group, s.consumer, msgID, idle.Milliseconds(), flag).Err()
+}
 
 // keepalive resets the idle time of the entry in Redis every third of the claim idle time while it is
 // handled, so a slow order (waiting for a hot lock, retrying through a Redis outage) is not claimed by
@@ -122,7 +144,7 @@ func (s stream) keepaliveMiddleware(claimIdle time.Duration) message.HandlerMidd
 						return
 					case <-tick.C:
 						c, cancel := context.WithTimeout(ctx, claimIdle/3)
-						_ = keepaliveScript.Run(c, s.rdb, []string{s.name}, s.group, s.consumer, msg.UUID).Err()
+						_ = s.reclaim(c, msg.UUID, 0, false)
 						cancel()
 					}
 				}
@@ -171,36 +193,6 @@ func drainMiddleware(drain context.Context) message.HandlerMiddleware {
 			}()
 			msg.SetContext(ctx)
 			return h(msg)
-		}
-	}
-}
-
-// Retry backoff: exponential from retryMin, capped at retryMax.
-const (
-	retryMin = 100 * time.Millisecond
-	retryMax = 3 * time.Second
-)
-
-// retry retries infrastructure faults (Redis unreachable, lock wait over, lock lost, stale fence) with
-// capped exponential backoff for as long as the message context lives; the entry stays pending meanwhile.
-// Bad input is never retried.
-func retryMiddleware(logger *slog.Logger) message.HandlerMiddleware {
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			delay := retryMin
-			for attempt := 1; ; attempt++ {
-				msgs, err := h(msg)
-				if err == nil || errors.Is(err, handlers.ErrBadInput) {
-					return msgs, err
-				}
-				logger.Warn("order failed, retrying", "id", msg.UUID, "attempt", attempt, "in", delay, "err", err)
-				select {
-				case <-msg.Context().Done():
-					return nil, errors.Join(err, context.Cause(msg.Context()))
-				case <-time.After(delay):
-				}
-				delay = min(2*delay, retryMax)
-			}
 		}
 	}
 }

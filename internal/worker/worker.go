@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -16,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/config"
@@ -45,6 +47,12 @@ type Worker struct {
 	drain     context.Context
 	stopDrain context.CancelCauseFunc
 	metrics   http.Handler
+	attempts  attempts
+	busy      busyClock
+	backlog   atomic.Pointer[backlog]
+	// readsFailing is since when the consumers' reads have been failing (unix ns), 0 while they succeed.
+	readsFailing atomic.Int64
+	gauges       metric.Registration
 }
 
 // keepOpen hides Close from Watermill, which closes the client it is given; the worker closes its clients.
@@ -84,7 +92,8 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 	subOpts.PoolSize = 2*cfg.Concurrency + 4 // a blocking XREADGROUP and a claim per consumer
 	w.subRDB = redis.NewClient(&subOpts)
 
-	lockCfg := lockmw.Config{Lease: cfg.LockLease, MaxWait: cfg.LockWait, Logger: logger}
+	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
+	lockCfg := lockmw.Config{Lease: cfg.LockLease, MaxWait: cfg.LockWait, Logger: logger, TokenTTL: cfg.OutcomeTTL}
 	var err error
 	switch urls, _ := config.RedisURLs(cfg.RedlockURLs); {
 	case opts.Locker != nil || opts.NoLock:
@@ -103,37 +112,55 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 		w.closeClients()
 		return nil, err
 	}
-	switch {
-	case opts.NoLock:
-	case opts.Locker != nil:
-		w.lock = &lockmw.Middleware{Locker: opts.Locker, Key: handlers.SKU, Instance: cfg.Name}
-	default:
-		w.lock = &lockmw.Middleware{Locker: w.locker, Key: handlers.SKU, Instance: cfg.Name}
+	var locker lockmw.Locker = w.locker
+	if opts.Locker != nil {
+		locker = opts.Locker
+	}
+	if !opts.NoLock {
+		w.lock = &lockmw.Middleware{Locker: locker, Key: handlers.SKU, Instance: cfg.Name}
+	}
+	w.attempts = attempts{max: cfg.MaxAttempts, claimIdle: cfg.ClaimIdle, logger: logger}
+	if r, ok := locker.(interface {
+		RaiseToken(context.Context, string, int64) error
+	}); ok && w.lock != nil {
+		w.attempts.raiseToken = r.RaiseToken
 	}
 
 	wmLogger := watermill.NewSlogLogger(logger)
-	w.results, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{w.rdb}}, wmLogger)
+	w.results, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{w.rdb},
+		DefaultMaxlen: int64(cfg.ResultsMaxLen)}, wmLogger)
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
-	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb), Results: telemetry.Publisher{Publisher: w.results},
-		ResultsTopic: cfg.ResultsStream, Worker: cfg.Name, DelayWrite: cfg.FaultDelayWrite}
+	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb, inventory.WithOutcomeTTL(cfg.OutcomeTTL)),
+		Results: telemetry.Publisher{Publisher: w.results}, ResultsTopic: cfg.ResultsStream, Worker: cfg.Name,
+		DelayWrite: cfg.FaultDelayWrite}
+	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
 
 	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.ShutdownTimeout + 2*time.Second}, wmLogger)
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
+	w.busy = make(busyClock, cfg.Concurrency)
 	for i := range cfg.Concurrency {
 		consumer := fmt.Sprintf("%s-%d", cfg.Name, i)
+		s := stream{rdb: w.rdb, name: cfg.OrdersStream, group: cfg.ConsumerGroup, consumer: consumer,
+			poison: cfg.PoisonStream, poisonMaxLen: cfg.PoisonMaxLen, busy: &w.busy[i]}
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client:                        subscriberClient{w.subRDB},
-			Unmarshaller:                  entryUnmarshaller{},
-			ConsumerGroup:                 cfg.ConsumerGroup,
-			Consumer:                      consumer,
-			MaxIdleTime:                   cfg.ClaimIdle,
-			ClaimInterval:                 min(cfg.ClaimIdle/4, 5*time.Second),
+			Client:        &subscriberClient{UniversalClient: w.subRDB, s: s, logger: logger, failing: &w.readsFailing},
+			Unmarshaller:  entryUnmarshaller{},
+			ConsumerGroup: cfg.ConsumerGroup,
+			Consumer:      consumer,
+			OldestId:      cfg.GroupStart,
+			MaxIdleTime:   cfg.ClaimIdle,
+			// Failed attempts are handed back to be claimed after about a second (attempts).
+			ClaimInterval:                 min(cfg.ClaimIdle/4, time.Second),
 			NackResendSleep:               500 * time.Millisecond,
 			DisableIndefiniteInitialBlock: true, // so the read loops notice a shutdown
 		}, wmLogger)
@@ -141,8 +168,7 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 			w.Close()
 			return nil, err
 		}
-		chain := w.chain(stream{rdb: w.rdb, name: cfg.OrdersStream, group: cfg.ConsumerGroup,
-			consumer: consumer, poison: cfg.PoisonStream})
+		chain := w.chain(s)
 		w.router.AddConsumerHandler(consumer, cfg.OrdersStream, sub, func(msg *message.Message) error {
 			_, err := chain(msg)
 			return err
@@ -154,14 +180,16 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 // chain builds the per-message middleware chain of one consumer, outermost first.
 func (w *Worker) chain(s stream) message.HandlerFunc {
 	h := func(msg *message.Message) ([]*message.Message, error) { return nil, w.reserver.Handle(msg) }
+	a := w.attempts
+	a.s = s
 	mws := []message.HandlerMiddleware{
 		s.traceMiddleware,
 		s.poisonMiddleware(w.logger),
 		recoverMiddleware(w.logger),
 		drainMiddleware(w.drain),
+		a.middleware,
 		s.keepaliveMiddleware(w.cfg.ClaimIdle),
 		handlers.Decode,
-		retryMiddleware(w.logger),
 		s.ackMiddleware,
 	}
 	if w.lock != nil {
@@ -178,6 +206,12 @@ func (w *Worker) chain(s stream) message.HandlerFunc {
 // everything. It returns an error if the router stops on its own.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.Close()
+	if err := w.prepare(ctx); err != nil {
+		return err
+	}
+	hkCtx, stopHousekeeping := context.WithCancel(context.Background())
+	defer stopHousekeeping()
+	go w.housekeep(hkCtx)
 	if w.cfg.MetricsAddr != "" {
 		srv := &http.Server{Addr: w.cfg.MetricsAddr, Handler: w.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -233,22 +267,12 @@ func (w *Worker) httpHandler() http.Handler {
 	return mux
 }
 
-// ready: the router runs and Redis answers.
-func (w *Worker) ready(ctx context.Context) error {
-	if !w.router.IsRunning() || w.router.IsClosed() {
-		return errors.New("router not running")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	if err := w.rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	return nil
-}
-
 // Close releases everything New opened. Run calls it.
 func (w *Worker) Close() {
 	w.stopDrain(errors.New("worker: closed"))
+	if w.gauges != nil {
+		_ = w.gauges.Unregister()
+	}
 	if w.locker != nil {
 		_ = w.locker.Close()
 	}

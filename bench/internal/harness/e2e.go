@@ -150,8 +150,9 @@ func (b *bench) e2eRun(ctx context.Context, lockFlag, distribution string, order
 		workerCPU0 += processCPU(w.cmd.Process.Pid)
 	}
 	sum, err := producer.Run(ctx, producer.Config{
-		Streams: worker.Streams{RedisURL: url, OrdersStream: "orders", ResultsStream: "order-results", PoisonStream: "orders-poison"},
-		Orders:  orders, SKUs: 200, Quantity: 1, Distribution: distribution, SeedStock: seed,
+		Streams: worker.Streams{RedisURL: url, OrdersStream: "orders", ResultsStream: "order-results", PoisonStream: "orders-poison",
+			ConsumerGroup: "inventory"},
+		Orders: orders, SKUs: 200, Quantity: 1, Distribution: distribution, SeedStock: seed,
 		Wait: true, Timeout: 3 * time.Minute,
 	}, nil)
 	if err != nil {

@@ -1,0 +1,105 @@
+package worker
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+)
+
+//go:embed trim.lua
+var trimLua string
+var trimScript = redis.NewScript(trimLua)
+
+// backlog is the consumer group's state as the last housekeeping round saw it.
+type backlog struct {
+	found   bool
+	pending int64
+	lag     int64     // entries not yet delivered to the group; -1 unknown
+	oldest  time.Time // when the oldest pending entry was published; zero when none is pending
+}
+
+// housekeep trims the orders stream to STREAM_RETENTION and records the group's backlog, every
+// min(STREAM_RETENTION/4, 10 s) until ctx ends. Every worker does it; trimming is idempotent.
+func (w *Worker) housekeep(ctx context.Context) {
+	tick := time.NewTicker(min(w.cfg.StreamRetention/4, 10*time.Second))
+	defer tick.Stop()
+	for {
+		if err := w.trim(ctx); err != nil && ctx.Err() == nil {
+			w.logger.Warn("housekeeping: trimming the orders stream failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// trim runs trim.lua: entries older than the retention go, unless a group still needs them.
+func (w *Worker) trim(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	minID := strconv.FormatInt(time.Now().Add(-w.cfg.StreamRetention).UnixMilli(), 10) + "-0"
+	r, err := trimScript.Run(ctx, w.rdb, []string{w.cfg.OrdersStream}, minID, w.cfg.ConsumerGroup).Slice()
+	if err != nil {
+		return err
+	}
+	if len(r) != 5 {
+		return fmt.Errorf("unexpected reply %v", r)
+	}
+	trimmed, _ := r[0].(int64)
+	found, _ := r[1].(int64)
+	b := &backlog{found: found == 1}
+	b.pending, _ = r[2].(int64)
+	b.lag, _ = r[3].(int64)
+	if id, _ := r[4].(string); id != "" {
+		ms, _, _ := strings.Cut(id, "-")
+		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			b.oldest = time.UnixMilli(n)
+		}
+	}
+	w.backlog.Store(b)
+	if trimmed > 0 {
+		w.logger.Debug("housekeeping: trimmed the orders stream", "entries", trimmed)
+	}
+	return nil
+}
+
+// observeBacklog reports the last backlog on the gauges.
+func (w *Worker) observeBacklog(_ context.Context, o metric.Observer) error {
+	b := w.backlog.Load()
+	if b == nil || !b.found {
+		return nil
+	}
+	o.ObserveInt64(pendingGauge, b.pending)
+	if b.lag >= 0 {
+		o.ObserveInt64(lagGauge, b.lag)
+	}
+	age := 0.0
+	if !b.oldest.IsZero() {
+		age = time.Since(b.oldest).Seconds()
+	}
+	o.ObserveFloat64(oldestPendingAge, age)
+	return nil
+}
+
+// busyClock records, per consumer, since when it has been handling its current message (0: idle).
+type busyClock []atomic.Int64
+
+// oldest returns the consumer that has been busy longest and for how long.
+func (c busyClock) oldest() (consumer int, d time.Duration) {
+	now := time.Now().UnixNano()
+	for i := range c {
+		if since := c[i].Load(); since != 0 && time.Duration(now-since) > d {
+			consumer, d = i, time.Duration(now-since)
+		}
+	}
+	return consumer, d
+}

@@ -1,0 +1,223 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw"
+)
+
+func TestLifetimeSettingsValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		change  func(*Config)
+		setting string
+	}{
+		{"a retention as long as the outcome TTL is refused", func(c *Config) { c.StreamRetention = c.OutcomeTTL }, "STREAM_RETENTION"},
+		{"a zero retention is refused", func(c *Config) { c.StreamRetention = 0 }, "STREAM_RETENTION"},
+		{"a group start other than $ or 0 is refused", func(c *Config) { c.GroupStart = "1-0" }, "CONSUMER_GROUP_START"},
+		{"zero attempts are refused", func(c *Config) { c.MaxAttempts = 0 }, "MAX_ATTEMPTS"},
+		{"a tiny poison bound is refused", func(c *Config) { c.PoisonMaxLen = 10 }, "POISON_MAXLEN"},
+		{"an outcome TTL under a minute is refused", func(c *Config) { c.OutcomeTTL = time.Second }, "OUTCOME_TTL"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig(t)
+			tc.change(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.setting) {
+				t.Fatalf("err %v, want one naming %s", err, tc.setting)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want failureKind
+	}{
+		{"a corrupt stock hash is permanent", fmt.Errorf("reserve: %w", inventory.ErrCorrupt), permanent},
+		{"a WRONGTYPE reply is permanent", redisReply("WRONGTYPE Operation against a key holding the wrong kind of value"), permanent},
+		{"a script runtime error is permanent", redisReply("ERR user_script:14: Expected value but found invalid token"), permanent},
+		{"a stale fence is transient", &inventory.StaleFenceError{Stored: 3}, transient},
+		{"a lock wait over is transient", errors.Join(lockmw.ErrNotObtained, context.DeadlineExceeded), transient},
+		{"a lost lease is transient", lockmw.ErrLockLost, transient},
+		{"Redis out of memory is transient", redisReply("OOM command not allowed when used memory > 'maxmemory'."), transient},
+		{"missing replicas are transient", redisReply("NOREPLICAS Not enough good replicas to write."), transient},
+		{"a generic ERR reply is transient", redisReply("ERR max number of clients reached"), transient},
+		{"a refused connection is transient", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), transient},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := classify(tc.err); got != tc.want {
+				t.Fatalf("classify(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+// redisReply is an error reply of Redis, as go-redis returns it (a redis.Error).
+func redisReply(msg string) error {
+	return replyErr{msg}
+}
+
+type replyErr struct{ msg string }
+
+func (e replyErr) Error() string { return e.msg }
+func (replyErr) RedisError()     {}
+
+var _ redis.Error = replyErr{}
+
+func testStream(rdb redis.UniversalClient) stream {
+	return stream{rdb: rdb, name: "orders", group: "g", consumer: "c1", poison: "orders-poison", poisonMaxLen: 1000,
+		busy: new(atomic.Int64)}
+}
+
+func TestFetchAndReclaim(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	s := testStream(rdb)
+	c := &subscriberClient{UniversalClient: rdb, s: s, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), failing: new(atomic.Int64)}
+	read := func(consumer string) []redis.XMessage {
+		t.Helper()
+		xs, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: consumer, Block: time.Millisecond}).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return xs[0].Messages
+	}
+
+	if got := read("c1"); got != nil {
+		t.Fatalf("read before the group exists: %v", got)
+	}
+	if groups := rdb.XInfoGroups(ctx, "orders").Val(); len(groups) != 1 || groups[0].Name != "g" {
+		t.Fatalf("groups %v after a read found none, want g created again", groups)
+	}
+	small := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "small"}}).Val()
+	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", maxEntryBytes)}}).Val()
+	after := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "after"}}).Val()
+
+	got := read("c1")
+	if len(got) != 1 || got[0].ID != small || got[0].Values[entryDeliveriesField] != int64(1) {
+		t.Fatalf("first read %v, want %s delivered once", got, small)
+	}
+	got = read("c1")
+	if len(got) != 1 || got[0].ID != after {
+		t.Fatalf("second read %v, want %s: the oversized entry %s is skipped", got, after, big)
+	}
+	if rdb.XLen(ctx, "orders-poison").Val() != 1 || len(rdb.XRange(ctx, "orders", big, big).Val()) != 0 {
+		t.Fatal("the oversized entry was not moved to the poison stream")
+	}
+
+	// A transient failure hands the entry back uncounted, idle enough to be claimed after 1 s.
+	if err := s.reclaim(ctx, small, 29*time.Second, true); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
+	if err != nil || len(claimed) != 0 {
+		t.Fatalf("claimed %v (%v) before the retry delay passed", claimed, err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	claimed, err = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
+	if err != nil || len(claimed) != 1 || claimed[0].Values[entryDeliveriesField] != int64(1) {
+		t.Fatalf("claim after the delay: %v (%v), want %s with 1 delivery (the handed-back one not counted)", claimed, err, small)
+	}
+	// A permanent failure counts: the next claim sees 2 deliveries. c1 no longer owns it: nothing happens.
+	if err := s.reclaim(ctx, small, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: small, End: small, Count: 1}).Val(); p[0].Consumer != "c2" {
+		t.Fatalf("entry owned by %s after c1's reclaim, want c2 (a consumer must not take back what it lost)", p[0].Consumer)
+	}
+	s2 := s
+	s2.consumer = "c2"
+	if err := s2.reclaim(ctx, small, 30*time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	claimed, _ = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c3", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
+	if len(claimed) != 1 || claimed[0].Values[entryDeliveriesField] != int64(2) {
+		t.Fatalf("claim after a counted hand-back: %v, want 2 deliveries", claimed)
+	}
+}
+
+func TestTrimKeepsWhatAGroupNeeds(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	cfg := validConfig(t)
+	cfg.RedisURL = "redis://" + rdb.Options().Addr
+	cfg.ConsumerGroup = "g"
+	cfg.StreamRetention = time.Second
+	w, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{NoLock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-%d", old, i), Values: []string{"k", "v"}}).Val())
+	}
+	fresh := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"k", "v"}}).Val()
+	rdb.XGroupCreate(ctx, "orders", "g", "0")
+	rdb.XGroupCreate(ctx, "orders", "slow", "0")
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"orders", ">"}, Count: 7})
+	rdb.XAck(ctx, "orders", "g", ids[0], ids[1], ids[3], ids[4], ids[5], fresh) // ids[2] stays pending in g
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "slow", Consumer: "c", Streams: []string{"orders", ">"}, Count: 4})
+	rdb.XAck(ctx, "orders", "slow", ids[0], ids[1], ids[2], ids[3]) // slow has not been given ids[4:]
+
+	if err := w.trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := rdb.XRange(ctx, "orders", "-", "+").Val()
+	if len(left) != 5 || left[0].ID != ids[2] {
+		t.Fatalf("left %v, want from %s on: pending in g (and ids[4:] not yet delivered to slow)", left, ids[2])
+	}
+	b := w.backlog.Load()
+	if !b.found || b.pending != 1 || b.oldest.UnixMilli() != old {
+		t.Fatalf("backlog %+v, want group g with 1 pending entry published an hour ago", b)
+	}
+	rdb.XAck(ctx, "orders", "g", ids[2])
+	rdb.XGroupDestroy(ctx, "orders", "slow")
+	if err := w.trim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := rdb.XRange(ctx, "orders", "-", "+").Val(); len(left) != 1 || left[0].ID != fresh {
+		t.Fatalf("left %v, want only the entry younger than the retention", left)
+	}
+}
+
+func TestPoisonReasonNamesTheCause(t *testing.T) {
+	cases := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("decode: %w", handlers.ErrBadInput), "bad input"},
+		{&permanentError{err: inventory.ErrCorrupt, deliveries: 3}, "failed permanently on attempt 3"},
+		{&permanentError{deliveries: 5}, "delivered 5 times without an outcome"},
+		{&panicError{value: "boom"}, "panic: boom"},
+	}
+	for _, tc := range cases {
+		if reason, _ := poisonReason(tc.err); !strings.Contains(reason, tc.want) {
+			t.Errorf("poisonReason(%v) = %q, want %q", tc.err, reason, tc.want)
+		}
+	}
+	if reason, _ := poisonReason(lockmw.ErrLockLost); reason != "" {
+		t.Errorf("a lost lock poisons (%q): it must be retried", reason)
+	}
+}

@@ -1,0 +1,140 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errEvicting refuses a Redis that may evict keys.
+var errEvicting = errors.New("worker: Redis may evict keys")
+
+// prepare runs before the first message: it waits until Redis answers, refuses one that may evict keys,
+// and creates the consumer group if it does not exist.
+func (w *Worker) prepare(ctx context.Context) error {
+	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
+		err := w.checkEviction(ctx)
+		if err == nil {
+			err = w.ensureGroup(ctx)
+		}
+		if err == nil || errors.Is(err, errEvicting) {
+			return err
+		}
+		w.logger.Warn("waiting for Redis", "err", err, "in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("worker: Redis did not answer before shutdown: %w", err)
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// checkEviction fails with errEvicting when Redis (or a Redlock master) evicts keys under memory pressure,
+// unless ALLOW_EVICTION is set. The keys with a TTL are the outcome records and locks, exactly what a
+// volatile-* policy evicts first: an evicted record means an order reserved twice. A Redlock master that
+// does not answer is skipped (Redlock tolerates a minority); the stock Redis must answer.
+func (w *Worker) checkEviction(ctx context.Context) error {
+	if w.cfg.AllowEviction {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := w.evictionPolicy(ctx, w.rdb, "REDIS_URL"); err != nil {
+		return err
+	}
+	for _, c := range w.lockRDB {
+		if err := w.evictionPolicy(ctx, c, "REDLOCK_URLS master "+c.Options().Addr); errors.Is(err, errEvicting) {
+			return err
+		}
+	}
+	return nil
+}
+
+// evictionPolicy reads maxmemory_policy from INFO memory (CONFIG GET is often disabled on managed Redis).
+// A server that does not report it is let through with a warning.
+func (w *Worker) evictionPolicy(ctx context.Context, c *redis.Client, which string) error {
+	info, err := c.Info(ctx, "memory").Result()
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		w.logger.Warn("cannot tell whether Redis evicts keys", "redis", which, "err", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	for line := range strings.Lines(info) {
+		if policy, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && policy != "noeviction" {
+			return fmt.Errorf("%w: %s has maxmemory-policy %s; set it to noeviction (an evicted outcome record means an order reserved twice, an evicted lock two holders), or set ALLOW_EVICTION=true to run anyway", errEvicting, which, policy)
+		}
+	}
+	return nil
+}
+
+// ensureGroup creates the consumer group at CONSUMER_GROUP_START if it does not exist.
+func (w *Worker) ensureGroup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stream, group := w.cfg.OrdersStream, w.cfg.ConsumerGroup
+	err := w.rdb.XGroupCreateMkStream(ctx, stream, group, w.cfg.GroupStart).Err()
+	if redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("create consumer group %s of stream %s: %w", group, stream, err)
+	}
+	n, _ := w.rdb.XLen(ctx, stream).Result()
+	if w.cfg.GroupStart == "$" && n > 0 {
+		w.logger.Warn("created the consumer group at $: the entries already in the stream will not be processed (CONSUMER_GROUP_START=0 processes them)",
+			"stream", stream, "group", group, "entries", n)
+		return nil
+	}
+	w.logger.Info("created the consumer group", "stream", stream, "group", group, "start", w.cfg.GroupStart, "entries", n)
+	return nil
+}
+
+// ready reports why the worker cannot do its work, or nil: the router must run, Redis answer without
+// evicting, the consumer group exist, reads succeed, and no consumer hang on one message for longer
+// than CLAIM_IDLE (after which other workers would take its work anyway).
+func (w *Worker) ready(ctx context.Context) error {
+	if !w.router.IsRunning() || w.router.IsClosed() {
+		return errors.New("router not running")
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := w.groupExists(ctx); err != nil {
+		return err
+	}
+	if err := w.checkEviction(ctx); err != nil {
+		return err
+	}
+	if since := w.readsFailing.Load(); since != 0 && time.Since(time.Unix(0, since)) > readFailureGrace {
+		return fmt.Errorf("reading the orders stream has failed for %v", time.Since(time.Unix(0, since)).Round(time.Second))
+	}
+	if i, d := w.busy.oldest(); d > w.cfg.ClaimIdle {
+		return fmt.Errorf("consumer %s-%d has been handling one message for %v", w.cfg.Name, i, d.Round(time.Second))
+	}
+	return nil
+}
+
+// readFailureGrace is how long reads may fail (a Redis restart, a failover) before the worker is not ready.
+const readFailureGrace = 5 * time.Second
+
+func (w *Worker) groupExists(ctx context.Context) error {
+	missing := fmt.Errorf("consumer group %s of stream %s does not exist", w.cfg.ConsumerGroup, w.cfg.OrdersStream)
+	groups, err := w.rdb.XInfoGroups(ctx, w.cfg.OrdersStream).Result()
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply): // no such key, or not a stream
+		return fmt.Errorf("%w: %w", missing, err)
+	case err != nil:
+		return fmt.Errorf("redis: %w", err)
+	}
+	for _, g := range groups {
+		if g.Name == w.cfg.ConsumerGroup {
+			return nil
+		}
+	}
+	return missing
+}
