@@ -78,24 +78,54 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, logger: logger, metrics: opts.Metrics}
 	w.drain, w.stopDrain = context.WithCancelCause(context.Background())
-	redisOpts, _ := config.RedisOptions(cfg.RedisURL)
-	w.rdb = redis.NewClient(redisOpts)
-	if opts.Tracing && cfg.TraceRedis {
-		// Statements off: no payloads or arguments in spans; caller off: it walks the stack on every
-		// command (a tenth of the CPU under load). The subscribers' client is not instrumented,
-		// so their idle stream polling stays out of the traces.
-		if err := redisotel.InstrumentTracing(w.rdb, redisotel.WithDBStatement(false), redisotel.WithCallerEnabled(false)); err != nil {
-			return nil, err
-		}
+	if err := w.build(opts); err != nil {
+		w.Close()
+		return nil, err
 	}
-	subOpts := *redisOpts
-	subOpts.PoolSize = 2*cfg.Concurrency + 4 // a blocking XREADGROUP and a claim per consumer
-	w.subRDB = redis.NewClient(&subOpts)
+	return w, nil
+}
 
-	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
-	lockCfg := lockmw.Config{Lease: cfg.LockLease, MaxWait: cfg.LockWait, Logger: logger, TokenTTL: cfg.OutcomeTTL}
+func (w *Worker) build(opts Options) error {
+	if err := w.connect(opts.Tracing); err != nil {
+		return err
+	}
+	if err := w.setLocker(opts); err != nil {
+		return err
+	}
+	wmLogger := watermill.NewSlogLogger(w.logger)
+	if err := w.setHandler(wmLogger); err != nil {
+		return err
+	}
 	var err error
-	switch urls, _ := config.RedisURLs(cfg.RedlockURLs); {
+	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: w.cfg.ShutdownTimeout + 2*time.Second}, wmLogger)
+	if err != nil {
+		return err
+	}
+	return w.addConsumers(wmLogger)
+}
+
+// connect creates the clients: one for the handlers, one for the subscribers' reads.
+func (w *Worker) connect(tracing bool) error {
+	redisOpts, _ := config.RedisOptions(w.cfg.RedisURL)
+	w.rdb = redis.NewClient(redisOpts)
+	subOpts := *redisOpts
+	subOpts.PoolSize = 2*w.cfg.Concurrency + 4 // a read and a claim per consumer
+	w.subRDB = redis.NewClient(&subOpts)
+	if !tracing || !w.cfg.TraceRedis {
+		return nil
+	}
+	// Statements off: no payloads or arguments in spans; caller off: it walks the stack on every command (a
+	// tenth of the CPU under load). The subscribers' client is not instrumented, so their polling stays out
+	// of the traces.
+	return redisotel.InstrumentTracing(w.rdb, redisotel.WithDBStatement(false), redisotel.WithCallerEnabled(false))
+}
+
+// setLocker picks the locker (the embedder's, Redlock or Reentrant) and the lock middleware.
+func (w *Worker) setLocker(opts Options) error {
+	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
+	lockCfg := lockmw.Config{Lease: w.cfg.LockLease, MaxWait: w.cfg.LockWait, Logger: w.logger, TokenTTL: w.cfg.OutcomeTTL}
+	var err error
+	switch urls, _ := config.RedisURLs(w.cfg.RedlockURLs); {
 	case opts.Locker != nil || opts.NoLock:
 	case len(urls) > 0:
 		var clients []redis.UniversalClient
@@ -109,51 +139,50 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 		w.locker, err = lockmw.NewReentrant(w.rdb, lockCfg)
 	}
 	if err != nil {
-		w.closeClients()
-		return nil, err
+		return err
 	}
 	var locker lockmw.Locker = w.locker
 	if opts.Locker != nil {
 		locker = opts.Locker
 	}
-	if !opts.NoLock {
-		w.lock = &lockmw.Middleware{Locker: locker, Key: handlers.SKU, Instance: cfg.Name}
+	w.attempts = attempts{max: w.cfg.MaxAttempts, claimIdle: w.cfg.ClaimIdle, logger: w.logger}
+	if opts.NoLock {
+		return nil
 	}
-	w.attempts = attempts{max: cfg.MaxAttempts, claimIdle: cfg.ClaimIdle, logger: logger}
+	w.lock = &lockmw.Middleware{Locker: locker, Key: handlers.SKU, Instance: w.cfg.Name}
 	if r, ok := locker.(interface {
 		RaiseToken(context.Context, string, int64) error
-	}); ok && w.lock != nil {
+	}); ok {
 		w.attempts.raiseToken = r.RaiseToken
 	}
+	return nil
+}
 
-	wmLogger := watermill.NewSlogLogger(logger)
+// setHandler builds the order handler, its results publisher and the backlog gauges.
+func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
+	var err error
 	w.results, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{w.rdb},
-		DefaultMaxlen: int64(cfg.ResultsMaxLen)}, wmLogger)
+		DefaultMaxlen: int64(w.cfg.ResultsMaxLen)}, wmLogger)
 	if err != nil {
-		w.Close()
-		return nil, err
+		return err
 	}
-	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb, inventory.WithOutcomeTTL(cfg.OutcomeTTL)),
-		Results: telemetry.Publisher{Publisher: w.results}, ResultsTopic: cfg.ResultsStream, Worker: cfg.Name,
-		DelayWrite: cfg.FaultDelayWrite}
+	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb, inventory.WithOutcomeTTL(w.cfg.OutcomeTTL)),
+		Results: telemetry.Publisher{Publisher: w.results}, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name,
+		DelayWrite: w.cfg.FaultDelayWrite}
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
+	return err
+}
 
-	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: cfg.ShutdownTimeout + 2*time.Second}, wmLogger)
-	if err != nil {
-		w.Close()
-		return nil, err
-	}
+// addConsumers adds one redisstream subscriber and handler per consumer to the router.
+func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
+	cfg := w.cfg
 	w.busy = make(busyClock, cfg.Concurrency)
 	for i := range cfg.Concurrency {
 		consumer := fmt.Sprintf("%s-%d", cfg.Name, i)
 		s := stream{rdb: w.rdb, name: cfg.OrdersStream, group: cfg.ConsumerGroup, consumer: consumer,
 			poison: cfg.PoisonStream, poisonMaxLen: cfg.PoisonMaxLen, busy: &w.busy[i]}
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client:        &subscriberClient{UniversalClient: w.subRDB, s: s, logger: logger, failing: &w.readsFailing},
+			Client:        &subscriberClient{UniversalClient: w.subRDB, s: s, logger: w.logger, failing: &w.readsFailing},
 			Unmarshaller:  entryUnmarshaller{},
 			ConsumerGroup: cfg.ConsumerGroup,
 			Consumer:      consumer,
@@ -165,8 +194,7 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 			DisableIndefiniteInitialBlock: true, // so the read loops notice a shutdown
 		}, wmLogger)
 		if err != nil {
-			w.Close()
-			return nil, err
+			return err
 		}
 		chain := w.chain(s)
 		w.router.AddConsumerHandler(consumer, cfg.OrdersStream, sub, func(msg *message.Message) error {
@@ -174,7 +202,7 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 			return err
 		})
 	}
-	return w, nil
+	return nil
 }
 
 // chain builds the per-message middleware chain of one consumer, outermost first.
