@@ -165,12 +165,12 @@ func TestDockerfileBuildsTheBinaries(t *testing.T) {
 	df := string(b)
 	gomod, _ := os.ReadFile("../../go.mod")
 	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(gomod))[1]
-	for _, want := range []string{"FROM golang:" + goVersion, "./cmd/worker", "./cmd/producer", "/usr/local/bin/worker", "EXPOSE 9090"} {
+	for _, want := range []string{"FROM golang:" + goVersion, "./cmd/worker", "./cmd/producer", "./cmd/stockctl", "/usr/local/bin/worker", "/out/stockctl", "EXPOSE 9090"} {
 		if !strings.Contains(df, want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
 	}
-	for _, dir := range []string{"../../cmd/worker", "../../cmd/producer"} {
+	for _, dir := range []string{"../../cmd/worker", "../../cmd/producer", "../../cmd/stockctl"} {
 		if _, err := os.Stat(dir); err != nil {
 			t.Errorf("Dockerfile builds %s: %v", dir, err)
 		}

@@ -20,12 +20,12 @@ import (
 )
 
 var bin struct {
-	once                   sync.Once
-	worker, producer, demo string
-	err                    error
+	once                             sync.Once
+	worker, producer, demo, stockctl string
+	err                              error
 }
 
-// binaries builds cmd/worker and cmd/producer once per test binary.
+// binaries builds the commands once per test binary.
 func binaries(t *testing.T) (worker, producer string) {
 	t.Helper()
 	if testing.Short() {
@@ -37,8 +37,12 @@ func binaries(t *testing.T) (worker, producer string) {
 			bin.err = err
 			return
 		}
-		bin.worker, bin.producer, bin.demo = filepath.Join(dir, "worker"), filepath.Join(dir, "producer"), filepath.Join(dir, "demo")
-		for out, pkg := range map[string]string{bin.worker: "../../cmd/worker", bin.producer: "../../cmd/producer", bin.demo: "../../cmd/demo"} {
+		for _, b := range []struct {
+			out *string
+			pkg string
+		}{{&bin.worker, "worker"}, {&bin.producer, "producer"}, {&bin.demo, "demo"}, {&bin.stockctl, "stockctl"}} {
+			*b.out = filepath.Join(dir, b.pkg)
+			out, pkg := *b.out, "../../cmd/"+b.pkg
 			if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 				bin.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 				return
@@ -75,6 +79,12 @@ func testEnv(s *redistest.Server) []string {
 func buildDemo(t *testing.T) string {
 	binaries(t)
 	return bin.demo
+}
+
+// buildStockctl returns the stockctl binary.
+func buildStockctl(t *testing.T) string {
+	binaries(t)
+	return bin.stockctl
 }
 
 // startWorker starts a worker named name; extra environment entries override testEnv.

@@ -14,6 +14,7 @@ import (
 	"github.com/stockflow/stockflow/internal/demo"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/stockctl"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -113,6 +114,7 @@ func TestConfigurationTablesMatchTheCode(t *testing.T) {
 	check("worker", section(t, text, "### worker"), params(func(s *config.Set) { var c worker.Config; worker.Flags(s, &c) }))
 	check("producer", section(t, text, "### producer"), params(func(s *config.Set) { var c producer.Config; producer.Flags(s, &c) }))
 	check("demo", section(t, text, "## The two commands"), params(func(s *config.Set) { var c demo.Config; demo.Flags(s, &c) }))
+	check("stockctl", section(t, text, "## Operations"), stockctl.Settings())
 }
 
 // TestReadmeCommandsRun runs every command of the README's sh blocks as written, against a Redis of the
@@ -171,6 +173,8 @@ func TestReadmeCommandsRun(t *testing.T) {
 		case strings.HasPrefix(c, "go run ./cmd/worker"):
 			checkFlags(t, f[3:], workerFlags())
 			startWorkerArgs(t, s, fmt.Sprintf("readme-%d", len(cmds)), f[3:])
+		case strings.HasPrefix(c, "go run ./cmd/stockctl"):
+			run(buildStockctl(t), shellWords(t, strings.Join(f[3:], " ")), "REDIS_URL="+s.URL())
 		case strings.HasPrefix(c, "go run ./cmd/producer"):
 			out := run(prod, f[3:], "REDIS_URL="+s.URL())
 			if !strings.Contains(out, "consistency check: PASS") {

@@ -1,0 +1,104 @@
+package stockctl_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/stockctl"
+)
+
+// env is one redis-server and a client on it; run calls stockctl.Run against it.
+type env struct {
+	t   *testing.T
+	srv *redistest.Server
+	rdb *redis.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := redistest.Start(t)
+	return &env{t: t, srv: srv, rdb: srv.Client()}
+}
+
+// result is what one stockctl run printed and returned.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// run runs stockctl with --redis-url pointing at the test server.
+func (e *env) run(args ...string) result {
+	e.t.Helper()
+	return runArgs(e.t, append([]string{"--redis-url", e.srv.URL()}, args...)...)
+}
+
+func runArgs(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := stockctl.Run(context.Background(), args, &out, &errOut)
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+// runJSON runs stockctl with --json and decodes its output into v.
+func (e *env) runJSON(v any, args ...string) result {
+	e.t.Helper()
+	r := e.run(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		e.t.Fatalf("stockctl %q: output is not JSON (%v):\n%s\nstderr: %s", args, err, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// wantCode fails the test unless r ended with code; the output is shown when it did not.
+func wantCode(t *testing.T, r result, code int) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+}
+
+func wantContains(t *testing.T, what, text string, parts ...string) {
+	t.Helper()
+	for _, p := range parts {
+		if !strings.Contains(text, p) {
+			t.Errorf("%s does not contain %q:\n%s", what, p, text)
+		}
+	}
+}
+
+// must returns v of a setup call that cannot fail on a healthy test server; an error panics, which fails
+// the test with its stack.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// snapshot is every key of the server with its type and content, to prove a command wrote nothing.
+func (e *env) snapshot() map[string]string {
+	e.t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range must(e.rdb.Keys(ctx, "*").Result()) {
+		typ := must(e.rdb.Type(ctx, k).Result())
+		var v any
+		switch typ {
+		case "hash":
+			v = must(e.rdb.HGetAll(ctx, k).Result())
+		case "stream":
+			v = must(e.rdb.XRange(ctx, k, "-", "+").Result())
+		case "string":
+			v = must(e.rdb.Get(ctx, k).Result())
+		}
+		b, _ := json.Marshal(v)
+		out[k] = typ + " " + string(b)
+	}
+	return out
+}

@@ -1,0 +1,29 @@
+-- Replay one poison entry: add its original fields to the orders stream and delete it from the poison
+-- stream, in one step, so concurrent replays move each entry at most once.
+-- KEYS[1] poison stream
+-- KEYS[2] orders stream
+-- ARGV[1] id of the poison entry
+-- Returns {'replayed', new id in KEYS[2]} | {'missing'} (already replayed, trimmed or never there) |
+-- {'refused', reason} (poisoned without its original fields: nothing to replay).
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if #entries == 0 then
+  return {'missing'}
+end
+local fields, out, payload = entries[1][2], {}, false
+for i = 1, #fields, 2 do
+  local name = fields[i]
+  -- poison_* describe the poisoning; replayed_from is set anew below, once.
+  if string.sub(name, 1, 7) ~= 'poison_' and name ~= 'replayed_from' then
+    out[#out + 1] = name
+    out[#out + 1] = fields[i + 1]
+    payload = payload or name == 'payload'
+  end
+end
+if not payload then
+  return {'refused', 'not replayable: the original entry was not kept'}
+end
+out[#out + 1] = 'replayed_from'
+out[#out + 1] = ARGV[1]
+local id = redis.call('XADD', KEYS[2], '*', unpack(out))
+redis.call('XDEL', KEYS[1], ARGV[1])
+return {'replayed', id}

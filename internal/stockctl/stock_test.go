@@ -1,0 +1,101 @@
+package stockctl_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	"github.com/stockflow/stockflow/internal/stockctl"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+type stockJSON struct {
+	SKUs []struct {
+		SKU       string `json:"sku"`
+		Found     bool   `json:"found"`
+		Available int64  `json:"available"`
+		Reserved  int64  `json:"reserved"`
+		Fence     int64  `json:"fence"`
+	} `json:"skus"`
+}
+
+func TestStockSetAddAndShow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+
+	r := e.run("stock", "set", "SKU-1", "10")
+	wantCode(t, r, stockctl.ExitOK)
+	wantContains(t, "stock set output", r.stdout, "SKU-1", "10")
+	if got := must(e.rdb.HGet(ctx, "stock:{SKU-1}", "available").Result()); got != "10" {
+		t.Fatalf("after stock set, available = %s, want 10", got)
+	}
+
+	var added stockJSON
+	wantCode(t, e.runJSON(&added, "stock", "add", "SKU-1", "5"), stockctl.ExitOK)
+	if len(added.SKUs) != 1 || added.SKUs[0].Available != 15 {
+		t.Fatalf("stock add 5 reported %+v, want available 15", added)
+	}
+
+	// A reservation shows in reserved and fence.
+	if _, err := inventory.New(e.rdb).Reserve(ctx, "o-1", "SKU-1", 4, 7); err != nil {
+		t.Fatal(err)
+	}
+	var got stockJSON
+	wantCode(t, e.runJSON(&got, "stock", "SKU-1"), stockctl.ExitOK)
+	s := got.SKUs[0]
+	if !s.Found || s.SKU != "SKU-1" || s.Available != 11 || s.Reserved != 4 || s.Fence != 7 {
+		t.Fatalf("stock SKU-1 = %+v, want found, available 11, reserved 4, fence 7", s)
+	}
+	text := e.run("stock", "get", "SKU-1").stdout
+	wantContains(t, "stock get output", text, "AVAILABLE", "RESERVED", "FENCE", "SKU-1  11")
+}
+
+func TestStockUnknownSKUIsReportedWithExit3(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wantCode(t, e.run("stock", "set", "SKU-1", "3"), stockctl.ExitOK)
+
+	r := e.run("stock", "SKU-1", "NOPE")
+	wantCode(t, r, stockctl.ExitNotFound)
+	wantContains(t, "stdout", r.stdout, "SKU-1  3", "NOPE: unknown SKU")
+	wantContains(t, "stderr", r.stderr, "NOPE")
+
+	var got stockJSON
+	wantCode(t, e.runJSON(&got, "stock", "SKU-1", "NOPE"), stockctl.ExitNotFound)
+	if len(got.SKUs) != 2 || !got.SKUs[0].Found || got.SKUs[1].Found || got.SKUs[1].SKU != "NOPE" {
+		t.Fatalf("JSON = %+v, want SKU-1 found and NOPE not found", got)
+	}
+}
+
+func TestStockBadInputWritesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	wantCode(t, e.run("stock", "set", "FULL", "1000000000000000"), stockctl.ExitOK) // at MaxStock
+	before := e.snapshot()
+	cases := []struct {
+		name string
+		args []string
+		says string // the message names the bad argument
+	}{
+		{"a number that is not one", []string{"stock", "set", "SKU-1", "ten"}, `invalid N "ten"`},
+		{"a negative stock", []string{"stock", "set", "SKU-1", "-1"}, "available -1"},
+		{"a stock over the maximum", []string{"stock", "set", "SKU-1", "1000000000000001"}, "available 1000000000000001"},
+		{"a SKU with a brace", []string{"stock", "set", "SKU{1}", "5"}, `sku "SKU{1}"`},
+		{"a missing N", []string{"stock", "set", "SKU-1"}, "stock set wants SKU N"},
+		{"a zero restock", []string{"stock", "add", "SKU-1", "0"}, "quantity 0"},
+		{"a restock past the maximum", []string{"stock", "add", "FULL", "1"}, "would exceed"},
+		{"a bad SKU among good ones", []string{"stock", "SKU-1", "bad sku"}, `sku "bad sku"`},
+		{"no SKU", []string{"stock"}, "at least one SKU"},
+	}
+	for _, c := range cases {
+		r := e.run(c.args...)
+		if r.code != stockctl.ExitUsage {
+			t.Errorf("%s: exit code %d, want %d (stderr %q)", c.name, r.code, stockctl.ExitUsage, r.stderr)
+		}
+		wantContains(t, c.name+": stderr", r.stderr, c.says)
+	}
+	if after := e.snapshot(); !maps.Equal(before, after) {
+		t.Fatalf("bad input changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+}
