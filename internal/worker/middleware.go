@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -127,15 +128,18 @@ func (s stream) reclaim(ctx context.Context, msgID string, idle time.Duration, u
 }
 
 // keepalive resets the idle time of the entry in Redis every third of the claim idle time while it is
-// handled, so a slow order (waiting for a hot lock, retrying through a Redis outage) is not claimed by
-// another worker. Only an entry still owned by this consumer is touched.
+// handled, so a slow order (waiting for a hot lock) is not claimed by another worker. Only an entry still
+// owned by this consumer is touched. It returns only once its last reset is done: a reset after the
+// attempt was handed back would delay the retry by a whole claim idle time.
 func (s stream) keepaliveMiddleware(claimIdle time.Duration) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
 			done := make(chan struct{})
+			var wg sync.WaitGroup
+			defer wg.Wait()
 			defer close(done)
-			go func() {
+			wg.Go(func() {
 				tick := time.NewTicker(claimIdle / 3)
 				defer tick.Stop()
 				for {
@@ -148,7 +152,7 @@ func (s stream) keepaliveMiddleware(claimIdle time.Duration) message.HandlerMidd
 						cancel()
 					}
 				}
-			}()
+			})
 			return h(msg)
 		}
 	}
