@@ -150,7 +150,7 @@ func TestNewGroupAfterRecordsExpiredReservesNothingTwice(t *testing.T) {
 	ctx := context.Background()
 	rdb.HSet(ctx, "stock:{E}", "available", 100)
 	rdb.HSet(ctx, "stock:{S}", "available", 100)
-	old := startWorker(t, s, "old", "STREAM_RETENTION=2s", "OUTCOME_TTL=1m")
+	old := startWorker(t, s, "old", "STREAM_RETENTION=2s", "OUTCOME_TTL=10m")
 	for i := range 5 {
 		xaddOrder(t, rdb, "e-"+strconv.Itoa(i), "E", 1)
 	}
@@ -218,7 +218,7 @@ func TestRetentionBoundsWhatRedisKeeps(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()
 	ctx := context.Background()
-	env := []string{"STREAM_RETENTION=3s", "OUTCOME_TTL=1m", "RESULTS_MAXLEN=5000"}
+	env := []string{"STREAM_RETENTION=3s", "OUTCOME_TTL=10m", "RESULTS_MAXLEN=5000"}
 	startWorker(t, s, "w0", env...)
 	startWorker(t, s, "w1", env...)
 	for i := range 300 {
@@ -386,4 +386,40 @@ func peakRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM")
 	return 0
+}
+
+// On SIGTERM a worker hands the entries it read but did not finish back to the group at once and
+// uncounted: another worker decides them well before CLAIM_IDLE, and each shows one delivery, not two.
+func TestShutdownHandsBackUnfinishedEntries(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	rdb.HSet(ctx, "stock:{H}", "available", 10)
+	// One consumer, each write held back 2 s: while it handles the first order, the next ones wait in its
+	// read-ahead, pending for it.
+	env := []string{"WORKER_CONCURRENCY=1", "CLAIM_IDLE=30s", "LOCK_WAIT=1s"}
+	leaving := startWorker(t, s, "leaving", append(env, "FAULT_DELAY_WRITE=2s")...)
+	for i := range 3 {
+		xaddOrder(t, rdb, "h-"+strconv.Itoa(i), "H", 1)
+	}
+	waitFor(t, 10*time.Second, "the leaving worker holds two orders besides the one it handles", func() bool {
+		p := rdb.XPending(ctx, "orders", "inventory").Val()
+		return p != nil && p.Count == 3
+	})
+	leaving.signal(syscall.SIGTERM)
+	if err, ok := leaving.exited(10 * time.Second); !ok || err != nil {
+		t.Fatalf("worker after SIGTERM: exited %v, %v; want exit 0", ok, err)
+	}
+	if !strings.Contains(leaving.logText(), "handed back entries read but not finished") {
+		t.Fatal("the leaving worker handed nothing back")
+	}
+	start := time.Now()
+	startWorker(t, s, "staying", env...)
+	for i := range 3 {
+		waitFor(t, 10*time.Second, "the staying worker decides the handed-back orders", decided(rdb, "H", "h-"+strconv.Itoa(i)))
+	}
+	t.Logf("handed-back orders decided %v after the second worker started (CLAIM_IDLE 30s)", time.Since(start).Round(time.Millisecond))
+	if r := rdb.HGet(ctx, "stock:{H}", "reserved").Val(); r != "3" {
+		t.Fatalf("reserved %s, want 3", r)
+	}
 }

@@ -182,11 +182,16 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 	return sum, nil
 }
 
-// ensureGroup creates the workers' consumer group if it does not exist yet, at the end of the stream, so
-// that the orders about to be published reach the workers even when none has started yet (a new group
-// starts at $ by default, and would skip them).
+// ensureGroup creates the workers' consumer group at the end of an empty (or missing) stream, so that the
+// orders about to be published reach workers that start later (a new group starts at $ by default and
+// would skip them). A stream that already holds entries is left to the workers: they decide by
+// CONSUMER_GROUP_START whether those entries are processed.
 func ensureGroup(ctx context.Context, rdb *redis.Client, s worker.Streams) error {
-	err := rdb.XGroupCreateMkStream(ctx, s.OrdersStream, s.ConsumerGroup, "$").Err()
+	n, err := rdb.XLen(ctx, s.OrdersStream).Result()
+	if err != nil || n > 0 {
+		return err
+	}
+	err = rdb.XGroupCreateMkStream(ctx, s.OrdersStream, s.ConsumerGroup, "$").Err()
 	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return fmt.Errorf("create consumer group %s of stream %s: %w", s.ConsumerGroup, s.OrdersStream, err)
 	}

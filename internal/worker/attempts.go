@@ -134,10 +134,11 @@ func classify(err error) failureKind {
 	}
 	var reply redis.Error
 	if errors.As(err, &reply) && !errors.Is(err, redis.Nil) {
+		// WRONGTYPE: a SKU key holds another type. "ERR user_script:": a script failed at run time on the
+		// data it found (a corrupt outcome record, say). A command refused inside a script keeps its own
+		// code (OOM, READONLY, NOREPLICAS ... "script: <sha>, on @user_script:1."): those stay transient.
 		msg := reply.Error()
-		// WRONGTYPE: a SKU key holds another type. user_script: a script failed at run time on the data
-		// it found (a corrupt outcome record, say).
-		if strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "user_script:") {
+		if strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "ERR user_script:") {
 			return permanent
 		}
 	}
@@ -153,7 +154,7 @@ type permanentError struct {
 
 func (e *permanentError) Error() string {
 	if e.err == nil {
-		return fmt.Sprintf("delivered %d times without an outcome: each time its worker stopped or hung before finishing", e.deliveries)
+		return fmt.Sprintf("delivered %d times without an outcome: each time its worker crashed, hung or was stopped before finishing", e.deliveries)
 	}
 	return fmt.Sprintf("failed permanently on attempt %d: %v", e.deliveries, e.err)
 }

@@ -90,7 +90,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Bool(&c.TraceRedis, "TRACE_REDIS_COMMANDS", "with tracing on, add a span per Redis command (no arguments); at full load it costs more than tracing itself (see Numbers)")
 	s.Duration(&c.OutcomeTTL, "OUTCOME_TTL", inventory.DefaultOutcomeTTL, "how long the outcome of an order is kept for idempotency; also how long an unused SKU's fencing counter lives")
 	s.Duration(&c.StreamRetention, "STREAM_RETENTION", DefaultStreamRetention, "orders stream entries older than this are trimmed once no group needs them (must be shorter than OUTCOME_TTL)")
-	s.String(&c.GroupStart, "CONSUMER_GROUP_START", "$", "where a new consumer group starts: $ (orders published from now on) or 0 (every order still in the stream)")
+	s.String(&c.GroupStart, "CONSUMER_GROUP_START", "$", "where a new consumer group starts: $ (orders published from now on) or 0 (every order still in the stream that is younger than OUTCOME_TTL)")
 	s.Int(&c.ResultsMaxLen, "RESULTS_MAXLEN", DefaultResultsMaxLen, "approximate number of outcome events kept in the results stream")
 	s.Int(&c.PoisonMaxLen, "POISON_MAXLEN", DefaultPoisonMaxLen, "approximate number of entries kept in the poison stream")
 	s.Int(&c.MaxAttempts, "MAX_ATTEMPTS", DefaultMaxAttempts, "deliveries of an order that fails permanently (or whose worker dies) before it goes to the poison stream")
@@ -164,4 +164,13 @@ func (c Config) validateLifetime() []error {
 		errs = append(errs, fmt.Errorf("invalid MAX_ATTEMPTS %d: want 1..1000", c.MaxAttempts))
 	}
 	return errs
+}
+
+// replayFrom is where a group starts that is to read "every order still in the stream" (a new group with
+// CONSUMER_GROUP_START=0, or a lost group created again): the first entry younger than OUTCOME_TTL, less a
+// margin (a tenth, at most a minute) for clocks that disagree. An older entry is only there because some
+// group still needs it, and its outcome record may have expired: delivering it could reserve it twice.
+func (c Config) replayFrom(now time.Time) string {
+	ms := max(now.Add(-c.OutcomeTTL+min(c.OutcomeTTL/10, time.Minute)).UnixMilli(), 0)
+	return strconv.FormatInt(ms, 10) + "-0"
 }

@@ -51,7 +51,7 @@ func (w *Worker) trim(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(r) != 5 {
+	if len(r) != 6 {
 		return fmt.Errorf("unexpected reply %v", r)
 	}
 	trimmed, _ := r[0].(int64)
@@ -69,7 +69,21 @@ func (w *Worker) trim(ctx context.Context) error {
 	if trimmed > 0 {
 		w.logger.Debug("housekeeping: trimmed the orders stream", "entries", trimmed)
 	}
+	w.noteHolder(r[5])
 	return nil
+}
+
+// noteHolder warns once each time another consumer group starts keeping entries older than the retention:
+// an abandoned group makes the stream grow without bound, and keeps entries past their outcome records.
+func (w *Worker) noteHolder(reply any) {
+	holder, _ := reply.(string)
+	if holder == w.cfg.ConsumerGroup {
+		holder = "" // our own backlog shows in the pending gauges
+	}
+	if prev := w.holder.Swap(&holder); holder != "" && (prev == nil || *prev != holder) {
+		w.logger.Warn("housekeeping: another consumer group keeps orders older than STREAM_RETENTION; delete it if nobody reads it",
+			"stream", w.cfg.OrdersStream, "group", holder)
+	}
 }
 
 // observeBacklog reports the last backlog on the gauges.

@@ -56,6 +56,9 @@ func TestClassify(t *testing.T) {
 		{"a lock wait over is transient", errors.Join(lockmw.ErrNotObtained, context.DeadlineExceeded), transient},
 		{"a lost lease is transient", lockmw.ErrLockLost, transient},
 		{"Redis out of memory is transient", redisReply("OOM command not allowed when used memory > 'maxmemory'."), transient},
+		{"out of memory inside a script is transient", redisReply("OOM command not allowed when used memory > 'maxmemory'. script: 3f1e, on @user_script:34."), transient},
+		{"a read-only replica inside a script is transient", redisReply("READONLY You can't write against a read only replica. script: 3f1e, on @user_script:1."), transient},
+		{"WRONGTYPE inside a script is permanent", redisReply("WRONGTYPE Operation against a key holding the wrong kind of value script: 3f1e, on @user_script:20."), permanent},
 		{"missing replicas are transient", redisReply("NOREPLICAS Not enough good replicas to write."), transient},
 		{"a generic ERR reply is transient", redisReply("ERR max number of clients reached"), transient},
 		{"a refused connection is transient", errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), transient},
@@ -90,7 +93,8 @@ func TestFetchAndReclaim(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	s := testStream(rdb)
-	c := &subscriberClient{UniversalClient: rdb, s: s, logger: slog.New(slog.NewTextHandler(io.Discard, nil)), failing: new(atomic.Int64)}
+	c := &subscriberClient{UniversalClient: rdb, s: s, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		failing: new(atomic.Int64), replayFrom: validConfig(t).replayFrom}
 	read := func(consumer string) []redis.XMessage {
 		t.Helper()
 		xs, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: consumer, Block: time.Millisecond}).Result()
@@ -219,5 +223,28 @@ func TestPoisonReasonNamesTheCause(t *testing.T) {
 	}
 	if reason, _ := poisonReason(lockmw.ErrLockLost); reason != "" {
 		t.Errorf("a lost lock poisons (%q): it must be retried", reason)
+	}
+}
+
+func TestLostGroupIsNotRecreatedPastTheOutcomeTTL(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	cfg := validConfig(t)
+	c := &subscriberClient{UniversalClient: rdb, s: testStream(rdb), logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		failing: new(atomic.Int64), replayFrom: cfg.replayFrom}
+	old := time.Now().Add(-cfg.OutcomeTTL).UnixMilli()
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old), Values: []string{"payload", "expired"}})
+	recent := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old+2*time.Minute.Milliseconds()),
+		Values: []string{"payload", "recent"}}).Val()
+	var got []redis.XMessage
+	for range 2 { // the first read finds no group and creates it
+		xs, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c1", Block: time.Millisecond}).Result()
+		if err == nil {
+			got = xs[0].Messages
+			break
+		}
+	}
+	if len(got) != 1 || got[0].ID != recent {
+		t.Fatalf("first entry after the group was recreated: %v, want %s (the one older than OUTCOME_TTL skipped)", got, recent)
 	}
 }

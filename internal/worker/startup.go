@@ -17,7 +17,7 @@ var errEvicting = errors.New("worker: Redis may evict keys")
 // and creates the consumer group if it does not exist.
 func (w *Worker) prepare(ctx context.Context) error {
 	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
-		err := w.checkEviction(ctx)
+		err := w.checkEviction(ctx, true)
 		if err == nil {
 			err = w.ensureGroup(ctx)
 		}
@@ -33,11 +33,11 @@ func (w *Worker) prepare(ctx context.Context) error {
 	}
 }
 
-// checkEviction fails with errEvicting when Redis (or a Redlock master) evicts keys under memory pressure,
-// unless ALLOW_EVICTION is set. The keys with a TTL are the outcome records and locks, exactly what a
-// volatile-* policy evicts first: an evicted record means an order reserved twice. A Redlock master that
-// does not answer is skipped (Redlock tolerates a minority); the stock Redis must answer.
-func (w *Worker) checkEviction(ctx context.Context) error {
+// checkEviction fails with errEvicting when Redis (with masters, also a Redlock master) evicts keys under
+// memory pressure, unless ALLOW_EVICTION is set. The keys with a TTL are the outcome records and locks,
+// exactly what a volatile-* policy evicts first: an evicted record means an order reserved twice. A Redlock
+// master that does not answer is skipped (Redlock tolerates a minority); the stock Redis must answer.
+func (w *Worker) checkEviction(ctx context.Context, masters bool) error {
 	if w.cfg.AllowEviction {
 		return nil
 	}
@@ -47,6 +47,9 @@ func (w *Worker) checkEviction(ctx context.Context) error {
 		return err
 	}
 	for _, c := range w.lockRDB {
+		if !masters {
+			break
+		}
 		if err := w.evictionPolicy(ctx, c, "REDLOCK_URLS master "+c.Options().Addr); errors.Is(err, errEvicting) {
 			return err
 		}
@@ -77,8 +80,11 @@ func (w *Worker) evictionPolicy(ctx context.Context, c *redis.Client, which stri
 func (w *Worker) ensureGroup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	stream, group := w.cfg.OrdersStream, w.cfg.ConsumerGroup
-	err := w.rdb.XGroupCreateMkStream(ctx, stream, group, w.cfg.GroupStart).Err()
+	stream, group, start := w.cfg.OrdersStream, w.cfg.ConsumerGroup, w.cfg.GroupStart
+	if start == "0" {
+		start = w.cfg.replayFrom(time.Now())
+	}
+	err := w.rdb.XGroupCreateMkStream(ctx, stream, group, start).Err()
 	if redis.HasErrorPrefix(err, "BUSYGROUP") {
 		return nil
 	} else if err != nil {
@@ -90,7 +96,7 @@ func (w *Worker) ensureGroup(ctx context.Context) error {
 			"stream", stream, "group", group, "entries", n)
 		return nil
 	}
-	w.logger.Info("created the consumer group", "stream", stream, "group", group, "start", w.cfg.GroupStart, "entries", n)
+	w.logger.Info("created the consumer group", "stream", stream, "group", group, "start", start, "entries", n)
 	return nil
 }
 
@@ -106,7 +112,8 @@ func (w *Worker) ready(ctx context.Context) error {
 	if err := w.groupExists(ctx); err != nil {
 		return err
 	}
-	if err := w.checkEviction(ctx); err != nil {
+	// The Redlock masters are checked at start only: one that does not answer would make every probe wait.
+	if err := w.checkEviction(ctx, false); err != nil {
 		return err
 	}
 	if since := w.readsFailing.Load(); since != 0 && time.Since(time.Unix(0, since)) > readFailureGrace {

@@ -65,6 +65,8 @@ type subscriberClient struct {
 	pause  time.Duration // the read loop's current pause; only the read loop touches it
 	// failing is when fetches started failing (unix ns), 0 while they succeed; shared by the worker.
 	failing *atomic.Int64
+	// replayFrom is where a lost group is created again (Config.replayFrom).
+	replayFrom func(time.Time) string
 }
 
 func (*subscriberClient) Close() error { return nil }
@@ -102,19 +104,19 @@ func (c *subscriberClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *red
 	return redis.NewXMessageSliceCmdResult(c.fetch(ctx, "claim", a.Consumer, args...))
 }
 
-// recreateGroup creates the consumer group again from the start of the stream: every entry still in the
-// stream is delivered again. That loses nothing the stream still holds, and costs no second reservation:
-// an entry still in the stream is younger than STREAM_RETENTION, so its outcome record (OUTCOME_TTL) is
-// still there, and an order already decided only yields its recorded outcome again.
+// recreateGroup creates the consumer group again, from the first entry younger than OUTCOME_TTL
+// (Config.replayFrom): every such entry is delivered again. That loses nothing the group could still
+// decide safely, and costs no second reservation: an order already decided only yields its recorded
+// outcome again, its record being younger than OUTCOME_TTL too.
 func (c *subscriberClient) recreateGroup(ctx context.Context) error {
-	err := c.UniversalClient.XGroupCreateMkStream(ctx, c.s.name, c.s.group, "0").Err()
+	err := c.UniversalClient.XGroupCreateMkStream(ctx, c.s.name, c.s.group, c.replayFrom(time.Now())).Err()
 	switch {
 	case redis.HasErrorPrefix(err, "BUSYGROUP"):
 		return nil // another consumer was first
 	case err != nil:
 		return fmt.Errorf("consumer group %s of stream %s is missing and could not be created: %w", c.s.group, c.s.name, err)
 	}
-	c.logger.Warn("consumer group was missing: created it again, from the start of the stream",
+	c.logger.Warn("consumer group was missing: created it again, from the first entry younger than OUTCOME_TTL",
 		"stream", c.s.name, "group", c.s.group)
 	groupsRecreated.Add(ctx, 1)
 	return nil

@@ -49,7 +49,9 @@ type Worker struct {
 	metrics   http.Handler
 	attempts  attempts
 	busy      busyClock
+	streams   []stream // one per consumer
 	backlog   atomic.Pointer[backlog]
+	holder    atomic.Pointer[string] // the other group that holds trimming back, as last warned about
 	// readsFailing is since when the consumers' reads have been failing (unix ns), 0 while they succeed.
 	readsFailing atomic.Int64
 	gauges       metric.Registration
@@ -182,11 +184,12 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 		s := stream{rdb: w.rdb, name: cfg.OrdersStream, group: cfg.ConsumerGroup, consumer: consumer,
 			poison: cfg.PoisonStream, poisonMaxLen: cfg.PoisonMaxLen, busy: &w.busy[i]}
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client:        &subscriberClient{UniversalClient: w.subRDB, s: s, logger: w.logger, failing: &w.readsFailing},
+			Client: &subscriberClient{UniversalClient: w.subRDB, s: s, logger: w.logger, failing: &w.readsFailing,
+				replayFrom: cfg.replayFrom},
 			Unmarshaller:  entryUnmarshaller{},
 			ConsumerGroup: cfg.ConsumerGroup,
 			Consumer:      consumer,
-			OldestId:      cfg.GroupStart,
+			OldestId:      "$", // Run created the group already (prepare), at CONSUMER_GROUP_START
 			MaxIdleTime:   cfg.ClaimIdle,
 			// Failed attempts are handed back to be claimed after about a second (attempts).
 			ClaimInterval:                 min(cfg.ClaimIdle/4, time.Second),
@@ -196,6 +199,7 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 		if err != nil {
 			return err
 		}
+		w.streams = append(w.streams, s)
 		chain := w.chain(s)
 		w.router.AddConsumerHandler(consumer, cfg.OrdersStream, sub, func(msg *message.Message) error {
 			_, err := chain(msg)
@@ -272,8 +276,34 @@ func (w *Worker) Run(ctx context.Context) error {
 	if ctx.Err() == nil {
 		return errors.New("worker: the router stopped by itself (every consumer failed)")
 	}
+	w.handBackUnfinished(ctx)
 	w.logger.Info("shut down")
 	return nil
+}
+
+// handBackUnfinished gives the entries this worker's consumers still have pending (read ahead and never
+// started, or cut off by the shutdown timeout) back to the group at once and without counting the
+// delivery, so the other workers claim them at their next claim round rather than after CLAIM_IDLE, and a
+// rolling restart does not bring an order closer to MAX_ATTEMPTS.
+func (w *Worker) handBackUnfinished(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	n := 0
+	for _, s := range w.streams {
+		pending, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.name, Group: s.group, Start: "-",
+			End: "+", Count: 100, Consumer: s.consumer}).Result()
+		for _, p := range pending {
+			if err = s.reclaim(ctx, p.ID, w.cfg.ClaimIdle, true); err == nil {
+				n++
+			}
+		}
+		if err != nil {
+			w.logger.Warn("could not hand back unfinished entries", "consumer", s.consumer, "err", err)
+		}
+	}
+	if n > 0 {
+		w.logger.Info("handed back entries read but not finished", "entries", n)
+	}
 }
 
 func (w *Worker) httpHandler() http.Handler {
