@@ -107,15 +107,18 @@ func TestFetchAndReclaim(t *testing.T) {
 		return xs[0].Messages
 	}
 
-	if got := read("c1"); got != nil {
-		t.Fatalf("read before the group exists: %v", got)
-	}
-	if groups := rdb.XInfoGroups(ctx, "orders").Val(); len(groups) != 1 || groups[0].Name != "g" {
-		t.Fatalf("groups %v after a read found none, want g created again", groups)
+	if got := read("c1"); got != nil || rdb.Exists(ctx, "orders").Val() != 0 {
+		t.Fatalf("read without a stream: %v; want nothing, and no stream created (nothing to lose yet)", got)
 	}
 	small := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "small"}}).Val()
 	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", maxEntryBytes)}}).Val()
 	after := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "after"}}).Val()
+	if got := read("c1"); got != nil {
+		t.Fatalf("read that found no group: %v", got)
+	}
+	if groups := rdb.XInfoGroups(ctx, "orders").Val(); len(groups) != 1 || groups[0].Name != "g" {
+		t.Fatalf("groups %v after a read found none, want g created again", groups)
+	}
 
 	got := read("c1")
 	if len(got) != 1 || got[0].ID != small || got[0].Values[entryDeliveriesField] != int64(1) {

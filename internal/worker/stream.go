@@ -3,9 +3,11 @@ package worker
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -79,13 +81,12 @@ func (c *subscriberClient) XReadGroup(ctx context.Context, a *redis.XReadGroupAr
 	msgs, err := c.fetch(ctx, "read", a.Consumer)
 	switch {
 	case redis.HasErrorPrefix(err, "NOGROUP"):
-		err = c.recreateGroup(ctx)
-	case err == nil && len(msgs) == 0:
-		c.pause = min(max(2*c.pause, minReadPause), maxReadPause)
-		select {
-		case <-ctx.Done():
-		case <-time.After(c.pause):
+		if err = c.recreateGroup(ctx); errors.Is(err, errNoStream) {
+			err = nil
+			c.wait(ctx)
 		}
+	case err == nil && len(msgs) == 0:
+		c.wait(ctx)
 	case err == nil:
 		c.pause = 0
 		return redis.NewXStreamSliceCmdResult([]redis.XStream{{Stream: c.s.name, Messages: msgs}}, nil)
@@ -96,6 +97,15 @@ func (c *subscriberClient) XReadGroup(ctx context.Context, a *redis.XReadGroupAr
 	return redis.NewXStreamSliceCmdResult(nil, err)
 }
 
+// wait pauses the read loop after an empty read, 10 ms doubling up to 100 ms.
+func (c *subscriberClient) wait(ctx context.Context) {
+	c.pause = min(max(2*c.pause, minReadPause), maxReadPause)
+	select {
+	case <-ctx.Done():
+	case <-time.After(c.pause):
+	}
+}
+
 func (c *subscriberClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
 	args := []any{a.MinIdle.Milliseconds()}
 	for _, id := range a.Messages {
@@ -104,15 +114,22 @@ func (c *subscriberClient) XClaim(ctx context.Context, a *redis.XClaimArgs) *red
 	return redis.NewXMessageSliceCmdResult(c.fetch(ctx, "claim", a.Consumer, args...))
 }
 
+// errNoStream: the orders stream does not exist (Redis lost its data, or the key was deleted).
+var errNoStream = errors.New("worker: the orders stream does not exist")
+
 // recreateGroup creates the consumer group again, from the first entry younger than OUTCOME_TTL
 // (Config.replayFrom): every such entry is delivered again. That loses nothing the group could still
 // decide safely, and costs no second reservation: an order already decided only yields its recorded
-// outcome again, its record being younger than OUTCOME_TTL too.
+// outcome again, its record being younger than OUTCOME_TTL too. While the stream itself is missing
+// (errNoStream) there is nothing to lose: the group is created once the next order creates the stream,
+// and the worker is not ready meanwhile, which tells the operator that Redis lost its data.
 func (c *subscriberClient) recreateGroup(ctx context.Context) error {
-	err := c.UniversalClient.XGroupCreateMkStream(ctx, c.s.name, c.s.group, c.replayFrom(time.Now())).Err()
+	err := c.UniversalClient.XGroupCreate(ctx, c.s.name, c.s.group, c.replayFrom(time.Now())).Err()
 	switch {
 	case redis.HasErrorPrefix(err, "BUSYGROUP"):
 		return nil // another consumer was first
+	case err != nil && strings.Contains(err.Error(), "requires the key to exist"):
+		return errNoStream
 	case err != nil:
 		return fmt.Errorf("consumer group %s of stream %s is missing and could not be created: %w", c.s.group, c.s.name, err)
 	}
