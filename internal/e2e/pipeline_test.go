@@ -105,9 +105,10 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()
 	ctx := context.Background()
-	// Worker A holds each write back for 2 s after taking the lock: long enough to be paused past its
-	// 1 s lease while it holds the lock, with its write still to come.
-	a := startWorker(t, s, "a", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "FAULT_DELAY_WRITE=2s")
+	// Worker A holds each write back for 4 s after taking the lock: long enough to be paused past its
+	// 1 s lease while it holds the lock, with its write still to come (checked below: on a loaded machine
+	// the pause could come late).
+	a := startWorker(t, s, "a", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "FAULT_DELAY_WRITE=4s")
 	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +124,9 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		return len(owners) == 1 && strings.HasPrefix(owners[0], "a:")
 	})
 	a.signal(syscall.SIGSTOP)
+	if rdb.Exists(ctx, "order:{P}:o-a").Val() == 1 {
+		t.Fatal("worker a wrote before it was paused: the test did not exercise a stale write")
+	}
 	// B takes the lock once A's lease ran out, and writes with a newer token. It reads its own stream:
 	// Redis would hand an entry of the shared stream to one of A's consumers, blocked in XREADGROUP
 	// while their process is stopped.

@@ -78,7 +78,9 @@ func TestOneTracePerOrder(t *testing.T) {
 	}
 	defer tel.Shutdown(context.Background())
 
-	s := redistest.Start(t)
+	// With persistence: after the restart the group is there and the worker ready at once. (Without, it
+	// is not ready until an order recreates the stream: internal/e2e TestLostConsumerGroupIsRecreated.)
+	s := redistest.Start(t, redistest.WithPersistence())
 	cfg := workerConfig(t, s)
 	cfg.MetricsAddr = freeAddr(t)
 	cfg.TraceRedis = true
