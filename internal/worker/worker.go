@@ -238,12 +238,7 @@ func (w *Worker) chain(s stream) message.HandlerFunc {
 // everything. It returns an error if the router stops on its own.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.Close()
-	if err := w.prepare(ctx); err != nil {
-		return err
-	}
-	hkCtx, stopHousekeeping := context.WithCancel(context.Background())
-	defer stopHousekeeping()
-	go w.housekeep(hkCtx)
+	// Probes are answered from the start: /healthz while the worker waits for Redis, /readyz says why not.
 	if w.cfg.MetricsAddr != "" {
 		srv := &http.Server{Addr: w.cfg.MetricsAddr, Handler: w.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() {
@@ -253,6 +248,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 		defer srv.Close()
 	}
+	if err := w.prepare(ctx); err != nil {
+		return err
+	}
+	hkCtx, stopHousekeeping := context.WithCancel(context.Background())
+	defer stopHousekeeping()
+	go w.housekeep(hkCtx)
 	stopped := make(chan struct{})
 	go func() {
 		select {
