@@ -1,6 +1,7 @@
-// Package telemetry carries trace context through stream messages and traces publishes, on the
-// OpenTelemetry API alone (no SDK, no exporters: see internal/otelsetup for those).
-package telemetry
+package stream
+
+// Traces and metrics of the streams, on the OpenTelemetry API alone (no SDK, no exporters: see
+// internal/otelsetup for those).
 
 import (
 	"context"
@@ -9,9 +10,25 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
+
+var (
+	meter = otel.Meter("github.com/stockflow/stockflow/internal/stream")
+	// Poisoned counts the entries sent to the poison stream, by poison.reason (PoisonReason).
+	Poisoned, _ = meter.Int64Counter("stockflow.messages.poisoned",
+		metric.WithDescription("Entries sent to the poison stream, by poison.reason."))
+	groupsRecreated, _ = meter.Int64Counter("stockflow.group.recreated",
+		metric.WithDescription("Times the consumer group was found missing and created again."))
+	reasonOversized = PoisonReason("oversized")
+)
+
+// PoisonReason is the attribute of Poisoned for one kind of reason.
+func PoisonReason(r string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String("poison.reason", r)))
+}
 
 // Tracer is the tracer of the stockflow binaries.
 func Tracer() trace.Tracer { return otel.Tracer("github.com/stockflow/stockflow") }

@@ -1,0 +1,75 @@
+package stream
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Metadata the worker sets on a message; the same keys sent by a producer are dropped.
+const (
+	// MetaBadEntry marks an entry that cannot be read as a message; its value is the reason. The poison
+	// middleware sends such messages to the poison stream without running the handler.
+	MetaBadEntry = "stockflow_bad_entry"
+	// metaDeliveries is how many times the entry was delivered, failed attempts given back not counted.
+	metaDeliveries = "stockflow_deliveries"
+)
+
+// Unmarshaller reads Watermill entries (_watermill_message_uuid, metadata, payload) and plain ones
+// that any Redis client can write (XADD orders * payload '<json>'). It never fails: an error would stop the
+// subscriber for good and leave the entry pending for the next consumer to choke on. An entry it cannot
+// read becomes a message marked with MetaBadEntry, for the poison stream.
+type Unmarshaller struct{}
+
+func (Unmarshaller) Marshal(topic string, msg *message.Message) (map[string]any, error) {
+	return redisstream.DefaultMarshallerUnmarshaller{}.Marshal(topic, msg)
+}
+
+func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ error) {
+	id, _ := values[entryIDField].(string)
+	deliveries, _ := values[entryDeliveriesField].(int64)
+	delete(values, entryIDField)
+	delete(values, entryDeliveriesField)
+	if id == "" { // not read through a Reader
+		id = watermill.NewUUID()
+	}
+	if _, ok := values[redisstream.UUIDHeaderKey]; !ok {
+		values[redisstream.UUIDHeaderKey] = id
+	}
+	defer func() {
+		// A panic here would take the whole process down (it runs in the subscriber's goroutine).
+		if v := recover(); v != nil {
+			msg = badEntry(id, fmt.Sprintf("unreadable entry: %v", v))
+		}
+		msg.Metadata.Set(metaDeliveries, strconv.FormatInt(deliveries, 10))
+	}()
+	msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
+	if err != nil {
+		return badEntry(id, "unreadable entry: "+err.Error()), nil
+	}
+	msg.UUID = id
+	delete(msg.Metadata, MetaBadEntry) // only the worker marks entries
+	// A foreign producer may send its trace context as a field of its own.
+	if tp, ok := values["traceparent"].(string); ok && msg.Metadata.Get("traceparent") == "" {
+		msg.Metadata.Set("traceparent", tp)
+	}
+	if _, ok := values["payload"]; !ok {
+		msg.Metadata.Set(MetaBadEntry, `entry has no "payload" field`)
+	}
+	return msg, nil
+}
+
+func badEntry(id, reason string) *message.Message {
+	msg := message.NewMessage(id, nil)
+	msg.Metadata.Set(MetaBadEntry, reason)
+	return msg
+}
+
+// Deliveries returns how many times msg's entry was delivered (attempts given back not counted).
+func Deliveries(msg *message.Message) int {
+	n, _ := strconv.Atoi(msg.Metadata.Get(metaDeliveries))
+	return n
+}

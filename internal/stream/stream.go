@@ -1,0 +1,35 @@
+// Package stream is the contract of the order streams, shared by the producer, the worker, stockctl and the
+// bench: the stream and group names and their settings, how an entry becomes a Watermill message (Reader,
+// Unmarshaller), and how a trace travels with a message (Publisher, Inject, Extract). It holds no lock
+// and no Router, so a producer links neither.
+package stream
+
+import "github.com/stockflow/stockflow/internal/config"
+
+// DefaultRedisURL is the Redis of the streams and the stock when REDIS_URL is not set.
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// Config names the Redis and the streams and group the worker, the producer and stockctl share.
+type Config struct {
+	RedisURL      string
+	OrdersStream  string
+	ResultsStream string
+	PoisonStream  string
+	ConsumerGroup string
+}
+
+// DefaultConfig returns the default names.
+func DefaultConfig() Config {
+	return Config{RedisURL: DefaultRedisURL, OrdersStream: "orders", ResultsStream: "order-results",
+		PoisonStream: "orders-poison", ConsumerGroup: "inventory"}
+}
+
+// Flags defines the settings of c on s, with the defaults of DefaultConfig.
+func Flags(s *config.Set, c *Config) {
+	d := DefaultConfig()
+	s.String(&c.RedisURL, "REDIS_URL", d.RedisURL, "Redis for streams and stock: redis:// or rediss://, user, password and db allowed")
+	s.String(&c.OrdersStream, "ORDERS_STREAM", d.OrdersStream, "stream the orders are read from")
+	s.String(&c.ResultsStream, "RESULTS_STREAM", d.ResultsStream, "stream the outcomes are written to")
+	s.String(&c.PoisonStream, "POISON_STREAM", d.PoisonStream, "stream for entries that can never be processed")
+	s.String(&c.ConsumerGroup, "CONSUMER_GROUP", d.ConsumerGroup, "consumer group of the workers")
+}
