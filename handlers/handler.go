@@ -10,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/stockflow/stockflow/inventory"
-	"github.com/stockflow/stockflow/lockmw"
 )
 
 // Decode is a middleware that decodes and validates the order of each message once and puts it in the
@@ -26,13 +25,27 @@ func Decode(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// SKU is the lock key of a message: the SKU of its order. It needs Decode to have run.
-func SKU(msg *message.Message) (string, error) {
+// OrderOf returns the order of a message that Decode decoded.
+func OrderOf(msg *message.Message) (Order, error) {
 	o, ok := OrderFrom(msg.Context())
 	if !ok {
-		return "", fmt.Errorf("%w: message %s was not decoded", ErrBadInput, msg.UUID)
+		return o, fmt.Errorf("%w: message %s was not decoded", ErrBadInput, msg.UUID)
 	}
-	return o.SKU, nil
+	return o, nil
+}
+
+// SKU is the lock key of a message: the SKU of its order. It needs Decode to have run.
+func SKU(msg *message.Message) (string, error) {
+	o, err := OrderOf(msg)
+	return o.SKU, err
+}
+
+// Lock is what the handler needs of the SKU lock an order holds.
+type Lock struct {
+	// Token is the lock's fencing token, which the stock write carries; 0 writes unfenced.
+	Token int64
+	// Waited is how long the order waited for the lock, reported in its outcome.
+	Waited time.Duration
 }
 
 // Reserver is the order handler: it reserves stock for the order and publishes the outcome.
@@ -44,39 +57,16 @@ type Reserver struct {
 	ResultsTopic string
 	// Worker names this worker in outcome events.
 	Worker string
-	// DelayWrite is fault injection for chaos tests, 0 in production: each stock write is held back this
-	// long after the lock was taken and then sent even if the lease was lost meanwhile, as a write stuck
-	// in a stalled network or a paused process would be. The fencing token is what must refuse it.
-	DelayWrite time.Duration
 }
 
-// Handle reserves the order of msg (decoded by Decode) with the fencing token of the lease the lock
-// middleware holds (unfenced without one), then publishes the outcome. An error leaves the message to be
-// retried: the reservation is idempotent, so a retry returns the outcome decided the first time.
-func (r *Reserver) Handle(msg *message.Message) error {
-	ctx := msg.Context()
-	o, ok := OrderFrom(ctx)
-	if !ok {
-		var err error
-		if o, err = DecodeOrder(msg.Payload); err != nil {
-			return err
-		}
-	}
-	var token int64
-	var waited time.Duration
-	if lease, ok := lockmw.LeaseFrom(ctx); ok {
-		token, waited = lease.Token(), lockmw.StatsOf(lease).Waited
-	}
-	if r.DelayWrite > 0 {
-		time.Sleep(r.DelayWrite)
-		ctx = context.WithoutCancel(ctx)
-	}
-	out, err := r.Store.Reserve(ctx, o.OrderID, o.SKU, o.Quantity, token)
+// Reserve reserves o under lock and publishes the outcome. An error leaves the order to be retried: the
+// reservation is idempotent, so a retry returns the outcome decided the first time.
+func (r *Reserver) Reserve(ctx context.Context, o Order, lock Lock) error {
+	out, err := r.Store.Reserve(ctx, inventory.Order{ID: o.OrderID, SKU: o.SKU, Quantity: o.Quantity}, lock.Token)
 	if err != nil {
 		return fmt.Errorf("reserve order %s: %w", o.OrderID, err)
 	}
-	payload, err := json.Marshal(Result{Outcome: out, Worker: r.Worker, ProcessedAt: time.Now().UTC(),
-		LockWaitMs: float64(waited.Microseconds()) / 1000})
+	payload, err := json.Marshal(newResult(out, r.Worker, lock.Waited))
 	if err != nil {
 		return err
 	}

@@ -35,11 +35,27 @@ type Order struct {
 // Result is the outcome event the worker publishes to the results stream for every processed order. A
 // redelivered order yields the outcome recorded the first time (Replayed), never a second decrement.
 type Result struct {
-	inventory.Outcome
+	OrderID  string           `json:"order_id"`
+	SKU      string           `json:"sku"`
+	Quantity int64            `json:"quantity"`
+	Status   inventory.Status `json:"status"`
+	Reason   inventory.Reason `json:"reason"`
+	// AvailableAfter is the SKU's available stock right after the reservation, or when it was rejected.
+	AvailableAfter int64 `json:"available_after"`
+	// Fence is the fencing token the stock write carried, 0 when unfenced.
+	Fence int64 `json:"fence"`
+	// Replayed is true when the outcome was decided by an earlier delivery and returned as recorded.
+	Replayed    bool      `json:"replayed"`
 	Worker      string    `json:"worker"`
 	ProcessedAt time.Time `json:"processed_at"`
 	// LockWaitMs is how long this delivery waited for its SKU lock, in milliseconds.
 	LockWaitMs float64 `json:"lock_wait_ms"`
+}
+
+func newResult(out inventory.Outcome, worker string, waited time.Duration) Result {
+	return Result{OrderID: out.OrderID, SKU: out.SKU, Quantity: out.Quantity, Status: out.Status,
+		Reason: out.Reason, AvailableAfter: out.AvailableAfter, Fence: out.Fence, Replayed: out.Replayed,
+		Worker: worker, ProcessedAt: time.Now().UTC(), LockWaitMs: float64(waited.Microseconds()) / 1000}
 }
 
 // DecodeOrder parses and validates an order payload. Its errors wrap ErrBadInput and say what is wrong.

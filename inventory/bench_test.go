@@ -27,7 +27,7 @@ func BenchmarkReserve(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			// A constant token: the fence is checked on every call, as under a lock.
-			o, err := store.Reserve(ctx, "o-"+strconv.FormatInt(next.Add(1), 10), "SKU-1", 1, 1)
+			o, err := store.Reserve(ctx, inventory.Order{ID: "o-" + strconv.FormatInt(next.Add(1), 10), SKU: "SKU-1", Quantity: 1}, 1)
 			if err != nil || o.Status != inventory.StatusReserved {
 				b.Errorf("reserve: %+v, %v", o, err)
 				return

@@ -27,17 +27,17 @@ func ExampleStore_Reserve() {
 		return
 	}
 	// The fence is the lock's fencing token; a holder whose lease was lost gets ErrStaleFence.
-	o, err := store.Reserve(ctx, "o-1", "SKU-1", 2, 7)
+	o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 2}, 7)
 	if errors.Is(err, inventory.ErrStaleFence) {
 		fmt.Println("lost the lock, not reserving")
 		return
 	}
 	fmt.Println(o.Status, o.AvailableAfter)
 
-	o, _ = store.Reserve(ctx, "o-2", "SKU-1", 9, 7)
+	o, _ = store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 9}, 7)
 	fmt.Println(o.Status, o.Reason, o.AvailableAfter)
 
 	// A redelivered order gets its first outcome back and takes nothing more.
-	o, _ = store.Reserve(ctx, "o-1", "SKU-1", 2, 7)
+	o, _ = store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 2}, 7)
 	fmt.Println(o.Status, o.AvailableAfter, "replayed="+fmt.Sprint(o.Replayed))
 }

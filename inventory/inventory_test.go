@@ -61,7 +61,7 @@ func TestOutcomeRecordLayoutAndTTL(t *testing.T) {
 			if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := store.Reserve(ctx, "o:1", "SKU-1", 3, 4); err != nil {
+			if _, err := store.Reserve(ctx, inventory.Order{ID: "o:1", SKU: "SKU-1", Quantity: 3}, 4); err != nil {
 				t.Fatal(err)
 			}
 			key := "order:{SKU-1}:o:1"
@@ -112,14 +112,14 @@ func TestScriptsSurviveScriptFlushAndRestart(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 1, 0); err != nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := store.Reserve(ctx, "o-2", "SKU-1", 1, 0); err != nil || o.AvailableAfter != 8 {
+	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 1}, 0); err != nil || o.AvailableAfter != 8 {
 		t.Fatalf("after SCRIPT FLUSH: %+v, %v", o, err)
 	}
 	// The fallback EVAL cached the script again, so later calls are EVALSHA hits.
@@ -128,10 +128,10 @@ func TestScriptsSurviveScriptFlushAndRestart(t *testing.T) {
 	}
 
 	s.Restart()
-	if o, err := store.Reserve(ctx, "o-3", "SKU-1", 1, 0); err != nil || o.AvailableAfter != 7 {
+	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-3", SKU: "SKU-1", Quantity: 1}, 0); err != nil || o.AvailableAfter != 7 {
 		t.Fatalf("after restart: %+v, %v", o, err)
 	}
-	if o, err := store.Reserve(ctx, "o-1", "SKU-1", 1, 0); err != nil || !o.Replayed || o.AvailableAfter != 9 {
+	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 0); err != nil || !o.Replayed || o.AvailableAfter != 9 {
 		t.Fatalf("replay after restart: %+v, %v", o, err)
 	}
 	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})

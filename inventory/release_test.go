@@ -17,7 +17,7 @@ func TestReleaseGivesStockBackOnce(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 3, 2); err != nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 3}, 2); err != nil {
 		t.Fatal(err)
 	}
 
@@ -39,7 +39,9 @@ func TestReleaseGivesStockBackOnce(t *testing.T) {
 		run  func() (inventory.Outcome, error)
 	}{
 		{"a second release", func() (inventory.Outcome, error) { return store.Release(ctx, "o-1", "SKU-1", 3) }},
-		{"a redelivered reserve", func() (inventory.Outcome, error) { return store.Reserve(ctx, "o-1", "SKU-1", 3, 3) }},
+		{"a redelivered reserve", func() (inventory.Outcome, error) {
+			return store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 3}, 3)
+		}},
 	} {
 		if o, err := call.run(); err != nil || o != w {
 			t.Fatalf("%s: %+v, %v; want %+v", call.name, o, err, w)
@@ -56,7 +58,7 @@ func TestReleaseOfAnOrderNotReservedWritesNothing(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 1); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := store.Reserve(ctx, "o-big", "SKU-1", 5, 0); err != nil || o.Status != inventory.StatusRejected {
+	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-big", SKU: "SKU-1", Quantity: 5}, 0); err != nil || o.Status != inventory.StatusRejected {
 		t.Fatalf("reserve: %+v, %v", o, err)
 	}
 	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
@@ -86,7 +88,7 @@ func TestReleaseWithAStaleFenceWritesNothing(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 3, 5); err != nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 3}, 5); err != nil {
 		t.Fatal(err)
 	}
 	before := stock(t, rdb, "SKU-1")
@@ -109,7 +111,7 @@ func TestReleaseOfADeletedSKUWritesNothing(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 3, 0); err != nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 3}, 0); err != nil {
 		t.Fatal(err)
 	}
 	rdb.Del(ctx, "stock:{SKU-1}")

@@ -20,29 +20,36 @@ var (
 	releaseScript = redis.NewScript(releaseSrc)
 )
 
-// Reserve takes quantity of sku for orderID, or records why it could not, in one atomic script.
+// Order is what Reserve decides on: an order id, the SKU it wants and how many.
+type Order struct {
+	ID       string
+	SKU      string
+	Quantity int64
+}
+
+// Reserve takes o.Quantity of o.SKU for order o.ID, or records why it could not, in one atomic script.
 //
 // If the order already has a recorded outcome, that outcome comes back as is with Replayed set, even
-// when quantity differs: an order id is decided once. A fence below the SKU's stored fence fails with
+// when the quantity differs: an order id is decided once. A fence below the SKU's stored fence fails with
 // ErrStaleFence and writes nothing; a higher one is stored. fence 0 skips fencing.
 //
 // A rejection is an Outcome, not an error: StatusRejected with ReasonUnknownSKU or
 // ReasonInsufficientStock (AvailableAfter then holds what was available). Errors wrap ErrInvalid,
 // ErrStaleFence or the Redis or context error.
-func (s *Store) Reserve(ctx context.Context, orderID, sku string, quantity, fence int64) (Outcome, error) {
-	if err := ValidateOrder(orderID, sku, quantity); err != nil {
+func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, error) {
+	if err := ValidateOrder(o.ID, o.SKU, o.Quantity); err != nil {
 		return Outcome{}, err
 	}
 	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
 		return Outcome{}, err
 	}
-	return traceReserve(ctx, sku, quantity, fence, func(ctx context.Context) (Outcome, error) {
-		keys := []string{stockKey(sku), orderKey(sku, orderID)}
-		reply, err := reserveScript.Run(ctx, s.rdb, keys, quantity, fence, s.ttlMillis).Slice()
+	return traceReserve(ctx, o, fence, func(ctx context.Context) (Outcome, error) {
+		keys := []string{stockKey(o.SKU), orderKey(o.SKU, o.ID)}
+		reply, err := reserveScript.Run(ctx, s.rdb, keys, o.Quantity, fence, s.ttlMillis).Slice()
 		if err != nil {
-			return Outcome{}, scriptError("reserve", orderID, sku, fence, err)
+			return Outcome{}, scriptError("reserve", o.ID, o.SKU, fence, err)
 		}
-		return decodeOutcome(orderID, sku, reply)
+		return decodeOutcome(o.ID, o.SKU, reply)
 	})
 }
 
@@ -70,22 +77,29 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 
 // decodeOutcome reads the script reply {replayed, status, reason, quantity, available_after, fence}.
 func decodeOutcome(orderID, sku string, reply []any) (Outcome, error) {
-	if len(reply) == 6 {
-		replayed, ok0 := reply[0].(int64)
-		status, ok1 := reply[1].(string)
-		reason, ok2 := reply[2].(string)
-		quantity, ok3 := reply[3].(int64)
-		after, ok4 := reply[4].(int64)
-		fence, ok5 := reply[5].(int64)
-		if ok0 && ok1 && ok2 && ok3 && ok4 && ok5 {
-			return Outcome{
-				OrderID: orderID, SKU: sku, Quantity: quantity,
-				Status: Status(status), Reason: Reason(reason),
-				AvailableAfter: after, Fence: fence, Replayed: replayed == 1,
-			}, nil
-		}
+	r := &replyReader{reply: reply, ok: len(reply) == 6}
+	o := Outcome{OrderID: orderID, SKU: sku, Replayed: at[int64](r, 0) == 1, Status: Status(at[string](r, 1)),
+		Reason: Reason(at[string](r, 2)), Quantity: at[int64](r, 3), AvailableAfter: at[int64](r, 4),
+		Fence: at[int64](r, 5)}
+	if !r.ok {
+		return Outcome{}, fmt.Errorf("inventory: unexpected script reply %v for order %q", reply, orderID)
 	}
-	return Outcome{}, fmt.Errorf("inventory: unexpected script reply %v for order %q", reply, orderID)
+	return o, nil
+}
+
+// replyReader reads the elements of a script's array reply of known length; ok turns false at the first
+// element of another type.
+type replyReader struct {
+	reply []any
+	ok    bool
+}
+
+// at returns element i of the reply (i below the length the reader was made for).
+func at[T any](r *replyReader, i int) (v T) {
+	if r.ok {
+		v, r.ok = r.reply[i].(T)
+	}
+	return v
 }
 
 // scriptError turns the scripts' error replies into the package's sentinels. orderID is "" for a call

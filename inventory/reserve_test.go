@@ -23,7 +23,7 @@ func reserveAll(t *testing.T, stores []*inventory.Store, sku string, n int) []in
 		store := stores[g%len(stores)]
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				o, err := store.Reserve(context.Background(), fmt.Sprintf("o-%d", i), sku, 1, 0)
+				o, err := store.Reserve(context.Background(), inventory.Order{ID: fmt.Sprintf("o-%d", i), SKU: sku, Quantity: 1}, 0)
 				if err != nil {
 					t.Errorf("reserve o-%d: %v", i, err)
 					return
@@ -112,10 +112,10 @@ func TestReplayWithAnotherQuantityReturnsTheRecordedOutcome(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 2, 0); err != nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 2}, 0); err != nil {
 		t.Fatal(err)
 	}
-	o, err := store.Reserve(ctx, "o-1", "SKU-1", 5, 0)
+	o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 5}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestInsufficientStockReportsWhatIsAvailable(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	o, err := store.Reserve(ctx, "o-1", "SKU-1", 4, 0)
+	o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 4}, 0)
 	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 4, Status: inventory.StatusRejected,
 		Reason: inventory.ReasonInsufficientStock, AvailableAfter: 3}
 	if err != nil || o != w {
@@ -144,7 +144,7 @@ func TestInsufficientStockReportsWhatIsAvailable(t *testing.T) {
 	}
 	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "3", "reserved": "0"})
 
-	o, err = store.Reserve(ctx, "o-2", "SKU-1", 3, 0)
+	o, err = store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 3}, 0)
 	if err != nil || o.Status != inventory.StatusReserved || o.AvailableAfter != 0 {
 		t.Fatalf("3 of 3: %+v, %v", o, err)
 	}
@@ -159,12 +159,12 @@ func TestStaleFenceIsRefusedAndWritesNothing(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := store.Reserve(ctx, "o-1", "SKU-1", 1, 7); err != nil || o.Fence != 7 {
+	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 7); err != nil || o.Fence != 7 {
 		t.Fatalf("token 7: %+v, %v", o, err)
 	}
 	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
 
-	_, err := store.Reserve(ctx, "o-2", "SKU-1", 1, 6)
+	_, err := store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 1}, 6)
 	if !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("token 6: got %v, want ErrStaleFence", err)
 	}
@@ -174,14 +174,14 @@ func TestStaleFenceIsRefusedAndWritesNothing(t *testing.T) {
 		t.Fatalf("DBSIZE = %d after a stale reserve, want %d", n, keys)
 	}
 
-	o, err := store.Reserve(ctx, "o-2", "SKU-1", 1, 8)
+	o, err := store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 1}, 8)
 	if err != nil || o.Status != inventory.StatusReserved || o.Fence != 8 || o.AvailableAfter != 8 {
 		t.Fatalf("token 8: %+v, %v", o, err)
 	}
 	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "8"})
 
 	// Unfenced calls neither check nor lower the fence.
-	if _, err := store.Reserve(ctx, "o-3", "SKU-1", 1, 0); err != nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-3", SKU: "SKU-1", Quantity: 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := stock(t, rdb, "SKU-1")["fence"]; got != "8" {
@@ -195,7 +195,7 @@ func TestUnknownSKUIsRejectedAndRecorded(t *testing.T) {
 	rdb := s.Client()
 	store := inventory.New(rdb)
 
-	o, err := store.Reserve(ctx, "o-1", "NOPE", 1, 5)
+	o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "NOPE", Quantity: 1}, 5)
 	w := inventory.Outcome{OrderID: "o-1", SKU: "NOPE", Quantity: 1, Status: inventory.StatusRejected,
 		Reason: inventory.ReasonUnknownSKU, Fence: 5}
 	if err != nil || o != w {
@@ -204,7 +204,7 @@ func TestUnknownSKUIsRejectedAndRecorded(t *testing.T) {
 	if n, _ := rdb.Exists(ctx, "stock:{NOPE}").Result(); n != 0 {
 		t.Fatal("a reserve for an unknown SKU created its stock hash")
 	}
-	if again, _ := store.Reserve(ctx, "o-1", "NOPE", 1, 5); !again.Replayed {
+	if again, _ := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "NOPE", Quantity: 1}, 5); !again.Replayed {
 		t.Fatalf("second call not replayed: %+v", again)
 	}
 }

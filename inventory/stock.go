@@ -27,10 +27,7 @@ var (
 // if it does not exist. The reserved count and the fence stay as they are: reservations already made
 // are not undone by a stock count.
 func (s *Store) SetStock(ctx context.Context, sku string, available int64) error {
-	if err := ValidateSKU(sku); err != nil {
-		return err
-	}
-	if err := checkRange("available", available, 0, MaxStock); err != nil {
+	if err := checkStockWrite(sku, "available", available, 0); err != nil {
 		return err
 	}
 	if err := setStockScript.Run(ctx, s.rdb, []string{stockKey(sku)}, available).Err(); err != nil {
@@ -43,21 +40,32 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 // exist, and returns the new available count. It fails with ErrInvalid, writing nothing, if available
 // would exceed MaxStock.
 func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (available int64, err error) {
-	if err := ValidateSKU(sku); err != nil {
-		return 0, err
-	}
-	if err := checkRange("quantity", quantity, 1, MaxStock); err != nil {
+	if err := checkStockWrite(sku, "quantity", quantity, 1); err != nil {
 		return 0, err
 	}
 	available, err = restockScript.Run(ctx, s.rdb, []string{stockKey(sku)}, quantity, int64(MaxStock)).Int64()
-	if redis.HasErrorPrefix(err, "OVERSTOCK ") {
-		return 0, fmt.Errorf("%w quantity %d: sku %q would exceed %d available", ErrInvalid, quantity, sku,
-			int64(MaxStock))
-	}
 	if err != nil {
-		return 0, scriptError("restock", "", sku, 0, err)
+		return 0, restockError(sku, quantity, err)
 	}
 	return available, nil
+}
+
+// checkStockWrite checks the arguments of a stock write before any Redis call: the SKU, and the number
+// n, named field, within lo..MaxStock.
+func checkStockWrite(sku, field string, n, lo int64) error {
+	if err := ValidateSKU(sku); err != nil {
+		return err
+	}
+	return checkRange(field, n, lo, MaxStock)
+}
+
+// restockError is ErrInvalid for a restock the script refused because it would exceed MaxStock.
+func restockError(sku string, quantity int64, err error) error {
+	if redis.HasErrorPrefix(err, "OVERSTOCK ") {
+		return fmt.Errorf("%w quantity %d: sku %q would exceed %d available", ErrInvalid, quantity, sku,
+			int64(MaxStock))
+	}
+	return scriptError("restock", "", sku, 0, err)
 }
 
 // Get returns the stock of sku, or an error wrapping ErrUnknownSKU if it was never stocked.
@@ -69,6 +77,11 @@ func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
 	if err != nil {
 		return Stock{}, scriptError("get", "", sku, 0, err)
 	}
+	return decodeStock(sku, reply)
+}
+
+// decodeStock reads the reply of get_stock.lua: available, reserved and fence, each nil when missing.
+func decodeStock(sku string, reply []any) (Stock, error) {
 	if len(reply) != 3 {
 		return Stock{}, fmt.Errorf("inventory: get sku %q: unexpected script reply %v", sku, reply)
 	}
@@ -78,17 +91,22 @@ func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
 	var st Stock
 	names := [...]string{"available", "reserved", "fence"}
 	for i, dst := range []*int64{&st.Available, &st.Reserved, &st.Fence} {
-		v, _ := reply[i].(string) // a missing field reads as 0
-		if v == "" {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
+		n, err := stockField(reply[i])
 		if err != nil {
 			return Stock{}, fmt.Errorf("inventory: get sku %q: stock field %s: %w", sku, names[i], err)
 		}
 		*dst = n
 	}
 	return st, nil
+}
+
+// stockField is one field of the stock hash; a missing one reads as 0.
+func stockField(v any) (int64, error) {
+	s, _ := v.(string)
+	if s == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
 }
 
 func skuSubject(sku string) string { return fmt.Sprintf("sku %q", sku) }

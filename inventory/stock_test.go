@@ -22,7 +22,7 @@ func TestStockOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
-	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 4, 9); err != nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 4}, 9); err != nil {
 		t.Fatal(err)
 	}
 
@@ -60,7 +60,7 @@ func TestCorruptStockIsRefusedBeforeAnyWrite(t *testing.T) {
 	// A non-integer reserved would make the second HINCRBY fail after the first had run.
 	rdb.HSet(ctx, "stock:{SKU-1}", "available", "10", "reserved", "1.5")
 
-	if _, err := store.Reserve(ctx, "o-1", "SKU-1", 1, 3); err == nil {
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 3); err == nil {
 		t.Fatal("reserve on a corrupt stock hash succeeded")
 	} else {
 		t.Log(err)

@@ -27,9 +27,9 @@ var orders, _ = otel.Meter(scope).Int64Counter("stockflow.orders",
 	metric.WithDescription("Orders decided by the stock script, by outcome (replays included, marked replayed)."))
 
 // traceReserve runs reserve inside a "stock reserve" span and counts its outcome.
-func traceReserve(ctx context.Context, sku string, quantity, fence int64, reserve func(context.Context) (Outcome, error)) (Outcome, error) {
+func traceReserve(ctx context.Context, o Order, fence int64, reserve func(context.Context) (Outcome, error)) (Outcome, error) {
 	ctx, span := otel.Tracer(scope).Start(ctx, "stock reserve", trace.WithAttributes(
-		attrSKU.String(sku), attrQuantity.Int64(quantity), attrFence.Int64(fence)))
+		attrSKU.String(o.SKU), attrQuantity.Int64(o.Quantity), attrFence.Int64(fence)))
 	defer span.End()
 	out, err := reserve(ctx)
 	if err != nil {

@@ -22,7 +22,10 @@ func TestInvalidInputIsRefusedBeforeRedis(t *testing.T) {
 	long := strings.Repeat("a", 129)
 
 	reserve := func(order, sku string, q, fence int64) func() error {
-		return func() error { _, err := store.Reserve(ctx, order, sku, q, fence); return err }
+		return func() error {
+			_, err := store.Reserve(ctx, inventory.Order{ID: order, SKU: sku, Quantity: q}, fence)
+			return err
+		}
 	}
 	for _, tc := range []struct {
 		name  string

@@ -44,35 +44,54 @@ func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	if m.Locker == nil || m.Key == nil {
 		panic("lockmw: Middleware needs a Locker and a Key function")
 	}
-	// A random part per process: a restarted worker with the same name must not produce the owner of its
-	// previous incarnation, whose lock may still be held.
+	prefix := m.ownerPrefix()
+	return func(msg *message.Message) ([]*message.Message, error) {
+		return m.handle(h, msg, prefix)
+	}
+}
+
+// ownerPrefix names this process in the owners of its handler runs. A random part per process: a restarted
+// worker with the same name must not produce the owner of its previous incarnation, whose lock may still
+// be held.
+func (m *Middleware) ownerPrefix() string {
 	prefix := uuid.NewString()
 	if m.Instance != "" {
 		prefix = m.Instance + ":" + prefix[:8]
 	}
-	return func(msg *message.Message) (_ []*message.Message, err error) {
-		key, err := m.Key(msg)
-		if err != nil {
-			return nil, err
-		}
-		orig := msg.Context()
-		owner := prefix + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
-		lease, err := m.Locker.Acquire(WithOwner(orig, owner), key)
-		if m.OnAcquired != nil {
-			m.OnAcquired(orig, key, lease, err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("lock %s: %w", key, err)
-		}
-		defer func() {
-			msg.SetContext(orig) // a retry must not start from a released lease's context
-			// The release must not inherit a cancelled message context: it frees the key for others.
-			rerr := lease.Release(context.WithoutCancel(orig))
-			if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
-				err = errors.Join(err, fmt.Errorf("unlock %s: %w", key, rerr))
-			}
-		}()
-		msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
-		return h(msg)
+	return prefix
+}
+
+// handle runs h on msg under the lock of the message's key.
+func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix string) (_ []*message.Message, err error) {
+	key, err := m.Key(msg)
+	if err != nil {
+		return nil, err
 	}
+	orig := msg.Context()
+	owner := prefix + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
+	lease, err := m.Locker.Acquire(WithOwner(orig, owner), key)
+	if m.OnAcquired != nil {
+		m.OnAcquired(orig, key, lease, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", key, err)
+	}
+	defer func() {
+		if rerr := releaseRun(msg, orig, lease); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("unlock %s: %w", key, rerr))
+		}
+	}()
+	msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
+	return h(msg)
+}
+
+// releaseRun gives the message its context back and releases the lease; a lease that was lost or expired
+// is no error here.
+func releaseRun(msg *message.Message, orig context.Context, lease Lease) error {
+	msg.SetContext(orig) // a retry must not start from a released lease's context
+	// The release must not inherit a cancelled message context: it frees the key for others.
+	if err := lease.Release(context.WithoutCancel(orig)); !errors.Is(err, ErrNotHeld) {
+		return err
+	}
+	return nil
 }

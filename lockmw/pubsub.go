@@ -15,14 +15,23 @@ const unsubscribeAfter = 5 * time.Second
 // notifier owns the one pub/sub connection of a locker to one Redis server. Waiters of a key share one
 // subscription to its unlock channel; every message (and every resubscription after a reconnect, when
 // messages may have been lost) is handed to onMessage.
+//
+// The mutex guards only the subscriptions in memory; SUBSCRIBE and UNSUBSCRIBE are sent by one goroutine,
+// in the order the subscriptions changed. An UNSUBSCRIBE of an idle channel thus reaches Redis before the
+// SUBSCRIBE of a waiter that arrived after it, and never undoes that waiter's subscription. A confirmation
+// may come early (go-redis resubscribing, after a reconnect, a channel whose UNSUBSCRIBE is still queued);
+// the SUBSCRIBE queued behind that UNSUBSCRIBE is confirmed again, and every confirmation wakes the key's
+// queue, so an unlock published in between is not missed.
 type notifier struct {
 	ps        *redis.PubSub
 	onMessage func(channel string)
-
-	mu        sync.Mutex
-	chans     map[string]*subscription
 	done      chan struct{}
 	closeOnce sync.Once
+	outbox    chan struct{} // signalled when commands are queued
+
+	mu     sync.Mutex
+	chans  map[string]*subscription
+	queued []command // to send, oldest first
 }
 
 type subscription struct {
@@ -32,14 +41,22 @@ type subscription struct {
 	idleSince time.Time
 }
 
+// command is a SUBSCRIBE (or an UNSUBSCRIBE) of channels.
+type command struct {
+	unsubscribe bool
+	channels    []string
+}
+
 func newNotifier(rdb redis.UniversalClient, onMessage func(string)) *notifier {
 	n := &notifier{
 		ps:        rdb.Subscribe(context.Background()),
 		onMessage: onMessage,
 		chans:     make(map[string]*subscription),
 		done:      make(chan struct{}),
+		outbox:    make(chan struct{}, 1),
 	}
 	go n.run()
+	go n.send()
 	return n
 }
 
@@ -52,16 +69,13 @@ func (n *notifier) hold(channel string) <-chan struct{} {
 	if s == nil {
 		s = &subscription{ready: make(chan struct{})}
 		n.chans[channel] = s
-		// Not the waiter's context: a write cut off by its deadline would tear down the connection that
-		// every key shares. A failed write is retried by go-redis on reconnect (it resubscribes every
-		// channel); the waiter meanwhile falls back to polling at the lock's TTL.
-		_ = n.ps.Subscribe(context.Background(), channel)
+		n.queueLocked(command{channels: []string{channel}})
 	}
 	s.refs++
 	return s.ready
 }
 
-// drop releases a hold. The subscription is dropped lazily by run.
+// drop releases a hold. The subscription is dropped lazily by sweep.
 func (n *notifier) drop(channel string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -82,6 +96,7 @@ func (n *notifier) close() error {
 	return err
 }
 
+// run hands the messages and confirmations to onMessage, and unsubscribes idle channels.
 func (n *notifier) run() {
 	msgs := n.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	sweep := time.NewTicker(unsubscribeAfter)
@@ -96,18 +111,22 @@ func (n *notifier) run() {
 			if !ok {
 				return
 			}
-			switch m := m.(type) {
-			case *redis.Message:
-				n.onMessage(m.Channel)
-			case *redis.Subscription:
-				// Every confirmation counts as a possible unlock: one published before the subscription
-				// took effect (or during a reconnect) was not seen, and the head that attempted then
-				// may not have been the one that waited for this confirmation.
-				if m.Kind == "subscribe" {
-					n.confirm(m.Channel)
-					n.onMessage(m.Channel)
-				}
-			}
+			n.receive(m)
+		}
+	}
+}
+
+func (n *notifier) receive(m any) {
+	switch m := m.(type) {
+	case *redis.Message:
+		n.onMessage(m.Channel)
+	case *redis.Subscription:
+		// Every confirmation counts as a possible unlock: one published before the subscription took
+		// effect (or during a reconnect) was not seen, and the head that attempted then may not have been
+		// the one that waited for this confirmation.
+		if m.Kind == "subscribe" {
+			n.confirm(m.Channel)
+			n.onMessage(m.Channel)
 		}
 	}
 }
@@ -122,20 +141,65 @@ func (n *notifier) confirm(channel string) {
 	}
 }
 
+// sweep unsubscribes the channels nobody waited for since unsubscribeAfter.
 func (n *notifier) sweep() {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	var idle []string
 	for ch, s := range n.chans {
-		// Only confirmed ones: a late confirmation must never be taken for a newer subscription's.
-		if s.refs == 0 && s.confirmed && time.Since(s.idleSince) >= unsubscribeAfter {
+		if s.idle() {
 			idle = append(idle, ch)
 			delete(n.chans, ch)
 		}
 	}
 	if len(idle) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = n.ps.Unsubscribe(ctx, idle...)
-		cancel()
+		n.queueLocked(command{unsubscribe: true, channels: idle})
 	}
-	n.mu.Unlock()
+}
+
+// idle: no waiter since unsubscribeAfter. Only confirmed ones: a late confirmation must never be taken for
+// a newer subscription's.
+func (s *subscription) idle() bool {
+	return s.refs == 0 && s.confirmed && time.Since(s.idleSince) >= unsubscribeAfter
+}
+
+// queueLocked queues c behind the commands of earlier changes.
+func (n *notifier) queueLocked(c command) {
+	n.queued = append(n.queued, c)
+	signal(n.outbox)
+}
+
+// send sends the queued commands to Redis, in order, outside the mutex.
+func (n *notifier) send() {
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-n.outbox:
+			for _, c := range n.takeQueued() {
+				n.write(c)
+			}
+		}
+	}
+}
+
+func (n *notifier) takeQueued() []command {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cs := n.queued
+	n.queued = nil
+	return cs
+}
+
+func (n *notifier) write(c command) {
+	if c.unsubscribe {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = n.ps.Unsubscribe(ctx, c.channels...)
+		return
+	}
+	// Not a waiter's context: a write cut off by its deadline would tear down the connection that every
+	// key shares. A failed write is retried by go-redis on reconnect (it resubscribes every channel); the
+	// waiter meanwhile falls back to polling at the lock's TTL.
+	_ = n.ps.Subscribe(context.Background(), c.channels...)
 }

@@ -5,12 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -65,8 +62,7 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 		cfg.Logger.Warn("lockmw: Redlock over an even number of masters tolerates no more failures than one less",
 			"masters", len(clients))
 	}
-	nodes := redlockNodes{clients: clients, lease: cfg.Lease, tokenTTL: cfg.TokenTTL, timeout: cfg.NodeTimeout,
-		quorum: len(clients)/2 + 1, logger: cfg.Logger}
+	nodes := redlockNodes{scripts: newScripts(cfg), clients: clients, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1}
 	r := &Redlock{nodes: nodes}
 	r.engine = newEngine("redlock", cfg, nodes)
 	for _, c := range clients {
@@ -84,13 +80,12 @@ func (r *Redlock) Close() error {
 	return errors.Join(errs...)
 }
 
+// redlockNodes runs the lock scripts on every master and counts the majority.
 type redlockNodes struct {
-	clients  []redis.UniversalClient
-	lease    time.Duration
-	tokenTTL time.Duration
-	timeout  time.Duration
-	quorum   int
-	logger   *slog.Logger
+	scripts
+	clients []redis.UniversalClient
+	timeout time.Duration // per call
+	quorum  int
 }
 
 // each runs f on every master at once, each call bounded by the node timeout, and waits for all.
@@ -115,6 +110,17 @@ func (r redlockNodes) nodeError(i int, err error) error {
 	return &NodeError{Addr: addrOf(r.clients[i]), Err: err}
 }
 
+// nodeErrors returns the failures in errs, one per master, as *NodeError.
+func (r redlockNodes) nodeErrors(errs []error) []error {
+	var failures []error
+	for i, err := range errs {
+		if err != nil {
+			failures = append(failures, r.nodeError(i, err))
+		}
+	}
+	return failures
+}
+
 func addrOf(c redis.UniversalClient) string {
 	if cl, ok := c.(*redis.Client); ok {
 		return cl.Options().Addr
@@ -122,166 +128,72 @@ func addrOf(c redis.UniversalClient) string {
 	return fmt.Sprintf("%v", c)
 }
 
-func (r redlockNodes) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
-	start := time.Now()
-	replies := make([][]int64, len(r.clients))
-	errs := make([]error, len(r.clients))
-	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
-		replies[i], errs[i] = acquireScript.Run(ctx, c, []string{n.lock, n.token}, r.lease.Milliseconds(), owner,
-			r.tokenTTL.Milliseconds()).Int64Slice()
-	})
-	if ctx.Err() != nil {
-		r.undo(ctx, n, owner, replies, errs, held)
-		return attempt{}, ctx.Err()
-	}
-
-	var got int
-	var token, count int64
-	var failures []error
-	pttl := time.Duration(-1)
-	for i, res := range replies {
-		if errs[i] != nil {
-			failures = append(failures, r.nodeError(i, errs[i]))
-			continue
-		}
-		a, err := parseAttempt(res)
-		switch {
-		case err != nil:
-			failures = append(failures, r.nodeError(i, err))
-		case a.ok:
-			got++
-			token, count = max(token, a.token), max(count, a.count)
-		case pttl < 0 || a.pttl < pttl:
-			pttl = a.pttl
-		}
-	}
-	fail := func(err error) (attempt, error) {
-		quiet := r.undo(ctx, n, owner, replies, errs, held)
-		retry := pttl // another owner holds it: its unlock message wakes us, at the latest its lease ends
-		if err != nil {
-			retry = retryAfterFailure()
-		}
-		return attempt{pttl: retry, err: err, quiet: quiet}, nil
-	}
-	if got < r.quorum {
-		if len(failures) > len(r.clients)-r.quorum { // no majority could answer: say why
-			return fail(errors.Join(append([]error{ErrQuorum}, failures...)...))
-		}
-		return fail(nil)
-	}
-	if err := r.writeBackToken(ctx, n, token, replies); err != nil {
-		return fail(err)
-	}
-	valid := start.Add(r.lease - drift(r.lease))
-	if !time.Now().Before(valid) {
-		return fail(fmt.Errorf("%w: the majority took longer than the lease", ErrQuorum))
-	}
-	return attempt{ok: true, token: token, count: count, valid: valid}, nil
-}
-
-// retryAfterFailure spreads the retries of processes that failed together.
-func retryAfterFailure() time.Duration { return 20*time.Millisecond + rand.N(80*time.Millisecond) }
-
-// writeBackToken makes sure a majority's fencing counters are at least token before it is used. Masters
-// that answered token already need nothing; usually that is all of them.
-func (r redlockNodes) writeBackToken(ctx context.Context, n names, token int64, replies [][]int64) error {
-	have := 0
-	for _, res := range replies {
-		if len(res) == 3 && res[0] == 1 && res[1] == token {
-			have++
-		}
-	}
-	if have >= r.quorum {
-		return nil
-	}
-	return r.raiseToken(ctx, n, token)
+// joinFailures joins causes and the failures of the masters.
+func joinFailures(failures []error, causes ...error) error {
+	return errors.Join(append(causes, failures...)...)
 }
 
 // raiseToken raises the fencing counter to at least token on every master; a majority must confirm.
 func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) error {
 	raised := make([]error, len(r.clients))
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
-		raised[i] = raiseTokenScript.Run(ctx, c, []string{n.token}, token, r.tokenTTL.Milliseconds()).Err()
+		raised[i] = r.runRaiseToken(ctx, c, n, token)
 	})
-	var failures []error
-	for i, err := range raised {
-		if err != nil {
-			failures = append(failures, r.nodeError(i, err))
-		}
-	}
-	if len(r.clients)-len(failures) < r.quorum {
-		return errors.Join(append([]error{fmt.Errorf("%w: fencing counter not raised", ErrQuorum)}, failures...)...)
+	if failures := r.nodeErrors(raised); len(r.clients)-len(failures) < r.quorum {
+		return joinFailures(failures, fmt.Errorf("%w: fencing counter not raised", ErrQuorum))
 	}
 	return nil
-}
-
-// undo releases a failed attempt, even when the caller's context ended: on the masters that granted it,
-// and on those that did not answer (their script may have run) unless the owner already held the lock,
-// whose count there must not be touched. It reports whether it gave back a granted master, which
-// publishes an unlock message.
-func (r redlockNodes) undo(ctx context.Context, n names, owner string, replies [][]int64, errs []error, held bool) (gaveBack bool) {
-	ctx = context.WithoutCancel(ctx)
-	requestID := uuid.NewString()
-	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
-		granted := errs[i] == nil && len(replies[i]) == 3 && replies[i][0] == 1
-		if granted || (errs[i] != nil && !held) {
-			_ = releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
-				owner, r.lease.Milliseconds(), latchTTL.Milliseconds()).Err()
-		}
-	})
-	for i := range replies {
-		if errs[i] == nil && len(replies[i]) == 3 && replies[i][0] == 1 {
-			return true
-		}
-	}
-	return false
 }
 
 func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
 	lefts := make([]int64, len(r.clients))
 	errs := make([]error, len(r.clients))
-	release := func(ctx context.Context, i int, c redis.UniversalClient) {
-		lefts[i], errs[i] = releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
-			owner, r.lease.Milliseconds(), latchTTL.Milliseconds()).Int64()
-	}
-	r.each(ctx, release)
-	var failures []error
-	var failed []int
-	released, notHeld, left := 0, 0, int64(0)
-	for i, err := range errs {
-		switch {
-		case err != nil:
-			failures = append(failures, r.nodeError(i, err))
-			failed = append(failed, i)
-		case lefts[i] >= 0:
-			released++
-			left = max(left, lefts[i])
-		default:
-			notHeld++
-		}
-	}
+	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
+		lefts[i], errs[i] = r.runRelease(ctx, c, n, owner, requestID)
+	})
+	failures := r.nodeErrors(errs)
+	released, notHeld, left := countReleases(lefts, errs)
 	switch {
 	case released >= r.quorum:
 		// The masters that did not answer keep their copy until the lease ends unless told again; the
 		// latch makes a repeat of this request harmless where the first one landed.
-		if len(failed) > 0 {
-			go r.retryRelease(context.WithoutCancel(ctx), failed, release)
+		if len(failures) > 0 {
+			go r.retryRelease(context.WithoutCancel(ctx), errs, n, owner, requestID)
 		}
 		return left, nil
 	case notHeld > len(r.clients)-r.quorum:
 		return -1, nil // no majority can hold it for owner
 	}
 	// Unknown on too many masters: the caller retries the same request.
-	return 0, errors.Join(append([]error{ErrQuorum}, failures...)...)
+	return 0, joinFailures(failures, ErrQuorum)
 }
 
-// retryRelease repeats a release on the masters that did not answer, with a longer timeout.
-func (r redlockNodes) retryRelease(ctx context.Context, failed []int, release func(context.Context, int, redis.UniversalClient)) {
+// countReleases counts the masters that released a hold, with the most holds left among them, and those
+// where the owner held none.
+func countReleases(lefts []int64, errs []error) (released, notHeld int, left int64) {
+	for i, l := range lefts {
+		switch {
+		case errs[i] != nil: // unknown: counts for neither
+		case l >= 0:
+			released++
+			left = max(left, l)
+		default:
+			notHeld++
+		}
+	}
+	return released, notHeld, left
+}
+
+// retryRelease repeats a release request on the masters that did not answer it (errs), with a longer
+// timeout.
+func (r redlockNodes) retryRelease(ctx context.Context, errs []error, n names, owner, requestID string) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, i := range failed {
-		wg.Go(func() { release(ctx, i, r.clients[i]) })
+	for i, err := range errs {
+		if err != nil {
+			wg.Go(func() { _, _ = r.runRelease(ctx, r.clients[i], n, owner, requestID) })
+		}
 	}
 	wg.Wait()
 }
@@ -292,24 +204,24 @@ func (r redlockNodes) renew(ctx context.Context, hs []*hold) []error {
 	// answer (at least the node timeout), so a slow round does not lose the lease, and a dead majority is
 	// still noticed within about one period.
 	r.eachWithin(ctx, max(r.timeout, r.lease/12), func(ctx context.Context, i int, c redis.UniversalClient) {
-		perNode[i] = renewAll(ctx, c, hs, r.lease)
+		perNode[i] = r.renewAll(ctx, c, hs)
 	})
 	out := make([]error, len(hs))
 	for h := range hs {
-		renewed := 0
-		var failures []error
-		for i := range r.clients {
-			if err := perNode[i][h]; err == nil {
-				renewed++
-			} else {
-				failures = append(failures, r.nodeError(i, err))
-			}
-		}
-		// Fewer than a majority confirmed: the lease is lost at once. Waiting for its validity to run out
-		// would keep a holder working that cannot show a majority.
-		if renewed < r.quorum {
-			out[h] = errors.Join(append([]error{ErrNotHeld, ErrQuorum}, failures...)...)
-		}
+		out[h] = r.renewedByMajority(perNode, h)
 	}
 	return out
+}
+
+// renewedByMajority reports whether a majority renewed hold h. With fewer the lease is lost at once:
+// waiting for its validity to run out would keep a holder working that cannot show a majority.
+func (r redlockNodes) renewedByMajority(perNode [][]error, h int) error {
+	errs := make([]error, len(perNode))
+	for i := range perNode {
+		errs[i] = perNode[i][h]
+	}
+	if failures := r.nodeErrors(errs); len(r.clients)-len(failures) < r.quorum {
+		return joinFailures(failures, ErrNotHeld, ErrQuorum)
+	}
+	return nil
 }

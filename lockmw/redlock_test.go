@@ -238,3 +238,59 @@ func TestRedlockWatchdog(t *testing.T) {
 		t.Fatal("lease survived the loss of the majority")
 	}
 }
+
+// A nested (reentrant) Redlock acquire whose ctx is already cancelled must leave the outer hold alone. It
+// once ran undo() on every master, decrementing the OUTER hold (the reentry's scripts never ran): the lock
+// was deleted on all masters and another locker took it while the outer lease's context was still live.
+func TestRedlockCancelledReentryKeepsOuterHold(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	a := newRedlock(t, servers, Config{Lease: 6 * time.Second})
+	b := newRedlock(t, servers, Config{Lease: 6 * time.Second})
+	octx := WithOwner(context.Background(), "owner-A")
+	outer := mustAcquire(t, a, octx, "k")
+	defer outer.Release(context.Background())
+
+	cctx, cancel := context.WithCancel(octx)
+	cancel()
+	if _, err := a.Acquire(cctx, "k"); err == nil {
+		t.Fatal("acquire with cancelled ctx succeeded")
+	}
+	time.Sleep(50 * time.Millisecond)
+	for i, s := range servers {
+		n, _ := s.Client().Exists(context.Background(), "lock:{k}").Result()
+		t.Logf("node %d: lock exists=%d", i, n)
+	}
+	other, err := b.TryAcquire(context.Background(), "k")
+	if err == nil {
+		t.Errorf("SAFETY: second owner got the lock (token %d) while outer lease ctx err=%v (token %d)",
+			other.Token(), outer.Context().Err(), outer.Token())
+		_ = other.Release(context.Background())
+	}
+}
+
+// A Redlock waiter must not spin while the holder holds only a majority. It once did: every failed attempt
+// grabbed the free masters, undo() deleted them there and PUBLISHed "0", which woke this same waiter (and
+// every other process's head) at once.
+func TestRedlockWaiterDoesNotSpinOnItsOwnUndo(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := context.Background()
+	c3 := servers[2].Client()
+	// A foreign owner holds node 3 while A acquires, so A gets nodes 1 and 2 only (quorum 2 of 3).
+	c3.HSet(ctx, "lock:{k}", "foreign", 1)
+	c3.PExpire(ctx, "lock:{k}", 10*time.Second)
+	a := newRedlock(t, servers, Config{Lease: 6 * time.Second})
+	la := mustAcquire(t, a, ctx, "k")
+	defer la.Release(ctx)
+	c3.Del(ctx, "lock:{k}") // node 3 is free now (silently)
+
+	b := newRedlock(t, servers, Config{Lease: 6 * time.Second, MaxWait: time.Second})
+	before := evalshaCalls(t, c3)
+	_, err := b.Acquire(ctx, "k")
+	after := evalshaCalls(t, c3)
+	t.Logf("acquire err=%v; EVALSHA calls on node 3 during 1 s wait: %d", err != nil, after-before)
+	// Each failed attempt takes the free master and gives it back, publishing an unlock that wakes the
+	// waiter itself: it then retries after a random 20-100 ms (Redlock's random retry delay), not at once.
+	if after-before > 100 {
+		t.Errorf("waiter spun: %d script calls on one node in 1 s while the lock was held", after-before)
+	}
+}

@@ -2,8 +2,6 @@ package lockmw
 
 import (
 	"context"
-	_ "embed"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,31 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
-
-var (
-	//go:embed acquire.lua
-	acquireLua    string
-	acquireScript = redis.NewScript(acquireLua)
-
-	//go:embed release.lua
-	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
-
-	//go:embed renew.lua
-	renewLua    string
-	renewScript = redis.NewScript(renewLua)
-
-	//go:embed raisetoken.lua
-	raiseTokenLua    string
-	raiseTokenScript = redis.NewScript(raiseTokenLua)
-
-	//go:embed forcerelease.lua
-	forceReleaseLua    string
-	forceReleaseScript = redis.NewScript(forceReleaseLua)
-)
-
-// latchTTL is how long a release remembers its result for a retry of the same request.
-const latchTTL = 10 * time.Second
 
 // Reentrant is the lock on a single Redis (or a Redis Cluster: all keys of a lock share one slot), in the
 // layout of Redisson's RLock, so Redisson clients and Reentrant exclude each other.
@@ -55,7 +28,7 @@ func NewReentrant(rdb redis.UniversalClient, cfg Config) (*Reentrant, error) {
 		return nil, err
 	}
 	r := &Reentrant{rdb: rdb}
-	r.engine = newEngine("reentrant", cfg, singleNode{rdb: rdb, lease: cfg.Lease, tokenTTL: cfg.TokenTTL})
+	r.engine = newEngine("reentrant", cfg, singleNode{scripts: newScripts(cfg), rdb: rdb})
 	r.notifiers = []*notifier{newNotifier(rdb, r.queue.notify)}
 	return r, nil
 }
@@ -110,19 +83,20 @@ func (r *Reentrant) ForceRelease(ctx context.Context, key string) (bool, error) 
 
 // singleNode runs the lock scripts on one Redis.
 type singleNode struct {
-	rdb      redis.UniversalClient
-	lease    time.Duration
-	tokenTTL time.Duration
+	scripts
+	rdb redis.UniversalClient
 }
 
+// undoTimeout bounds the undo of a failed attempt, which runs even when the caller's context ended.
+const undoTimeout = 250 * time.Millisecond
+
 func (s singleNode) raiseToken(ctx context.Context, n names, token int64) error {
-	return raiseTokenScript.Run(ctx, s.rdb, []string{n.token}, token, s.tokenTTL.Milliseconds()).Err()
+	return s.runRaiseToken(ctx, s.rdb, n, token)
 }
 
 func (s singleNode) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
 	start := time.Now()
-	res, err := acquireScript.Run(ctx, s.rdb, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
-		s.tokenTTL.Milliseconds()).Int64Slice()
+	res, err := s.runAcquire(ctx, s.rdb, n, owner)
 	if err != nil {
 		if !held { // the script may have run before the reply was lost or the context ended
 			s.undo(ctx, n, owner)
@@ -149,64 +123,10 @@ func (s singleNode) undo(ctx context.Context, n names, owner string) {
 	_, _ = s.release(ctx, n, owner, uuid.NewString())
 }
 
-func parseAttempt(res []int64) (attempt, error) {
-	switch {
-	case len(res) == 3 && res[0] == 1:
-		return attempt{ok: true, token: res[1], count: res[2]}, nil
-	case len(res) == 2 && res[0] == 0:
-		return attempt{pttl: time.Duration(res[1]) * time.Millisecond}, nil
-	}
-	return attempt{}, fmt.Errorf("unexpected acquire reply %v", res)
-}
-
 func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
-	return releaseScript.Run(ctx, s.rdb, []string{n.lock, n.channel, n.latch(requestID)},
-		owner, s.lease.Milliseconds(), latchTTL.Milliseconds()).Int64()
+	return s.runRelease(ctx, s.rdb, n, owner, requestID)
 }
 
 func (s singleNode) renew(ctx context.Context, hs []*hold) []error {
-	return renewAll(ctx, s.rdb, hs, s.lease)
-}
-
-// renewAll renews many holds on one server in one pipelined round trip.
-func renewAll(ctx context.Context, rdb redis.UniversalClient, hs []*hold, lease time.Duration) []error {
-	errs := make([]error, len(hs))
-	run := func() bool {
-		cmds := make([]*redis.Cmd, len(hs))
-		pipe := rdb.Pipeline()
-		for i, h := range hs {
-			cmds[i] = renewScript.EvalSha(ctx, pipe, []string{h.names.lock}, lease.Milliseconds(), h.owner)
-		}
-		_, _ = pipe.Exec(ctx)
-		noScript := false
-		for i, c := range cmds {
-			renewed, err := c.Int64()
-			switch {
-			case err != nil:
-				errs[i] = err
-				noScript = noScript || redis.HasErrorPrefix(err, "NOSCRIPT")
-			case renewed == 0:
-				errs[i] = ErrNotHeld
-			default:
-				errs[i] = nil
-			}
-		}
-		return noScript
-	}
-	if run() { // the script cache was flushed (or the server restarted): load it and go again
-		if err := renewScript.Load(ctx, rdb).Err(); err != nil {
-			return fill(errs, err)
-		}
-		run()
-	}
-	return errs
-}
-
-func fill(errs []error, err error) []error {
-	for i := range errs {
-		if errs[i] != nil && !errors.Is(errs[i], ErrNotHeld) {
-			errs[i] = err
-		}
-	}
-	return errs
+	return s.renewAll(ctx, s.rdb, hs)
 }

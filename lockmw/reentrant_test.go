@@ -36,6 +36,23 @@ func mustAcquire(t testing.TB, l Locker, ctx context.Context, key string) Lease 
 	return lease
 }
 
+// acquireLater acquires key in the background, releases it at once and sends when it got it; it closes the
+// channel when the acquisition failed.
+func acquireLater(t *testing.T, l Locker, ctx context.Context, key string) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		_ = lease.Release(ctx)
+	}()
+	return got
+}
+
 // section runs a non-atomic read-modify-write of counter: without mutual exclusion, updates get lost.
 func section(ctx context.Context, rdb *redis.Client, counter string) error {
 	v, err := rdb.Get(ctx, counter).Int()
@@ -124,17 +141,7 @@ func TestReentrancy(t *testing.T) {
 		t.Fatalf("hold count %d, want 2", n)
 	}
 
-	got := make(chan time.Time, 1)
-	go func() {
-		lease, err := other.Acquire(context.Background(), "sku-1")
-		if err != nil {
-			t.Error(err)
-			close(got)
-			return
-		}
-		got <- time.Now()
-		_ = lease.Release(context.Background())
-	}()
+	got := acquireLater(t, other, context.Background(), "sku-1")
 
 	if err := inner.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -194,17 +201,7 @@ func TestRedissonInterop(t *testing.T) {
 		if _, err := l.TryAcquire(ctx, "sku-1"); !errors.Is(err, ErrNotObtained) {
 			t.Fatalf("try while Redisson holds: %v, want ErrNotObtained", err)
 		}
-		got := make(chan time.Time, 1)
-		go func() {
-			lease, err := l.Acquire(ctx, "sku-1")
-			if err != nil {
-				t.Error(err)
-				close(got)
-				return
-			}
-			got <- time.Now()
-			_ = lease.Release(ctx)
-		}()
+		got := acquireLater(t, l, ctx, "sku-1")
 		time.Sleep(200 * time.Millisecond) // the waiter is queued and subscribed
 		released := time.Now()
 		err := rdb.Eval(ctx, redissonUnlock, []string{n.lock, n.channel, n.latch("java-req")},
@@ -462,7 +459,7 @@ func TestMaxWait(t *testing.T) {
 func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()
-	be := singleNode{rdb: rdb, lease: time.Minute}
+	be := singleNode{scripts: scripts{lease: time.Minute}, rdb: rdb}
 	ctx := context.Background()
 	n := namesFor("sku-1")
 	for range 2 {
@@ -498,4 +495,134 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("lease %v: %v, want an error naming Lease", lease, err)
 		}
 	}
+}
+
+// A reentrant acquire by an owner whose hold is gone in Redis (but not yet noticed by the watchdog) is a
+// FRESH acquisition in Redis (count 1, new token) and must be kept as one. It once was folded into the
+// stale hold (count 2, old token): the outer Release then deleted the lock the inner lease still believed
+// it held, and another owner got it while the inner lease's context was live.
+func TestReentryIntoLostHoldStartsFreshHold(t *testing.T) {
+	s := redistest.Start(t)
+	const lease = 6 * time.Second // watchdog period 2 s
+	a := newLocker(t, s, Config{Lease: lease})
+	b := newLocker(t, s, Config{Lease: lease})
+	ctx := WithOwner(context.Background(), "owner-A")
+	outer := mustAcquire(t, a, ctx, "k")
+	s.Client().Del(context.Background(), "lock:{k}") // expired / force-released behind our back
+	inner := mustAcquire(t, a, ctx, "k")             // fresh in Redis
+	tokenNow, _ := s.Client().Get(context.Background(), "redisson_lock_token:lock:{k}").Int64()
+	t.Logf("outer token %d, inner token %d, counter %d, reentry=%v", outer.Token(), inner.Token(), tokenNow, StatsOf(inner).Reentry)
+	if err := outer.Release(context.Background()); err != nil {
+		t.Logf("outer release: %v", err)
+	}
+	other, err := b.TryAcquire(context.Background(), "k")
+	if err == nil {
+		t.Errorf("SAFETY: other owner holds (token %d) while inner lease ctx err=%v", other.Token(), inner.Context().Err())
+		_ = other.Release(context.Background())
+	}
+	_ = inner.Release(context.Background())
+}
+
+// The Release of a lease that was LOST must not touch its owner's newer hold. It once released by owner id:
+// if the same owner had re-acquired meanwhile, the stale lease's Release deleted the new lock and reported
+// success.
+func TestReleaseOfLostLeaseKeepsSameOwnersNewHold(t *testing.T) {
+	s := redistest.Start(t)
+	a := newLocker(t, s, Config{Lease: 300 * time.Millisecond})
+	b := newLocker(t, s, Config{Lease: 300 * time.Millisecond})
+	ctx := WithOwner(context.Background(), "owner-A")
+	l1 := mustAcquire(t, a, ctx, "k")
+	s.Client().Del(context.Background(), "lock:{k}")
+	<-l1.Context().Done()
+	if !errors.Is(context.Cause(l1.Context()), ErrLockLost) {
+		t.Fatalf("cause %v", context.Cause(l1.Context()))
+	}
+	l2 := mustAcquire(t, a, ctx, "k")
+	err := l1.Release(context.Background())
+	t.Logf("release of lost lease: %v", err)
+	other, oerr := b.TryAcquire(context.Background(), "k")
+	if oerr == nil {
+		t.Errorf("SAFETY: lost lease's Release (err=%v) freed l2; other owner holds while l2 ctx err=%v", err, l2.Context().Err())
+		_ = other.Release(context.Background())
+	}
+	_ = l2.Release(context.Background())
+}
+
+// The undo of a cancelled attempt must land before its owner can acquire again. It once ran in the
+// background (abandon()), releasing by owner id: if the same owner acquired again before it landed, the
+// undo deleted the new lock.
+func TestUndoOfCancelledAttemptSparesSameOwnersNextLock(t *testing.T) {
+	s := redistest.Start(t)
+	a := newLocker(t, s, Config{Lease: 5 * time.Second})
+	b := newLocker(t, s, Config{Lease: 5 * time.Second})
+	rdb := s.Client()
+	bad := 0
+	for i := range 200 {
+		ctx := WithOwner(context.Background(), "owner-A")
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, _ = a.Acquire(cctx, "k") // fails; its undo must land before the next acquisition
+		l, err := a.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		if rdb.Exists(context.Background(), "lock:{k}").Val() == 0 {
+			bad++
+			if o, err := b.TryAcquire(context.Background(), "k"); err == nil {
+				if i < 3 || bad == 1 {
+					t.Logf("iteration %d: other owner got the lock while lease ctx err=%v", i, l.Context().Err())
+				}
+				_ = o.Release(context.Background())
+			}
+		}
+		_ = l.Release(context.Background())
+	}
+	if bad > 0 {
+		t.Errorf("%d of 200 fresh leases had their lock deleted by the previous attempt's undo", bad)
+	}
+}
+
+// Single node: when the acquire script ran but its reply was lost to a (non-ctx) timeout, the attempt must
+// be undone. It once was not: Acquire returned an error and nothing released the lock, so the key was
+// blocked for a whole lease.
+func TestLostAcquireReplyLeavesNoLock(t *testing.T) {
+	s := redistest.Start(t)
+	p := newDelayProxy(t, s.Addr)
+	c := redis.NewClient(&redis.Options{Addr: p.ln.Addr().String(), ReadTimeout: 100 * time.Millisecond,
+		ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	l, err := NewReentrant(c, Config{Lease: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	warm, err := l.TryAcquire(ctx, "k") // connection up, scripts cached
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	// The script runs; its reply comes too late for the client. The undo goes over a new connection.
+	p.replyDelay.Store(int64(200 * time.Millisecond))
+	go func() { time.Sleep(50 * time.Millisecond); p.replyDelay.Store(0) }()
+	_, err = l.TryAcquire(ctx, "k")
+	t.Logf("TryAcquire: %v", err)
+	time.Sleep(500 * time.Millisecond)
+	if pttl := s.Client().PTTL(ctx, "lock:{k}").Val(); err != nil && pttl > 0 {
+		t.Errorf("acquire failed, yet lock:{k} is held for another %v with no one to release it", pttl)
+	}
+}
+
+// Closing a locker twice must not panic; it once did.
+func TestCloseTwice(t *testing.T) {
+	s := redistest.Start(t)
+	l, _ := NewReentrant(s.Client(), Config{})
+	_ = l.Close()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("second Close panicked: %v", r)
+		}
+	}()
+	_ = l.Close()
 }

@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -67,28 +68,41 @@ func (e *engine) startAcquire(ctx context.Context, key string) (context.Context,
 	return ctx, span
 }
 
-// endAcquire records the outcome of an acquisition on its span and in the wait histogram: the span's wait
+// endAcquire records the outcome of the acquisition on its span and in the wait histogram: the span's wait
 // attribute and the histogram get the same value.
-func (e *engine) endAcquire(ctx context.Context, span trace.Span, start time.Time, l *lease, err error) {
-	wait := time.Since(start)
-	result, attrs := "acquired", e.attrs.acquired
+func (a *acquisition) endAcquire(l *lease, err error) {
+	wait := time.Since(a.start)
+	result, attrs := "acquired", a.e.attrs.acquired
 	switch {
 	case err == nil:
 		wait = l.stats.Waited
 	case isNotObtained(err):
-		result, attrs = "not_obtained", e.attrs.notObt
+		result, attrs = "not_obtained", a.e.attrs.notObt
 	default:
-		result, attrs = "error", e.attrs.fail
+		result, attrs = "error", a.e.attrs.fail
 	}
-	if span.IsRecording() {
-		span.SetAttributes(attrWait.Float64(wait.Seconds()), attrResult.String(result))
+	if a.span.IsRecording() {
+		a.span.SetAttributes(attrWait.Float64(wait.Seconds()), attrResult.String(result))
 		if err == nil {
-			span.SetAttributes(attrAttempts.Int(l.stats.Attempts), attrReentry.Bool(l.stats.Reentry), attrToken.Int64(l.h.token))
+			a.span.SetAttributes(attrAttempts.Int(l.stats.Attempts), attrReentry.Bool(l.stats.Reentry), attrToken.Int64(l.h.token))
 		} else {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, result)
+			a.span.RecordError(err)
+			a.span.SetStatus(codes.Error, result)
 		}
 	}
-	span.End()
-	waitHist.Record(ctx, wait.Seconds(), attrs)
+	a.span.End()
+	waitHist.Record(a.ctx, wait.Seconds(), attrs)
+}
+
+// renewalFailed reports a renewal whose outcome is unknown: in the log and on the holder's span.
+func (e *engine) renewalFailed(h *hold, err error) {
+	e.cfg.Logger.Warn("lockmw: renewal failed", "lock", h.names.lock, "owner", h.owner, "err", err)
+	h.span.RecordError(fmt.Errorf("lock renewal failed: %w", err), trace.WithAttributes(attrKey.String(h.names.lock)))
+}
+
+// lockLost reports a lost hold: in the log, on the holder's span and in the lost-lease counter.
+func (e *engine) lockLost(h *hold, reason error) {
+	e.cfg.Logger.Error("lockmw: lock lost", "lock", h.names.lock, "owner", h.owner, "reason", reason)
+	h.span.RecordError(fmt.Errorf("%w: %w", ErrLockLost, reason), trace.WithAttributes(attrKey.String(h.names.lock)))
+	lostCount.Add(context.Background(), 1, e.attrs.mode)
 }

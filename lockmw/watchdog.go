@@ -3,6 +3,7 @@ package lockmw
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -10,11 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// errReleased is the cancel cause of a lease's context after its release.
-var errReleased = errors.New("lockmw: lock released")
-
 // hold is one owner's hold of one key in this process. Reentrant leases of the same owner share it.
 type hold struct {
+	key   string
 	names names
 	owner string
 	token int64
@@ -28,6 +27,8 @@ type hold struct {
 }
 
 type holdKey struct{ key, owner string }
+
+func (h *hold) id() holdKey { return holdKey{h.key, h.owner} }
 
 // watchdog keeps every hold of the process alive: one loop renews all of them every lease/3, in one round
 // trip per server, and stops when nothing is held. A hold whose renewal finds the lock gone, or that is
@@ -55,27 +56,37 @@ func (w *watchdog) get(key, owner string) *hold {
 	return w.holds[holdKey{key, owner}]
 }
 
-// add records lease l of owner on key, valid until valid, and sets l.h. A new hold starts being renewed.
-// fresh says Redis counts this as the owner's first hold: an older local hold of the same owner is then
-// stale (its lock was lost in Redis before the watchdog noticed) and is ended as lost.
-func (w *watchdog) add(key string, n names, owner string, l *lease, token int64, fresh bool, valid time.Time, span trace.Span) {
+// add starts keeping the hold of lease l (l.h, built by the acquisition). fresh says Redis counts this as
+// the owner's first hold. When the owner already holds the key here, a reentry joins that hold instead,
+// while a fresh acquisition shows that hold stale (its lock was lost in Redis before the watchdog noticed):
+// it is ended as lost.
+func (w *watchdog) add(l *lease, fresh bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	k := holdKey{key, owner}
-	if h := w.holds[k]; h != nil {
-		if !fresh {
-			h.leases = append(h.leases, l)
-			l.h = h
-			w.extendLocked(h, valid)
-			return
-		}
-		w.loseLocked(k, h)
-		go w.reportLost(h, errors.New("the lock was gone when its owner acquired it again"))
+	old := w.holds[l.h.id()]
+	switch {
+	case old != nil && !fresh:
+		w.joinLocked(old, l)
+		return
+	case old != nil:
+		w.loseLocked(old)
+		go w.reportLost(old, errors.New("the lock was gone when its owner acquired it again"))
 	}
-	h := &hold{names: n, owner: owner, token: token, leases: []*lease{l}, valid: valid, span: span}
+	w.startLocked(l.h)
+}
+
+// joinLocked makes l one more lease of h, which l's acquisition re-entered.
+func (w *watchdog) joinLocked(h *hold, l *lease) {
+	valid := l.h.valid
+	h.leases = append(h.leases, l)
 	l.h = h
-	h.expiry = time.AfterFunc(time.Until(valid), func() { w.expire(k, h) })
-	w.holds[k] = h
+	w.extendLocked(h, valid)
+}
+
+// startLocked starts renewing h, and the renewal loop if it is not running.
+func (w *watchdog) startLocked(h *hold) {
+	h.expiry = time.AfterFunc(time.Until(h.valid), func() { w.expire(h) })
+	w.holds[h.id()] = h
 	if !w.running {
 		w.running = true
 		go w.loop()
@@ -84,25 +95,26 @@ func (w *watchdog) add(key string, n names, owner string, l *lease, token int64,
 
 // done records the release of lease l. At the hold's last lease the hold stops being renewed. It reports
 // false when the hold was lost and the owner holds the key again through a newer hold.
-func (w *watchdog) done(key string, l *lease) bool {
+func (w *watchdog) done(l *lease) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h := l.h
-	if i := slices.Index(h.leases, l); i >= 0 {
-		h.leases = slices.Delete(h.leases, i, i+1)
+	h.leases = slices.DeleteFunc(h.leases, func(x *lease) bool { return x == l })
+	switch {
+	case h.lost:
+		return w.holds[h.id()] == nil
+	case len(h.leases) == 0:
+		w.stopLocked(h)
 	}
-	k := holdKey{key, h.owner}
-	if h.lost {
-		return w.holds[k] == nil
-	}
-	if len(h.leases) > 0 {
-		return true
-	}
-	if w.holds[k] == h {
-		delete(w.holds, k)
+	return true
+}
+
+// stopLocked stops renewing h, released.
+func (w *watchdog) stopLocked(h *hold) {
+	if w.holds[h.id()] == h {
+		delete(w.holds, h.id())
 	}
 	h.expiry.Stop()
-	return true
 }
 
 func (w *watchdog) extendLocked(h *hold, valid time.Time) {
@@ -113,29 +125,28 @@ func (w *watchdog) extendLocked(h *hold, valid time.Time) {
 }
 
 // expire runs when h's lease ran out without a renewal.
-func (w *watchdog) expire(k holdKey, h *hold) {
+func (w *watchdog) expire(h *hold) {
 	w.mu.Lock()
-	if w.holds[k] != h || time.Now().Before(h.valid) { // released, or renewed as the timer fired
-		w.mu.Unlock()
-		return
-	}
+	expired := w.holds[h.id()] == h && !time.Now().Before(h.valid) // not released, nor renewed as the timer fired
 	w.mu.Unlock()
-	w.lose(k, h, errors.New("lease expired before it could be renewed"))
+	if expired {
+		w.lose(h, errors.New("lease expired before it could be renewed"))
+	}
 }
 
-func (w *watchdog) lose(k holdKey, h *hold, reason error) {
+func (w *watchdog) lose(h *hold, reason error) {
 	w.mu.Lock()
-	if w.holds[k] != h {
+	if w.holds[h.id()] != h {
 		w.mu.Unlock()
 		return
 	}
-	w.loseLocked(k, h)
+	w.loseLocked(h)
 	w.mu.Unlock()
 	w.reportLost(h, reason)
 }
 
-func (w *watchdog) loseLocked(k holdKey, h *hold) {
-	delete(w.holds, k)
+func (w *watchdog) loseLocked(h *hold) {
+	delete(w.holds, h.id())
 	h.lost = true
 	h.expiry.Stop()
 	for _, l := range h.leases {
@@ -149,47 +160,63 @@ func (w *watchdog) reportLost(h *hold, reason error) {
 	}
 }
 
+// loop renews every hold each lease/3 until nothing is held.
 func (w *watchdog) loop() {
 	period := w.lease / 3
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for range t.C {
-		w.mu.Lock()
-		if len(w.holds) == 0 {
-			w.running = false
-			w.mu.Unlock()
+		hs := w.heldOrStop()
+		if len(hs) == 0 {
 			return
 		}
-		keys := make([]holdKey, 0, len(w.holds))
-		hs := make([]*hold, 0, len(w.holds))
-		for k, h := range w.holds {
-			keys = append(keys, k)
-			hs = append(hs, h)
-		}
-		w.mu.Unlock()
+		w.renewRound(hs, period)
+	}
+}
 
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), period)
-		errs := w.renew(ctx, hs)
-		cancel()
-		valid := sent.Add(w.lease - drift(w.lease))
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				w.mu.Lock()
-				if w.holds[keys[i]] == hs[i] {
-					w.extendLocked(hs[i], valid)
-				}
-				w.mu.Unlock()
-			case errors.Is(err, ErrNotHeld):
-				w.lose(keys[i], hs[i], err)
-			default:
-				// Unknown outcome (timeout, connection): try again next period; the expiry timer
-				// declares the lease lost if no renewal lands in time.
-				if w.onRenewError != nil {
-					w.onRenewError(hs[i], err)
-				}
-			}
-		}
+// heldOrStop returns the holds to renew. With none it marks the loop stopped, under the same lock as add
+// checks it: a hold added later starts a new loop.
+func (w *watchdog) heldOrStop() []*hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.holds) == 0 {
+		w.running = false
+		return nil
+	}
+	return slices.Collect(maps.Values(w.holds))
+}
+
+// renewRound renews hs, bounded by one period, and applies each outcome.
+func (w *watchdog) renewRound(hs []*hold, period time.Duration) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), period)
+	errs := w.renew(ctx, hs)
+	cancel()
+	valid := sent.Add(w.lease - drift(w.lease))
+	for i, err := range errs {
+		w.renewed(hs[i], valid, err)
+	}
+}
+
+// renewed applies the outcome of one renewal.
+func (w *watchdog) renewed(h *hold, valid time.Time, err error) {
+	switch {
+	case err == nil:
+		w.extend(h, valid)
+	case errors.Is(err, ErrNotHeld):
+		w.lose(h, err)
+	case w.onRenewError != nil:
+		// Unknown outcome (timeout, connection): try again next period; the expiry timer declares the
+		// lease lost if no renewal lands in time.
+		w.onRenewError(h, err)
+	}
+}
+
+// extend moves h's expiry to valid, unless h ended meanwhile.
+func (w *watchdog) extend(h *hold, valid time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.holds[h.id()] == h {
+		w.extendLocked(h, valid)
 	}
 }

@@ -2,10 +2,12 @@
 # Side-by-side benchmarks against the peers (issue 8; bench/README.md). Builds the harness and the bench
 # worker of the bench/ module, then runs every comparison on redis-servers the harness starts on free
 # loopback ports (never a Redis you run), contenders interleaved round by round. Prints the table of
-# medians; writes bench/results/<mode>.json and bench/results/<mode>-lock-waits.png.
+# medians; writes <mode>.json and <mode>-lock-waits.png to bench/results/latest/ (untracked), or with
+# --record to bench/results/, the committed results BENCHMARKS.md cites.
 #
 #   scripts/bench.sh --quick          under 3 minutes on 2 cores
 #   scripts/bench.sh                  full mode, about 9 minutes
+#   scripts/bench.sh --record         full mode, and replace the committed results
 #   scripts/bench.sh --only hotkey    any harness flag passes through (--rounds N, --only a,b)
 #
 # A run with --only names its result files after its comparisons.
@@ -14,6 +16,15 @@
 # the naive one did not, the end-to-end consistency check failed), 2 when the run itself broke.
 set -euo pipefail
 cd "$(dirname "$0")/../bench"
+
+out=results/latest
+args=()
+for arg in "$@"; do
+  case $arg in
+    --record) out=results ;;
+    *) args+=("$arg") ;;
+  esac
+done
 
 if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -58,8 +69,7 @@ fi
 
 go build -o "$tmp/bench" ./cmd/bench
 go build -o "$tmp/benchworker" ./cmd/benchworker
-mkdir -p results
-"$tmp/bench" --worker-bin "$tmp/benchworker" --out results --pid-file "$pidfile" --commit "$commit" "$@" &
+"$tmp/bench" --worker-bin "$tmp/benchworker" --out "$out" --pid-file "$pidfile" --commit "$commit" ${args[@]+"${args[@]}"} &
 harness=$!
 status=0
 wait "$harness" || status=$?

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,24 +17,26 @@ import (
 )
 
 func main() {
-	var cfg demo.Config
-	set := config.NewSet("demo", nil)
-	demo.Flags(set, &cfg)
-	if err := set.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
+	cfg, err := parseConfig(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var progress io.Writer
-	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-		progress = os.Stderr
-	}
-	if err := demo.Run(ctx, cfg, os.Stdout, progress); err != nil {
+	if err := demo.Run(ctx, cfg, os.Stdout, config.Progress()); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+}
+
+// parseConfig reads the settings from args and the environment.
+func parseConfig(args []string) (demo.Config, error) {
+	var cfg demo.Config
+	set := config.NewSet("demo", nil)
+	demo.Flags(set, &cfg)
+	return cfg, set.Parse(args)
 }

@@ -22,46 +22,62 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
+// run runs the producer and returns the exit status: 0, 1 when the stock does not add up, 2 on an error.
 func run(args []string) int {
-	var cfg producer.Config
-	set := config.NewSet("producer", nil)
-	producer.Flags(set, &cfg)
-	if err := set.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(os.Stderr, "producer:", err)
-		return 2
+	cfg, err := parseConfig(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var progress io.Writer
-	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-		progress = os.Stderr
-	}
 	tel, err := otelsetup.Setup(ctx, "stockflow-producer", false)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "producer: telemetry:", err)
-		return 2
+		return fail(fmt.Errorf("telemetry: %w", err))
 	}
 	defer tel.Shutdown(context.WithoutCancel(ctx)) // flush the publish spans
-	sum, err := producer.Run(ctx, cfg, progress)
+	sum, err := producer.Run(ctx, cfg, config.Progress())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "producer:", err)
-		return 2
+		return fail(err)
 	}
-	switch {
-	case cfg.JSON:
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(sum)
-	case cfg.Wait:
-		sum.Print(os.Stdout)
-	default:
-		fmt.Printf("run %s: %d orders published to %s\n", sum.RunID, sum.Published, cfg.OrdersStream)
-	}
+	printSummary(os.Stdout, cfg, sum)
+	return exitStatus(cfg, sum)
+}
+
+// fail reports an error that stopped the producer and returns its exit status.
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "producer:", err)
+	return 2
+}
+
+// exitStatus is 1 when the run waited for its outcomes and the stock did not add up, 0 otherwise.
+func exitStatus(cfg producer.Config, sum *producer.Summary) int {
 	if cfg.Wait && !sum.Consistent {
 		return 1
 	}
 	return 0
+}
+
+// parseConfig reads the settings from args and the environment.
+func parseConfig(args []string) (producer.Config, error) {
+	var cfg producer.Config
+	set := config.NewSet("producer", nil)
+	producer.Flags(set, &cfg)
+	return cfg, set.Parse(args)
+}
+
+// printSummary prints the summary as JSON, as a table (with --wait), or as the line of what was published.
+func printSummary(w io.Writer, cfg producer.Config, sum *producer.Summary) {
+	switch {
+	case cfg.JSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(sum)
+	case cfg.Wait:
+		sum.Print(w)
+	default:
+		fmt.Fprintf(w, "run %s: %d orders published to %s\n", sum.RunID, sum.Published, cfg.OrdersStream)
+	}
 }

@@ -3,6 +3,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,59 +47,92 @@ func Flags(s *config.Set, c *Config) {
 	s.Duration(&c.Timeout, "timeout", 2*time.Minute, "give up waiting for outcomes after this long")
 }
 
-// Run runs the demo, printing to out. It returns an error when the consistency check fails.
-func Run(ctx context.Context, cfg Config, out io.Writer, progress io.Writer) error {
-	if cfg.Workers < 1 || cfg.Concurrency < 1 {
+// Validate reports the first setting the demo cannot run with.
+func (c Config) Validate() error {
+	if c.Workers < 1 || c.Concurrency < 1 {
 		return errors.New("--workers and --concurrency must be at least 1")
 	}
-	url, stop, err := startRedis(cfg, out)
+	return nil
+}
+
+// Run runs the demo, printing to out. It returns an error when the consistency check fails.
+func Run(ctx context.Context, cfg Config, out io.Writer, progress io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	url, stopRedis, err := startRedis(cfg, out)
 	if err != nil {
 		return err
 	}
-	defer stop()
-
-	// Workers log only errors: the demo's output is the summary.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	wctx, stopWorkers := context.WithCancel(ctx)
-	defer stopWorkers()
-	done := make(chan error, cfg.Workers)
-	for i := range cfg.Workers {
-		var wc worker.Config
-		set := config.NewSet("worker", func(string) (string, bool) { return "", false })
-		worker.Flags(set, &wc)
-		if err := set.Parse([]string{"--redis-url", url, "--worker-name", fmt.Sprintf("demo-%d", i),
-			"--worker-concurrency", fmt.Sprint(cfg.Concurrency)}); err != nil {
-			return err
-		}
-		w, err := worker.New(wc, logger, worker.Options{})
-		if err != nil {
-			return err
-		}
-		go func() { done <- w.Run(wctx) }()
+	defer stopRedis()
+	ws, err := startWorkers(ctx, cfg, url)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "%d workers x %d consumers; publishing %d orders over %d SKUs (%s), %d in stock each\n",
 		cfg.Workers, cfg.Concurrency, cfg.Orders, cfg.SKUs, cfg.Distribution, cfg.Stock)
-
-	var pc producer.Config
-	pset := config.NewSet("producer", func(string) (string, bool) { return "", false })
-	producer.Flags(pset, &pc)
-	if err := pset.Parse([]string{"--redis-url", url, "--orders", fmt.Sprint(cfg.Orders), "--skus", fmt.Sprint(cfg.SKUs),
-		"--seed-stock", fmt.Sprint(cfg.Stock), "--distribution", cfg.Distribution, "--wait",
-		"--wait-timeout", cfg.Timeout.String()}); err != nil {
+	start := time.Now()
+	sum, err := producer.Run(ctx, cfg.producer(url), progress)
+	if err := cmp.Or(err, ws.stop()); err != nil { // the producer's error first
 		return err
 	}
-	start := time.Now()
-	sum, err := producer.Run(ctx, pc, progress)
-	stopWorkers()
-	for range cfg.Workers {
-		if werr := <-done; werr != nil && err == nil {
-			err = werr
+	return report(out, sum, time.Since(start))
+}
+
+// workers are the demo's worker instances, running until stopped.
+type workers struct {
+	cancel context.CancelFunc
+	done   chan error // what each one's Run returned
+}
+
+// startWorkers starts cfg.Workers workers on url.
+func startWorkers(ctx context.Context, cfg Config, url string) (*workers, error) {
+	// Workers log only errors: the demo's output is the summary.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	ctx, cancel := context.WithCancel(ctx)
+	ws := &workers{cancel: cancel, done: make(chan error, cfg.Workers)}
+	for i := range cfg.Workers {
+		w, err := worker.New(cfg.worker(url, i), logger, worker.Options{})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		go func() { ws.done <- w.Run(ctx) }()
+	}
+	return ws, nil
+}
+
+// stop stops the workers, waits for them and returns the first error one of them returned.
+func (ws *workers) stop() error {
+	ws.cancel()
+	var first error
+	for range cap(ws.done) {
+		if err := <-ws.done; err != nil && first == nil {
+			first = err
 		}
 	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "done in %v\n\n", time.Since(start).Round(time.Millisecond))
+	return first
+}
+
+// worker is the configuration of the i-th worker.
+func (c Config) worker(url string, i int) worker.Config {
+	wc := worker.DefaultConfig()
+	wc.RedisURL, wc.Name, wc.Concurrency = url, fmt.Sprintf("demo-%d", i), c.Concurrency
+	return wc
+}
+
+// producer is the configuration of the scenario's producer: it seeds the stock and waits for every outcome.
+func (c Config) producer(url string) producer.Config {
+	pc := producer.DefaultConfig()
+	pc.RedisURL = url
+	pc.Orders, pc.SKUs, pc.SeedStock, pc.Distribution = c.Orders, c.SKUs, c.Stock, c.Distribution
+	pc.Wait, pc.Timeout = true, c.Timeout
+	return pc
+}
+
+// report prints how long the run took and its summary; an inconsistent stock is an error.
+func report(out io.Writer, sum *producer.Summary, took time.Duration) error {
+	fmt.Fprintf(out, "done in %v\n\n", took.Round(time.Millisecond))
 	sum.Print(out)
 	if !sum.Consistent {
 		return errors.New("consistency check failed")
@@ -107,34 +141,48 @@ func Run(ctx context.Context, cfg Config, out io.Writer, progress io.Writer) err
 }
 
 // startRedis returns the URL of the Redis to use and how to stop it, saying which one it is.
-func startRedis(cfg Config, out io.Writer) (string, func(), error) {
+func startRedis(cfg Config, out io.Writer) (url string, stop func(), err error) {
 	if cfg.RedisURL != "" {
 		fmt.Fprintf(out, "Redis: %s (from REDIS_URL)\n", cfg.RedisURL)
 		return cfg.RedisURL, func() {}, nil
 	}
-	mode := cfg.Redis
-	if mode == "auto" {
-		mode = "embedded"
-		if _, err := exec.LookPath("redis-server"); err == nil {
-			mode = "server"
-		}
-	}
-	switch mode {
+	switch redisMode(cfg.Redis) {
 	case "server":
-		srv, err := redisproc.Start(redisproc.Options{})
-		if err != nil {
-			return "", nil, err
-		}
-		fmt.Fprintf(out, "Redis: a redis-server child process at %s\n", srv.URL())
-		return srv.URL(), srv.Stop, nil
+		return startServer(out)
 	case "embedded":
-		m := miniredis.NewMiniRedis()
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			return "", nil, err
-		}
-		url := "redis://" + m.Addr() + "/0"
-		fmt.Fprintf(out, "Redis: embedded in-process miniredis at %s (no redis-server needed)\n", url)
-		return url, m.Close, nil
+		return startEmbedded(out)
 	}
 	return "", nil, fmt.Errorf("invalid --redis %q: want auto, server or embedded", cfg.Redis)
+}
+
+// redisMode resolves auto: a redis-server child process when one is installed, miniredis otherwise.
+func redisMode(mode string) string {
+	if mode != "auto" {
+		return mode
+	}
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		return "server"
+	}
+	return "embedded"
+}
+
+// startServer starts a redis-server child process.
+func startServer(out io.Writer) (url string, stop func(), err error) {
+	srv, err := redisproc.Start(redisproc.Options{})
+	if err != nil {
+		return "", nil, err
+	}
+	fmt.Fprintf(out, "Redis: a redis-server child process at %s\n", srv.URL())
+	return srv.URL(), srv.Stop, nil
+}
+
+// startEmbedded starts an in-process miniredis.
+func startEmbedded(out io.Writer) (url string, stop func(), err error) {
+	m := miniredis.NewMiniRedis()
+	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+		return "", nil, err
+	}
+	url = "redis://" + m.Addr() + "/0"
+	fmt.Fprintf(out, "Redis: embedded in-process miniredis at %s (no redis-server needed)\n", url)
+	return url, m.Close, nil
 }

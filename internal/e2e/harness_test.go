@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockflow/stockflow/internal/childproc"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/redistest"
 )
@@ -57,12 +58,10 @@ func binaries(t *testing.T) (worker, producer string) {
 
 // proc is a running worker process.
 type proc struct {
+	*childproc.Process
 	t    *testing.T
 	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
+	cmd  *exec.Cmd // what it runs; cmd.Process.Pid names it in /proc
 }
 
 // testEnv is the worker environment of the end-to-end tests: short leases and claim times, so crashes
@@ -93,65 +92,39 @@ func startWorker(t *testing.T, s *redistest.Server, name string, extra ...string
 	return startWorkerArgs(t, s, name, nil, extra...)
 }
 
-// startWorkerArgs starts a worker with command-line arguments.
+// startWorkerArgs starts a worker with command-line arguments; it is killed when the test ends, and its log
+// printed when the test failed.
 func startWorkerArgs(t *testing.T, s *redistest.Server, name string, args []string, extra ...string) *proc {
 	t.Helper()
 	worker, _ := binaries(t)
-	p := &proc{t: t, name: name, log: filepath.Join(t.TempDir(), name+".log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
+	cmd := exec.Command(worker, args...)
+	cmd.Env = append(append(os.Environ(), testEnv(s)...), append([]string{"WORKER_NAME=" + name}, extra...)...)
+	child, err := childproc.Start(cmd, filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(worker, args...)
-	p.cmd.Env = append(append(os.Environ(), testEnv(s)...), append([]string{"WORKER_NAME=" + name}, extra...)...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		child.Kill()
 		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			t.Logf("log of worker %s (last 3000 bytes):\n%s", name, tailBytes(b, 3000))
+			t.Logf("log of worker %s (last 40 lines):\n%s", name, strings.Join(child.LogTail(40), "\n"))
 		}
 	})
-	return p
+	return &proc{Process: child, t: t, name: name, cmd: cmd}
 }
 
 func (p *proc) signal(sig syscall.Signal) {
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.Signal(sig); err != nil {
 		p.t.Fatalf("signal %v to worker %s: %v", sig, p.name, err)
 	}
 }
 
 // exited waits up to timeout for the process to end and returns its exit error.
 func (p *proc) exited(timeout time.Duration) (error, bool) {
-	select {
-	case <-p.done:
-		return p.err, true
-	case <-time.After(timeout):
-		return nil, false
-	}
+	exited, err := p.Wait(timeout)
+	return err, exited
 }
 
-func (p *proc) logText() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
-}
-
-func tailBytes(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
-}
+func (p *proc) logText() string { return p.Log() }
 
 // produce runs the producer with --wait --json and returns its summary; it fails the test if the producer
 // cannot run, but not when its consistency check fails (the caller asserts on the summary).

@@ -194,6 +194,10 @@ func TestForeignAndBadEntries(t *testing.T) {
 	waitFor(t, 15*time.Second, "the valid plain entry sent after the bad ones is reserved", func() bool {
 		return rdb.Exists(ctx, "order:{SKU-1}:o-good").Val() == 1
 	})
+	// Consumers work in parallel: the good entry may be decided before the last bad one is poisoned.
+	waitFor(t, 15*time.Second, "every bad entry is handled", func() bool {
+		return rdb.XLen(ctx, "orders-poison").Val() >= int64(len(bad))
+	})
 	poison, err := rdb.XRange(ctx, "orders-poison", "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)

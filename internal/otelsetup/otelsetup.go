@@ -1,6 +1,6 @@
 // Package otelsetup sets up OpenTelemetry for the stockflow binaries from the standard environment
 // variables. Only the mains import it: it links the exporters (OTLP over HTTP and gRPC, Prometheus), which
-// the libraries and the demo do without (internal/telemetry has what they need).
+// the libraries and the demo do without (internal/stream has what they need).
 //
 //	OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES      resource
 //	OTEL_TRACES_EXPORTER  = otlp | console | none     default none: no spans are exported
@@ -44,51 +44,99 @@ type Telemetry struct {
 // flushes what is buffered.
 func Setup(ctx context.Context, service string, prometheus bool) (*Telemetry, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	res := resource.Default()
-	if os.Getenv("OTEL_SERVICE_NAME") == "" {
-		var err error
-		if res, err = resource.Merge(res, resource.NewSchemaless(attribute.String("service.name", service))); err != nil {
-			return nil, err
-		}
-	}
 	t := &Telemetry{}
-
-	spans, err := autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(none[sdktrace.SpanExporter]))
-	if err != nil {
-		return nil, err
-	}
-	if spans != nil && !autoexport.IsNoneSpanExporter(spans) {
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans), sdktrace.WithResource(res))
-		otel.SetTracerProvider(tp)
-		t.Tracing = true
-		t.shutdown = append(t.shutdown, tp.Shutdown)
-	}
-
-	var readers []sdkmetric.Option
-	reader, err := autoexport.NewMetricReader(ctx, autoexport.WithFallbackMetricReader(none[sdkmetric.Reader]))
-	if err != nil {
-		return nil, errors.Join(err, t.Shutdown(ctx))
-	}
-	if reader != nil && !autoexport.IsNoneMetricReader(reader) {
-		readers = append(readers, sdkmetric.WithReader(reader))
-	}
-	if prometheus {
-		reg := prom.NewRegistry()
-		exp, err := promexporter.New(promexporter.WithRegisterer(reg))
-		if err != nil {
-			return nil, errors.Join(err, t.Shutdown(ctx))
-		}
-		readers = append(readers, sdkmetric.WithReader(exp))
-		t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	}
-	if len(readers) > 0 {
-		mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
-		otel.SetMeterProvider(mp)
-		t.shutdown = append(t.shutdown, mp.Shutdown)
+	if err := t.setup(ctx, service, prometheus); err != nil {
+		return nil, errors.Join(err, t.Shutdown(ctx)) // a tracer provider may be installed already
 	}
 	return t, nil
 }
 
+func (t *Telemetry) setup(ctx context.Context, service string, prometheus bool) error {
+	res, err := serviceResource(service)
+	if err != nil {
+		return err
+	}
+	if err := t.setupTracing(ctx, res); err != nil {
+		return err
+	}
+	return t.setupMetrics(ctx, res, prometheus)
+}
+
+// serviceResource is the SDK's default resource, which reads OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES, named service when OTEL_SERVICE_NAME is not set.
+func serviceResource(service string) (*resource.Resource, error) {
+	if os.Getenv("OTEL_SERVICE_NAME") != "" {
+		return resource.Default(), nil
+	}
+	return resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
+}
+
+// setupTracing installs an SDK tracer provider when OTEL_TRACES_EXPORTER names an exporter.
+func (t *Telemetry) setupTracing(ctx context.Context, res *resource.Resource) error {
+	spans, err := autoexport.NewSpanExporter(ctx, autoexport.WithFallbackSpanExporter(none[sdktrace.SpanExporter]))
+	if err != nil || !exporting(spans, autoexport.IsNoneSpanExporter) {
+		return err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	t.Tracing = true
+	t.shutdown = append(t.shutdown, tp.Shutdown)
+	return nil
+}
+
+// setupMetrics installs an SDK meter provider when OTEL_METRICS_EXPORTER names an exporter or prometheus
+// is asked for.
+func (t *Telemetry) setupMetrics(ctx context.Context, res *resource.Resource, prometheus bool) error {
+	readers, err := t.metricReaders(ctx, prometheus)
+	if err != nil || len(readers) == 0 {
+		return err
+	}
+	mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
+	otel.SetMeterProvider(mp)
+	t.shutdown = append(t.shutdown, mp.Shutdown)
+	return nil
+}
+
+// metricReaders are the reader OTEL_METRICS_EXPORTER names, if any, and with prometheus the one that
+// Metrics serves.
+func (t *Telemetry) metricReaders(ctx context.Context, prometheus bool) ([]sdkmetric.Option, error) {
+	readers, err := envMetricReader(ctx)
+	if err != nil || !prometheus {
+		return readers, err
+	}
+	exp, err := t.prometheusReader()
+	if err != nil {
+		return nil, err
+	}
+	return append(readers, sdkmetric.WithReader(exp)), nil
+}
+
+func envMetricReader(ctx context.Context) ([]sdkmetric.Option, error) {
+	reader, err := autoexport.NewMetricReader(ctx, autoexport.WithFallbackMetricReader(none[sdkmetric.Reader]))
+	if err != nil || !exporting(reader, autoexport.IsNoneMetricReader) {
+		return nil, err
+	}
+	return []sdkmetric.Option{sdkmetric.WithReader(reader)}, nil
+}
+
+// prometheusReader makes a Prometheus exporter on a registry of its own, which Metrics serves.
+func (t *Telemetry) prometheusReader() (sdkmetric.Reader, error) {
+	reg := prom.NewRegistry()
+	exp, err := promexporter.New(promexporter.WithRegisterer(reg))
+	if err != nil {
+		return nil, err
+	}
+	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	return exp, nil
+}
+
+// exporting reports whether autoexport made an exporter: nil is the fallback of an unset variable, and
+// isNone recognises the value none.
+func exporting[T any](exporter T, isNone func(T) bool) bool {
+	return any(exporter) != nil && !isNone(exporter)
+}
+
+// none is the fallback of autoexport when its variable is not set: no exporter, rather than OTLP.
 func none[T any](context.Context) (T, error) {
 	var zero T
 	return zero, nil

@@ -2,12 +2,14 @@ package otelsetup_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -41,10 +44,44 @@ func unsetOTel(t *testing.T) {
 	}
 }
 
-// This test must run before TestOneTracePerOrder installs global providers.
+// meters is the meter provider of the test process. The instruments of lockmw, inventory, stream and
+// the worker are package variables, made from the global meter provider before any test runs, and
+// OpenTelemetry ties them to the first provider set: a test that set its own would see no measurements
+// when it ran after another that set one, or a second time (-count=2). TestMain sets this one first;
+// a test compares what it collects before and after its run.
+var meters struct {
+	reader   *sdkmetric.ManualReader
+	registry *prom.Registry
+}
+
+func TestMain(m *testing.M) {
+	meters.reader, meters.registry = sdkmetric.NewManualReader(), prom.NewRegistry()
+	promExp, err := promexporter.New(promexporter.WithRegisterer(meters.registry))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(meters.reader), sdkmetric.WithReader(promExp)))
+	os.Exit(m.Run())
+}
+
+// restoreGlobals puts the global tracer provider and propagator back as the test found them.
+func restoreGlobals(t *testing.T) {
+	tp, prop := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	t.Cleanup(func() {
+		if otel.GetTracerProvider() != tp { // setting the one in place again logs an error
+			otel.SetTracerProvider(tp)
+		}
+		otel.SetTextMapPropagator(prop)
+	})
+}
+
 func TestNothingConfiguredExportsNothing(t *testing.T) {
 	unsetOTel(t)
-	before := runtime.NumGoroutine()
+	restoreGlobals(t)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator()) // passes nothing on
+	tp, mp := otel.GetTracerProvider(), otel.GetMeterProvider()
+	before, beforeOTel := runtime.NumGoroutine(), len(otelGoroutines())
 	tel, err := otelsetup.Setup(context.Background(), "test", false)
 	if err != nil {
 		t.Fatal(err)
@@ -53,25 +90,45 @@ func TestNothingConfiguredExportsNothing(t *testing.T) {
 	if tel.Tracing || tel.Metrics != nil {
 		t.Fatalf("tracing %v, metrics %v: want neither with nothing configured", tel.Tracing, tel.Metrics)
 	}
-	if _, sdk := otel.GetTracerProvider().(*sdktrace.TracerProvider); sdk {
-		t.Fatal("an SDK tracer provider was installed with nothing configured")
+	if got := otel.GetTracerProvider(); got != tp {
+		t.Fatalf("a tracer provider (%T) was installed with nothing configured", got)
+	}
+	if got := otel.GetMeterProvider(); got != mp {
+		t.Fatalf("a meter provider (%T) was installed with nothing configured", got)
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("%d goroutines after Setup, %d before: an exporter started", after, before)
 	}
+	if after := otelGoroutines(); len(after) > beforeOTel {
+		t.Fatalf("OpenTelemetry goroutines after Setup, %d before: an exporter started:\n%s", beforeOTel, strings.Join(after, "\n\n"))
+	}
+	// Trace context is still passed on from message to message.
+	if fields := otel.GetTextMapPropagator().Fields(); !slices.Contains(fields, "traceparent") || !slices.Contains(fields, "baggage") {
+		t.Fatalf("propagator fields %q, want the W3C trace context and baggage", fields)
+	}
+}
+
+// otelGoroutines are the stacks of the goroutines that run OpenTelemetry SDK or exporter code (a batch
+// span processor, a periodic metric reader, an exporter's connection).
+func otelGoroutines() []string {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "go.opentelemetry.io/otel/sdk") || strings.Contains(g, "go.opentelemetry.io/otel/exporters") ||
+			strings.Contains(g, "google.golang.org/grpc") {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 func TestOneTracePerOrder(t *testing.T) {
 	unsetOTel(t)
+	restoreGlobals(t)
 	spans := tracetest.NewSpanRecorder()
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
-	manual := sdkmetric.NewManualReader()
-	reg := prom.NewRegistry()
-	promExp, err := promexporter.New(promexporter.WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(manual), sdkmetric.WithReader(promExp)))
+	waitsBefore, _ := lockWaitHistogram(t)
 	tel, err := otelsetup.Setup(context.Background(), "test", false) // only the propagator: nothing configured
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +142,7 @@ func TestOneTracePerOrder(t *testing.T) {
 	cfg.MetricsAddr = freeAddr(t)
 	cfg.TraceRedis = true
 	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		worker.Options{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Tracing: true})
+		worker.Options{Metrics: promhttp.HandlerFor(meters.registry, promhttp.HandlerOpts{}), Tracing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +153,7 @@ func TestOneTracePerOrder(t *testing.T) {
 
 	// 200 orders on one SKU and 8 consumers: orders wait for the lock.
 	var pcfg producer.Config
-	pcfg.Streams = cfg.Streams
+	pcfg.Config = cfg.Config
 	pcfg.Orders, pcfg.SKUList, pcfg.Quantity, pcfg.Distribution, pcfg.SeedStock = 200, "HOT", 1, "uniform", 150
 	pcfg.Wait, pcfg.Timeout = true, time.Minute
 	sum, err := producer.Run(context.Background(), pcfg, nil)
@@ -184,12 +241,12 @@ func TestOneTracePerOrder(t *testing.T) {
 		t.Fatalf("%d publish spans and %d lock acquire spans, want 200 each", traces, len(acquires))
 	}
 
-	// The histogram holds exactly the waits the spans report.
-	var rm metricdata.ResourceMetrics
-	if err := manual.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
+	// The histogram holds exactly the waits the spans report: what it gained during this test.
+	hist, found := lockWaitHistogram(t)
+	if !found {
+		t.Fatal("no stockflow.lock.wait histogram")
 	}
-	hist := lockWaitHistogram(t, rm)
+	hist = histogramSince(hist, waitsBefore)
 	if hist.Count != uint64(len(acquires)) {
 		t.Fatalf("histogram count %d, lock acquisitions %d", hist.Count, len(acquires))
 	}
@@ -244,9 +301,13 @@ func attr(sp sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 	return attribute.Value{}, false
 }
 
-func lockWaitHistogram(t *testing.T, rm metricdata.ResourceMetrics) metricdata.HistogramDataPoint[float64] {
-	var out metricdata.HistogramDataPoint[float64]
-	found := false
+// lockWaitHistogram collects the lock wait histogram of the process, its data points added up; found is
+// false before the first lock wait.
+func lockWaitHistogram(t *testing.T) (out metricdata.HistogramDataPoint[float64], found bool) {
+	var rm metricdata.ResourceMetrics
+	if err := meters.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
 			if m.Name != "stockflow.lock.wait" {
@@ -264,10 +325,17 @@ func lockWaitHistogram(t *testing.T, rm metricdata.ResourceMetrics) metricdata.H
 			}
 		}
 	}
-	if !found {
-		t.Fatal("no stockflow.lock.wait histogram")
+	return out, found
+}
+
+// histogramSince is what the cumulative histogram now gained since before.
+func histogramSince(now, before metricdata.HistogramDataPoint[float64]) metricdata.HistogramDataPoint[float64] {
+	now.Count -= before.Count
+	now.BucketCounts = slices.Clone(now.BucketCounts)
+	for i := range before.BucketCounts {
+		now.BucketCounts[i] -= before.BucketCounts[i]
 	}
-	return out
+	return now
 }
 
 func get(t *testing.T, url string, want int) string {

@@ -2,19 +2,11 @@ package producer
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/inventory"
 )
 
 // Summary is what a producer run with --wait observed.
@@ -56,129 +48,6 @@ type LockWait struct {
 	HotSKUs            []string `json:"hot_skus"`  // the 5 SKUs with the most total wait, most first
 }
 
-// collect reads this run's outcome and poison events until every order has one or the timeout passes.
-func collect(ctx context.Context, cfg Config, rdb *redis.Client, sum *Summary, placed map[string]placedOrder,
-	resultsFrom, poisonFrom string, progress io.Writer) error {
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	bar := newBar(progress, "outcomes", len(placed))
-	defer bar.done()
-	seen := make(map[string]handlers.Result, len(placed))
-	var latencies []time.Duration
-	var waits []float64
-	var first, last time.Time
-	from := []string{resultsFrom, poisonFrom}
-	for len(seen)+sum.Poisoned < len(placed) {
-		streams, err := rdb.XRead(ctx, &redis.XReadArgs{
-			Streams: []string{cfg.ResultsStream, cfg.PoisonStream, from[0], from[1]},
-			Count:   1000, Block: 500 * time.Millisecond,
-		}).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue
-		case ctx.Err() != nil:
-			sum.Missing = len(placed) - len(seen) - sum.Poisoned
-			return nil // reported by check
-		case err != nil: // Redis restarting: keep trying until the timeout
-			time.Sleep(200 * time.Millisecond)
-			continue
-		}
-		for _, s := range streams {
-			poison := s.Stream == cfg.PoisonStream
-			for _, e := range s.Messages {
-				if poison {
-					from[1] = e.ID
-				} else {
-					from[0] = e.ID
-				}
-				payload, _ := e.Values["payload"].(string)
-				if poison {
-					var o handlers.Order
-					if json.Unmarshal([]byte(payload), &o) == nil {
-						if _, ours := placed[o.OrderID]; ours {
-							sum.Poisoned++
-							bar.add(1)
-						}
-					}
-					continue
-				}
-				var r handlers.Result
-				if json.Unmarshal([]byte(payload), &r) != nil {
-					continue
-				}
-				p, ours := placed[r.OrderID]
-				if !ours {
-					continue
-				}
-				if first, dup := seen[r.OrderID]; dup {
-					sum.Duplicates++
-					if first.Status != r.Status {
-						sum.Problems = append(sum.Problems, fmt.Sprintf("order %s has outcomes %s and %s", r.OrderID, first.Status, r.Status))
-					}
-					continue
-				}
-				seen[r.OrderID] = r
-				bar.add(1)
-				latencies = append(latencies, r.ProcessedAt.Sub(p.placedAt))
-				waits = append(waits, r.LockWaitMs)
-				if first.IsZero() || p.placedAt.Before(first) {
-					first = p.placedAt
-				}
-				if r.ProcessedAt.After(last) {
-					last = r.ProcessedAt
-				}
-				s := sum.SKUs[r.SKU]
-				s.LockWaitMs += r.LockWaitMs
-				switch r.Status {
-				case inventory.StatusReserved:
-					sum.Reserved++
-					s.OrdersReserved += r.Quantity
-				case inventory.StatusRejected:
-					sum.Rejected++
-					s.OrdersRejected++
-				}
-			}
-		}
-	}
-	sum.Outcomes = len(seen)
-	if span := last.Sub(first).Seconds(); span > 0 {
-		sum.Throughput = float64(len(seen)) / span
-	}
-	slices.Sort(latencies)
-	sum.LatencyP50, sum.LatencyP99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
-	sum.LockWait = lockWait(waits, sum.SKUs)
-	return nil
-}
-
-func lockWait(waits []float64, skus map[string]*SKUSummary) LockWait {
-	slices.Sort(waits)
-	lw := LockWait{P50: percentile(waits, 0.50), P95: percentile(waits, 0.95), P99: percentile(waits, 0.99)}
-	if len(waits) > 0 {
-		lw.Max = waits[len(waits)-1]
-	}
-	for sku, s := range skus {
-		if s.LockWaitMs > 0 {
-			lw.HotSKUs = append(lw.HotSKUs, sku)
-		}
-	}
-	slices.SortFunc(lw.HotSKUs, func(a, b string) int {
-		if c := cmp.Compare(skus[b].LockWaitMs, skus[a].LockWaitMs); c != 0 {
-			return c
-		}
-		return strings.Compare(a, b)
-	})
-	lw.HotSKUs = lw.HotSKUs[:min(5, len(lw.HotSKUs))]
-	return lw
-}
-
-func percentile[T cmp.Ordered](sorted []T, p float64) T {
-	var zero T
-	if len(sorted) == 0 {
-		return zero
-	}
-	return sorted[int(float64(len(sorted)-1)*p)]
-}
-
 // check verifies, for every SKU, initial = available + reserved and that the reserved stock grew by exactly
 // what this run's outcomes reserved; and that every order got an outcome.
 func (s *Summary) check() {
@@ -189,18 +58,24 @@ func (s *Summary) check() {
 		s.Problems = append(s.Problems, fmt.Sprintf("%d orders have no outcome", s.Missing))
 	}
 	for _, sku := range s.skuNames() {
-		k := s.SKUs[sku]
-		if k.Available < 0 {
-			s.Problems = append(s.Problems, fmt.Sprintf("%s: available %d is negative (oversold)", sku, k.Available))
-		}
-		if k.Available+k.Reserved != k.Initial {
-			s.Problems = append(s.Problems, fmt.Sprintf("%s: available %d + reserved %d != initial %d", sku, k.Available, k.Reserved, k.Initial))
-		}
-		if got := k.Reserved - k.reservedBefore; got != k.OrdersReserved {
-			s.Problems = append(s.Problems, fmt.Sprintf("%s: reserved grew by %d but outcomes reserved %d", sku, got, k.OrdersReserved))
-		}
+		s.Problems = append(s.Problems, s.SKUs[sku].problems(sku)...)
 	}
 	s.Consistent = len(s.Problems) == 0
+}
+
+// problems lists what does not add up in the stock of sku.
+func (k *SKUSummary) problems(sku string) []string {
+	var out []string
+	if k.Available < 0 {
+		out = append(out, fmt.Sprintf("%s: available %d is negative (oversold)", sku, k.Available))
+	}
+	if k.Available+k.Reserved != k.Initial {
+		out = append(out, fmt.Sprintf("%s: available %d + reserved %d != initial %d", sku, k.Available, k.Reserved, k.Initial))
+	}
+	if got := k.Reserved - k.reservedBefore; got != k.OrdersReserved {
+		out = append(out, fmt.Sprintf("%s: reserved grew by %d but outcomes reserved %d", sku, got, k.OrdersReserved))
+	}
+	return out
 }
 
 func (s *Summary) skuNames() []string {
@@ -221,27 +96,37 @@ func (s *Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "end-to-end latency: p50 %v, p99 %v; %.0f orders/s\n", s.LatencyP50.Round(time.Microsecond),
 		s.LatencyP99.Round(time.Microsecond), s.Throughput)
 	fmt.Fprintf(w, "lock wait (ms): p50 %.2f, p95 %.2f, p99 %.2f, max %.2f\n", s.LockWait.P50, s.LockWait.P95, s.LockWait.P99, s.LockWait.Max)
-	if len(s.LockWait.HotSKUs) > 0 {
-		fmt.Fprintf(w, "most lock wait:")
-		for _, sku := range s.LockWait.HotSKUs {
-			fmt.Fprintf(w, " %s (%.0f ms)", sku, s.SKUs[sku].LockWaitMs)
-		}
-		fmt.Fprintln(w)
-	}
-	names := s.skuNames()
-	const maxRows = 20
-	fmt.Fprintf(w, "%-16s %10s %10s %10s %12s %10s\n", "sku", "initial", "available", "reserved", "run reserved", "rejected")
-	for i, n := range names {
-		if i == maxRows {
-			fmt.Fprintf(w, "... %d more SKUs\n", len(names)-maxRows)
-			break
-		}
-		k := s.SKUs[n]
-		fmt.Fprintf(w, "%-16s %10d %10d %10d %12d %10d\n", n, k.Initial, k.Available, k.Reserved, k.OrdersReserved, k.OrdersRejected)
-	}
+	s.printHotSKUs(w)
+	s.printStock(w)
 	if s.Consistent {
 		fmt.Fprintln(w, "consistency check: PASS")
 		return
 	}
 	fmt.Fprintf(w, "consistency check: FAIL\n  %s\n", strings.Join(s.Problems, "\n  "))
+}
+
+// printHotSKUs writes the SKUs with the most lock wait on one line, if any waited.
+func (s *Summary) printHotSKUs(w io.Writer) {
+	if len(s.LockWait.HotSKUs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "most lock wait:")
+	for _, sku := range s.LockWait.HotSKUs {
+		fmt.Fprintf(w, " %s (%.0f ms)", sku, s.SKUs[sku].LockWaitMs)
+	}
+	fmt.Fprintln(w)
+}
+
+// printStock writes the stock table, a row per SKU up to 20 of them.
+func (s *Summary) printStock(w io.Writer) {
+	const maxRows = 20
+	names := s.skuNames()
+	fmt.Fprintf(w, "%-16s %10s %10s %10s %12s %10s\n", "sku", "initial", "available", "reserved", "run reserved", "rejected")
+	for _, n := range names[:min(len(names), maxRows)] {
+		k := s.SKUs[n]
+		fmt.Fprintf(w, "%-16s %10d %10d %10d %12d %10d\n", n, k.Initial, k.Available, k.Reserved, k.OrdersReserved, k.OrdersRejected)
+	}
+	if len(names) > maxRows {
+		fmt.Fprintf(w, "... %d more SKUs\n", len(names)-maxRows)
+	}
 }

@@ -2,8 +2,9 @@
 // with the faults tests and benchmarks inject: kill, pause, resume, restart. internal/redistest wraps it
 // for tests; the demo and the benchmark harness use it directly.
 //
-// A server dies with the process that started it (PR_SET_PDEATHSIG on Linux), and carries the title
-// marker ProcessMarker, which scripts/test.sh uses to prove no test left one running.
+// A server is an internal/childproc child: it dies with the process that started it (PR_SET_PDEATHSIG on
+// Linux). It carries the title marker ProcessMarker, which scripts/test.sh uses to prove no test left one
+// running.
 package redisproc
 
 import (
@@ -14,13 +15,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/childproc"
 )
 
 // ProcessMarker appears in the process title of every server this package starts.
@@ -30,7 +31,11 @@ const ProcessMarker = "stockflow-redistest"
 var ErrNotInstalled = errors.New("redis-server not found in PATH: install it with `sudo apt-get install -y redis-server` " +
 	"(Debian/Ubuntu), `brew install redis` (macOS), or run scripts/test.sh as root, which installs it")
 
-const startTimeout = 10 * time.Second
+const (
+	startTimeout = 10 * time.Second
+	// startAttempts: a free port can be taken by someone else before redis binds it; Start tries new ones.
+	startAttempts = 5
+)
 
 // Options configure a server.
 type Options struct {
@@ -50,9 +55,8 @@ type Server struct {
 	ownDir bool
 	bin    string
 
-	mu   sync.Mutex
-	proc *exec.Cmd
-	done chan struct{} // closed when proc has exited and been reaped
+	mu    sync.Mutex
+	child *childproc.Process // nil when not running
 }
 
 // Start starts a server on a free loopback port and waits until it answers.
@@ -68,23 +72,11 @@ func Start(opts Options) (*Server, error) {
 		}
 		s.ownDir = true
 	}
-	// A free port found by listening on :0 can be taken by someone else before redis binds it; retry.
-	for attempt := 0; ; attempt++ {
-		port, err := freePort()
-		if err == nil {
-			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			s.mu.Lock()
-			err = s.launchLocked()
-			s.mu.Unlock()
-		}
-		if err == nil {
-			return s, nil
-		}
-		if attempt == 4 {
-			s.Stop()
-			return nil, fmt.Errorf("start redis-server: %w", err)
-		}
+	if err := s.launchOnFreePort(); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
+	return s, nil
 }
 
 // URL is the server's redis:// URL, database 0.
@@ -98,10 +90,10 @@ func (s *Server) Kill() {
 }
 
 // Pause stops the process with SIGSTOP: it keeps its port but answers nothing until Resume.
-func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
+func (s *Server) Pause() error { return s.running((*childproc.Process).Pause) }
 
 // Resume continues a paused process with SIGCONT.
-func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+func (s *Server) Resume() error { return s.running((*childproc.Process).Resume) }
 
 // Restart kills the process if it runs and starts it again on the same port and directory. Data survives
 // only with Persist.
@@ -117,7 +109,7 @@ func (s *Server) Restart() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("restart redis-server on %s: %w", s.Addr, err)
+			return fmt.Errorf("restart: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -135,95 +127,81 @@ func (s *Server) Stop() {
 func (s *Server) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.child == nil {
 		return 0
 	}
-	return s.proc.Process.Pid
+	return s.child.Pid()
 }
 
-func (s *Server) signal(sig syscall.Signal) error {
+// running applies do to the process, or fails when it is not running.
+func (s *Server) running(do func(*childproc.Process) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.proc == nil {
+	if s.child == nil {
 		return fmt.Errorf("redis-server on %s is not running", s.Addr)
 	}
-	return s.proc.Process.Signal(sig)
+	return do(s.child)
 }
 
 func (s *Server) killLocked() {
-	if s.proc == nil {
-		return
+	if s.child != nil {
+		s.child.Kill()
+		s.child = nil
 	}
-	_ = s.proc.Process.Kill() // SIGKILL also ends a SIGSTOPped process
-	<-s.done
-	s.proc, s.done = nil, nil
+}
+
+func (s *Server) launchOnFreePort() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var err error
+	for range startAttempts {
+		if s.Addr, err = childproc.FreeAddr(); err == nil {
+			if err = s.launchLocked(); err == nil {
+				return nil
+			}
+		}
+	}
+	return err
 }
 
 func (s *Server) launchLocked() error {
+	child, err := childproc.Start(exec.Command(s.bin, s.args()...), filepath.Join(s.opts.Dir, "redis.log"))
+	if err != nil {
+		return err
+	}
+	s.child = child
+	if err := waitReady(child, s.Addr); err != nil {
+		s.killLocked()
+		return fmt.Errorf("redis-server on %s: %w; log tail:\n%s", s.Addr, err, strings.Join(child.LogTail(10), "\n"))
+	}
+	return nil
+}
+
+// args run a server in the foreground on s.Addr, logging to stdout (the child's log file), with
+// persistence only when asked.
+func (s *Server) args() []string {
 	host, port, _ := net.SplitHostPort(s.Addr)
 	appendonly := "no"
 	if s.opts.Persist {
 		appendonly = "yes"
 	}
-	logPath := filepath.Join(s.opts.Dir, "redis.log")
-	args := []string{
-		"--port", port, "--bind", host, "--dir", s.opts.Dir, "--logfile", logPath,
+	return []string{
+		"--port", port, "--bind", host, "--dir", s.opts.Dir, "--logfile", "",
 		"--daemonize", "no", "--protected-mode", "no", "--save", "",
 		"--appendonly", appendonly, "--appendfsync", "always",
 		"--proc-title-template", "{title} {listen-addr} " + ProcessMarker,
 	}
-	cmd := exec.Command(s.bin, args...)
-	if err := StartChild(cmd); err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	s.proc, s.done = cmd, done
-
-	if err := waitReady(s.Addr, done); err != nil {
-		s.killLocked()
-		return fmt.Errorf("%w; log tail:\n%s", err, tail(logPath, 10))
-	}
-	return nil
 }
 
-func waitReady(addr string, exited <-chan struct{}) error {
+// waitReady waits until the server answers PING.
+func waitReady(child *childproc.Process, addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case <-exited:
-			return errors.New("redis-server exited during start")
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s not ready after %v: %w", addr, startTimeout, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	ctx, cancel := context.WithTimeoutCause(context.Background(), startTimeout, fmt.Errorf("not ready after %v", startTimeout))
+	defer cancel()
+	return child.WaitReady(ctx, 5*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		return c.Ping(ctx).Err()
+	})
 }

@@ -2,9 +2,9 @@ package stockctl
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/stockflow/stockflow/internal/config"
@@ -16,7 +16,10 @@ type command struct {
 	args    string   // its arguments, for the usage
 	summary string   // one line for the usage
 	flags   []string // the flags it takes besides the global ones
-	run     func(ctx context.Context, a *app, args []string) error
+	noArgs  bool     // it takes flags only
+	hint    string   // added to the error when a command that takes flags only is given arguments
+	// run returns the report to print, when the command got as far as one, and the error it ends with.
+	run func(ctx context.Context, a *app, args []string) (report, error)
 }
 
 // commands lists the subcommands; a longer name comes before a shorter one it starts with.
@@ -26,12 +29,15 @@ var commands = []*command{
 	{name: "stock add", args: "SKU N", summary: "add N (1..10^15) to the available stock of SKU", run: runStockAdd},
 	{name: "stock", args: "SKU...", summary: "available, reserved and fence of each SKU", run: runStockGet},
 	{name: "lock", args: "SKU", summary: "lock:{SKU} holder and lease, fencing counter, stored fence", run: runLock},
-	{name: "pending", args: "[--limit N]", summary: "consumer group, its consumers and pending entries", flags: []string{"limit"}, run: runPending},
-	{name: "poison list", args: "[--limit N]", summary: "poison entries, newest first", flags: []string{"limit"}, run: runPoisonList},
+	{name: "pending", args: "[--limit N]", summary: "consumer group, its consumers and pending entries", flags: []string{"limit"},
+		noArgs: true, run: runPending},
+	{name: "poison list", args: "[--limit N]", summary: "poison entries, newest first", flags: []string{"limit"},
+		noArgs: true, run: runPoisonList},
 	{name: "poison replay", args: "(--id ID [--id ID...] | --reason-contains S | --all) [--dry-run]",
-		summary: "move poison entries back to the orders stream, each at most once", flags: []string{"id", "reason-contains", "all", "dry-run"}, run: runPoisonReplay},
+		summary: "move poison entries back to the orders stream, each at most once", flags: []string{"id", "reason-contains", "all", "dry-run"},
+		noArgs: true, hint: " (use --id ID)", run: runPoisonReplay},
 	{name: "consumers prune", args: "[--idle D] [--dry-run]", summary: "delete consumers idle longer than D that have no pending entries",
-		flags: []string{"idle", "dry-run"}, run: runConsumersPrune},
+		flags: []string{"idle", "dry-run"}, noArgs: true, run: runConsumersPrune},
 }
 
 // findCommand returns the command named by the first words, and the words after its name.
@@ -40,12 +46,31 @@ func findCommand(words []string) (*command, []string, error) {
 		return nil, nil, usageError("no command given")
 	}
 	for _, c := range commands {
-		name := strings.Fields(c.name)
-		if len(words) >= len(name) && strings.Join(words[:len(name)], " ") == c.name {
-			return c, words[len(name):], nil
+		if args, ok := c.match(words); ok {
+			return c, args, nil
 		}
 	}
 	return nil, nil, usageError(fmt.Sprintf("unknown command %q", strings.Join(words, " ")))
+}
+
+// match reports whether words start with the name of c, and returns the words after it.
+func (c *command) match(words []string) ([]string, bool) {
+	name := strings.Fields(c.name)
+	n := min(len(words), len(name))
+	return words[n:], slices.Equal(words[:n], name)
+}
+
+// takes reports whether flag applies to c.
+func (c *command) takes(flag string) bool {
+	return slices.Contains(globalFlags, flag) || slices.Contains(c.flags, flag)
+}
+
+// exec runs c once the arguments of a command that takes none are refused.
+func (c *command) exec(ctx context.Context, a *app, args []string) (report, error) {
+	if c.noArgs && len(args) > 0 {
+		return nil, usageError(fmt.Sprintf("%s takes no arguments, got %q%s", c.name, args, c.hint))
+	}
+	return c.run(ctx, a, args)
 }
 
 func printUsage(w io.Writer, set *config.Set) {
@@ -55,11 +80,7 @@ func printUsage(w io.Writer, set *config.Set) {
 	}
 	fmt.Fprint(w, "\nFlags (a setting with an env variable reads it; the flag wins):\n")
 	for _, p := range set.Params() {
-		env := ""
-		if p.Env != "" {
-			env = "env " + p.Env + ", "
-		}
-		fmt.Fprintf(w, "  %s (%sdefault %q)\n        %s\n", p.Flag, env, p.Default, p.Usage)
+		fmt.Fprintf(w, "  %s (%sdefault %q)\n        %s\n", p.Flag, envNote(p), p.Default, p.Usage)
 	}
 	fmt.Fprint(w, `
 Exit codes:
@@ -70,29 +91,10 @@ Exit codes:
 `)
 }
 
-// codeError is an error with the exit code it ends the command with.
-type codeError struct {
-	code int
-	err  error
-}
-
-func (e *codeError) Error() string { return e.err.Error() }
-func (e *codeError) Unwrap() error { return e.err }
-
-func usageError(msg string) error { return &codeError{code: ExitUsage, err: errors.New(msg)} }
-
-// asUsage marks err (an invalid argument) as a usage error.
-func asUsage(err error) error { return &codeError{code: ExitUsage, err: err} }
-
-func notFound(msg string) error { return &codeError{code: ExitNotFound, err: errors.New(msg)} }
-
-func exitCode(err error) int {
-	var ce *codeError
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.As(err, &ce):
-		return ce.code
+// envNote names the environment variable of a setting in the usage, "" for a flag-only one.
+func envNote(p config.Param) string {
+	if p.Env == "" {
+		return ""
 	}
-	return ExitFailure
+	return "env " + p.Env + ", "
 }

@@ -2,17 +2,9 @@ package stockctl
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"io"
-
-	"github.com/redis/go-redis/v9"
-)
-
-var (
-	//go:embed prune_consumer.lua
-	pruneLua    string
-	pruneScript = redis.NewScript(pruneLua)
+	"time"
 )
 
 // Actions of consumers prune.
@@ -46,65 +38,75 @@ type pruneReport struct {
 // that read an entry since it was listed keeps it. Before Redis 7.2 a read that finds nothing does not
 // reset a consumer's idle time, so a live worker's consumer on a quiet stream can be pruned too; that loses
 // nothing (it has no pending entries) and its next read creates it again.
-func runConsumersPrune(ctx context.Context, a *app, args []string) error {
-	if len(args) != 0 {
-		return usageError(fmt.Sprintf("consumers prune takes no arguments, got %q", args))
-	}
-	g, err := a.group(ctx)
+func runConsumersPrune(ctx context.Context, a *app, _ []string) (report, error) {
+	g, list, err := a.groupAndConsumers(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	list, err := a.consumers(ctx)
-	if err != nil {
-		return err
-	}
-	r := pruneReport{Stream: a.opts.OrdersStream, Group: g.Name, MinIdleMS: millis(a.opts.idle), DryRun: a.opts.dryRun,
+	r := &pruneReport{Stream: a.opts.OrdersStream, Group: g.Name, MinIdleMS: millis(a.opts.idle), DryRun: a.opts.dryRun,
 		Consumers: []pruneResult{}}
-	for _, c := range list {
-		res, err := a.pruneOne(ctx, c)
-		if err != nil {
-			_ = a.emit(r)
-			return err
-		}
-		r.add(res)
-	}
-	return a.emit(r)
+	return r, forEach(ctx, list, a.pruneOne, r.add)
 }
 
+// pruneOne deletes consumer c when it qualifies (with --dry-run, tells whether it would).
 func (a *app) pruneOne(ctx context.Context, c consumerInfo) (pruneResult, error) {
-	res := pruneResult{Name: c.Name, Pending: c.Pending, IdleMS: c.IdleMS, Action: actionKept}
+	res := pruneResult{Name: c.Name, Pending: c.Pending, IdleMS: c.IdleMS, Action: actionKept,
+		Reason: c.keepReason(a.opts.idle)}
 	switch {
-	case c.Pending > 0:
-		res.Reason = fmt.Sprintf("%d pending entries", c.Pending)
-		return res, nil
-	case c.IdleMS <= millis(a.opts.idle):
-		res.Reason = "active " + human(c.IdleMS) + " ago"
+	case res.Reason != "":
 		return res, nil
 	case a.opts.dryRun:
 		res.Action = actionWouldDelete
 		return res, nil
 	}
+	outcome, n, err := a.pruneConsumer(ctx, c.Name)
+	return res.withOutcome(outcome, n), err
+}
+
+// keepReason says why c is kept, "" when it may be deleted.
+func (c consumerInfo) keepReason(minIdle time.Duration) string {
+	switch {
+	case c.Pending > 0:
+		return pendingReason(c.Pending)
+	case c.IdleMS <= millis(minIdle):
+		return activeReason(c.IdleMS)
+	}
+	return ""
+}
+
+func pendingReason(n int64) string { return fmt.Sprintf("%d pending entries", n) }
+
+func activeReason(idleMS int64) string { return "active " + human(idleMS) + " ago" }
+
+// pruneConsumer runs prune_consumer.lua for one consumer: its outcome, and the idle time or pending
+// count it decided on.
+func (a *app) pruneConsumer(ctx context.Context, name string) (string, int64, error) {
 	keys := []string{a.opts.OrdersStream}
-	reply, err := pruneScript.Run(ctx, a.rdb, keys, a.opts.ConsumerGroup, c.Name, millis(a.opts.idle)).Slice()
+	reply, err := pruneScript.Run(ctx, a.rdb, keys, a.opts.ConsumerGroup, name, millis(a.opts.idle)).Slice()
 	if err != nil {
-		return res, fmt.Errorf("prune consumer %s: %w", c.Name, err)
+		return "", 0, fmt.Errorf("prune consumer %s: %w", name, err)
 	}
 	if len(reply) != 2 {
-		return res, fmt.Errorf("prune consumer %s: unexpected script reply %v", c.Name, reply)
+		return "", 0, fmt.Errorf("prune consumer %s: unexpected script reply %v", name, reply)
 	}
 	outcome, _ := reply[0].(string)
 	n, _ := reply[1].(int64)
+	return outcome, n, nil
+}
+
+// withOutcome is res after the script's outcome: deleted, or kept and why.
+func (res pruneResult) withOutcome(outcome string, n int64) pruneResult {
 	switch outcome {
 	case "deleted":
 		res.Action, res.IdleMS = actionDeleted, n
 	case "pending":
-		res.Pending, res.Reason = n, fmt.Sprintf("%d pending entries", n)
+		res.Pending, res.Reason = n, pendingReason(n)
 	case "active":
-		res.IdleMS, res.Reason = n, "active "+human(n)+" ago"
+		res.IdleMS, res.Reason = n, activeReason(n)
 	default:
 		res.Reason = "no longer exists"
 	}
-	return res, nil
+	return res
 }
 
 func (r *pruneReport) add(res pruneResult) {
@@ -123,11 +125,7 @@ func (r pruneReport) writeText(w io.Writer) {
 	tw := table(w)
 	fmt.Fprintln(tw, "CONSUMER\tPENDING\tIDLE\tACTION")
 	for _, c := range r.Consumers {
-		action := c.Action
-		if c.Reason != "" {
-			action += " (" + c.Reason + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", c.Name, c.Pending, human(c.IdleMS), action)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", c.Name, c.Pending, human(c.IdleMS), c.describe())
 	}
 	_ = tw.Flush()
 	if r.DryRun {
@@ -136,4 +134,12 @@ func (r pruneReport) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%d deleted, %d kept (group %s of %s, idle longer than %s, no pending entries)\n",
 		r.Deleted, r.Kept, r.Group, r.Stream, human(r.MinIdleMS))
+}
+
+// describe is the action with the reason it was kept.
+func (res pruneResult) describe() string {
+	if res.Reason == "" {
+		return res.Action
+	}
+	return res.Action + " (" + res.Reason + ")"
 }

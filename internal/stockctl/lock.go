@@ -7,10 +7,9 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/stockflow/stockflow/inventory"
 )
 
 // lockHolder is one field of the lock hash: an owner and its reentry count.
@@ -43,33 +42,41 @@ type lockReport struct {
 
 // runLock shows the lock of a SKU, its fencing counter (on each Redlock master when REDLOCK_URLS is set)
 // and the fence stored with the stock, and warns when the counter fell below the fence.
-func runLock(ctx context.Context, a *app, args []string) error {
+func runLock(ctx context.Context, a *app, args []string) (report, error) {
+	sku, err := oneSKU(args)
+	if err != nil {
+		return nil, err
+	}
+	r, err := a.readLock(ctx, sku)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.nothingKnown()
+}
+
+// oneSKU checks the SKU argument of lock.
+func oneSKU(args []string) (string, error) {
 	if len(args) != 1 {
-		return usageError(fmt.Sprintf("lock wants one SKU, got %d argument(s)", len(args)))
+		return "", usageError(fmt.Sprintf("lock wants one SKU, got %d argument(s)", len(args)))
 	}
-	sku := args[0]
-	if err := inventory.ValidateSKU(sku); err != nil {
-		return asUsage(err)
-	}
+	return args[0], checkSKUs(args[0])
+}
+
+// readLock reads the fence stored with the stock of sku, and its lock and counter on each lock server.
+func (a *app) readLock(ctx context.Context, sku string) (*lockReport, error) {
 	lock := "lock:{" + sku + "}"
-	r := lockReport{SKU: sku, LockKey: lock, CounterKey: "redisson_lock_token:" + lock, StockKey: "stock:{" + sku + "}",
+	r := &lockReport{SKU: sku, LockKey: lock, CounterKey: "redisson_lock_token:" + lock, StockKey: "stock:{" + sku + "}",
 		Redlock: len(a.masters) > 0, Warnings: []string{}}
 	st, err := a.readStock(ctx, sku)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r.StockFound, r.Fence = st.Found, st.Fence
 	if err := r.readNodes(ctx, a.lockClients()); err != nil {
-		return err
+		return nil, err
 	}
 	r.warn()
-	if err := a.emit(r); err != nil {
-		return err
-	}
-	if !r.StockFound && r.empty() {
-		return notFound(fmt.Sprintf("nothing known about SKU %q: no stock, lock or fencing counter", sku))
-	}
-	return nil
+	return r, nil
 }
 
 // lockClients are the Redis servers the locks live on.
@@ -82,7 +89,7 @@ func (a *app) lockClients() []*redis.Client {
 
 func (r *lockReport) readNodes(ctx context.Context, clients []*redis.Client) error {
 	for _, c := range clients {
-		n, err := readLockNode(ctx, c, r.LockKey, r.CounterKey)
+		n, err := r.readNode(ctx, c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.Options().Addr, err)
 		}
@@ -91,50 +98,63 @@ func (r *lockReport) readNodes(ctx context.Context, clients []*redis.Client) err
 	return nil
 }
 
-// readLockNode reads the lock and the counter in one MULTI, so owner, lease and counter are of one moment.
-func readLockNode(ctx context.Context, c *redis.Client, lockKey, counterKey string) (lockNode, error) {
-	n := lockNode{Addr: c.Options().Addr, Holders: []lockHolder{}}
+// readNode reads the lock and the counter in one MULTI, so owner, lease and counter are of one moment:
+// a lock without holders, or a missing counter, has no TTL either (PTTL -2).
+func (r *lockReport) readNode(ctx context.Context, c *redis.Client) (lockNode, error) {
 	pipe := c.TxPipeline()
-	holders, lease := pipe.HGetAll(ctx, lockKey), pipe.PTTL(ctx, lockKey)
-	counter, counterTTL := pipe.Get(ctx, counterKey), pipe.PTTL(ctx, counterKey)
+	holders, lease := pipe.HGetAll(ctx, r.LockKey), pipe.PTTL(ctx, r.LockKey)
+	counter, counterTTL := pipe.Get(ctx, r.CounterKey), pipe.PTTL(ctx, r.CounterKey)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return n, err
+		return lockNode{}, err
 	}
-	for owner, count := range holders.Val() {
-		holds, _ := strconv.ParseInt(count, 10, 64)
-		n.Holders = append(n.Holders, lockHolder{Owner: owner, Holds: holds})
+	token, err := fencingCounter(counter, r.CounterKey)
+	if err != nil {
+		return lockNode{}, err
 	}
-	switch ttl := lease.Val(); {
-	case len(n.Holders) == 0:
-	case ttl > 0:
-		n.LeaseMS = millis(ttl)
-	case ttl == -1: // go-redis passes PTTL's "no expiry" through as -1ns
-		n.LeaseMS = -1
-	}
-	if v, err := counter.Result(); err == nil {
-		token, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return n, fmt.Errorf("fencing counter %s holds %q, not an integer", counterKey, v)
-		}
-		n.Counter = &token
-	}
-	if ttl := counterTTL.Val(); n.Counter != nil && ttl > 0 {
-		n.CounterTTLMS = new(millis(ttl))
-	}
-	return n, nil
+	return lockNode{Addr: c.Options().Addr, Holders: toHolders(holders.Val()), LeaseMS: leaseMS(lease.Val()),
+		Counter: token, CounterTTLMS: positiveMS(counterTTL.Val())}, nil
 }
 
-// warn adds a warning when the next holder would get a token below the stored fence. A Redlock token is
-// the highest counter of the majority that answered, so the lowest majority decides.
-func (r *lockReport) warn() {
-	counters := make([]int64, len(r.Nodes)) // a missing counter starts again at 1
-	for i, n := range r.Nodes {
-		if n.Counter != nil {
-			counters[i] = *n.Counter
-		}
+func toHolders(fields map[string]string) []lockHolder {
+	holders := []lockHolder{}
+	for owner, count := range fields {
+		holds, _ := strconv.ParseInt(count, 10, 64)
+		holders = append(holders, lockHolder{Owner: owner, Holds: holds})
 	}
-	slices.Sort(counters)
-	reachable := counters[len(counters)/2] // the highest counter of the lowest majority
+	return holders
+}
+
+// leaseMS is the lease_remaining_ms of a lock's PTTL: -1 when it never expires, 0 when it does not exist.
+func leaseMS(ttl time.Duration) int64 {
+	if ttl == -1 { // go-redis passes PTTL's "no expiry" through as -1ns
+		return -1
+	}
+	return max(millis(ttl), 0) // PTTL -2 (-2ns): no lock
+}
+
+// positiveMS is a TTL in milliseconds, nil when the key has none or does not exist.
+func positiveMS(ttl time.Duration) *int64 {
+	if ttl <= 0 {
+		return nil
+	}
+	return new(millis(ttl))
+}
+
+// fencingCounter is the value of the counter, nil when it does not exist.
+func fencingCounter(cmd *redis.StringCmd, key string) (*int64, error) {
+	if cmd.Err() != nil { // redis.Nil: readNode returned every other error
+		return nil, nil
+	}
+	token, err := strconv.ParseInt(cmd.Val(), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("fencing counter %s holds %q, not an integer", key, cmd.Val())
+	}
+	return &token, nil
+}
+
+// warn adds a warning when the next holder would get a token below the stored fence.
+func (r *lockReport) warn() {
+	reachable := r.reachableCounter()
 	if r.Fence == 0 || reachable >= r.Fence {
 		return
 	}
@@ -147,36 +167,34 @@ func (r *lockReport) warn() {
 		what, reachable, r.Fence))
 }
 
-// empty reports that no server holds a lock or a counter for the SKU.
-func (r *lockReport) empty() bool {
-	for _, n := range r.Nodes {
-		if len(n.Holders) > 0 || n.Counter != nil {
-			return false
+// reachableCounter is the counter the next holder starts from. A Redlock token is the highest counter of
+// the majority that answered, so the lowest majority decides; a missing counter starts again at 1.
+func (r *lockReport) reachableCounter() int64 {
+	counters := make([]int64, len(r.Nodes))
+	for i, n := range r.Nodes {
+		if n.Counter != nil {
+			counters[i] = *n.Counter
 		}
 	}
-	return true
+	slices.Sort(counters)
+	return counters[len(counters)/2] // the highest counter of the lowest majority
 }
+
+// nothingKnown is a not-found error when no server holds a lock or a counter for the SKU and it has no
+// stock either.
+func (r *lockReport) nothingKnown() error {
+	if r.StockFound || slices.ContainsFunc(r.Nodes, lockNode.inUse) {
+		return nil
+	}
+	return notFound(fmt.Sprintf("nothing known about SKU %q: no stock, lock or fencing counter", r.SKU))
+}
+
+func (n lockNode) inUse() bool { return len(n.Holders) > 0 || n.Counter != nil }
 
 func (r lockReport) writeText(w io.Writer) {
 	for _, n := range r.Nodes {
-		lease := "lease " + human(n.LeaseMS) + " left"
-		if n.LeaseMS < 0 {
-			lease = "no lease: it never expires (stuck?)"
-		}
-		for _, h := range n.Holders {
-			fmt.Fprintf(w, "%s on %s: held by %s (holds %d), %s\n", r.LockKey, n.Addr, h.Owner, h.Holds, lease)
-		}
-		if len(n.Holders) == 0 {
-			fmt.Fprintf(w, "%s on %s: free\n", r.LockKey, n.Addr)
-		}
-		switch {
-		case n.Counter == nil:
-			fmt.Fprintf(w, "%s on %s: missing (the next acquisition gets token 1)\n", r.CounterKey, n.Addr)
-		case n.CounterTTLMS == nil:
-			fmt.Fprintf(w, "%s on %s: %d (no TTL)\n", r.CounterKey, n.Addr, *n.Counter)
-		default:
-			fmt.Fprintf(w, "%s on %s: %d (expires in %s)\n", r.CounterKey, n.Addr, *n.Counter, human(*n.CounterTTLMS))
-		}
+		r.writeLock(w, n)
+		r.writeCounter(w, n)
 	}
 	if r.StockFound {
 		fmt.Fprintf(w, "%s fence: %d\n", r.StockKey, r.Fence)
@@ -185,5 +203,32 @@ func (r lockReport) writeText(w io.Writer) {
 	}
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "WARNING: %s\n", warning)
+	}
+}
+
+func (r lockReport) writeLock(w io.Writer, n lockNode) {
+	if len(n.Holders) == 0 {
+		fmt.Fprintf(w, "%s on %s: free\n", r.LockKey, n.Addr)
+	}
+	for _, h := range n.Holders {
+		fmt.Fprintf(w, "%s on %s: held by %s (holds %d), %s\n", r.LockKey, n.Addr, h.Owner, h.Holds, n.lease())
+	}
+}
+
+func (n lockNode) lease() string {
+	if n.LeaseMS < 0 {
+		return "no lease: it never expires (stuck?)"
+	}
+	return "lease " + human(n.LeaseMS) + " left"
+}
+
+func (r lockReport) writeCounter(w io.Writer, n lockNode) {
+	switch {
+	case n.Counter == nil:
+		fmt.Fprintf(w, "%s on %s: missing (the next acquisition gets token 1)\n", r.CounterKey, n.Addr)
+	case n.CounterTTLMS == nil:
+		fmt.Fprintf(w, "%s on %s: %d (no TTL)\n", r.CounterKey, n.Addr, *n.Counter)
+	default:
+		fmt.Fprintf(w, "%s on %s: %d (expires in %s)\n", r.CounterKey, n.Addr, *n.Counter, human(*n.CounterTTLMS))
 	}
 }

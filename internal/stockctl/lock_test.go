@@ -46,7 +46,7 @@ func TestLockShowsHolderCounterAndFence(t *testing.T) {
 	owner := lockmw.WithOwner(ctx, "worker-a:order-1")
 	lease := must(locker.Acquire(owner, "SKU-1"))
 	reentry := must(locker.Acquire(owner, "SKU-1"))
-	if _, err := inventory.New(e.rdb).Reserve(lease.Context(), "o-1", "SKU-1", 1, lease.Token()); err != nil {
+	if _, err := inventory.New(e.rdb).Reserve(lease.Context(), inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, lease.Token()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -119,7 +119,7 @@ func TestLockWithRedlockShowsEveryMaster(t *testing.T) {
 	ctx := context.Background()
 	wantCode(t, e.run("stock", "set", "SKU-1", "10"), stockctl.ExitOK)
 	lease := must(locker.Acquire(lockmw.WithOwner(ctx, "owner-r"), "SKU-1"))
-	if _, err := inventory.New(e.rdb).Reserve(ctx, "o-1", "SKU-1", 1, lease.Token()); err != nil {
+	if _, err := inventory.New(e.rdb).Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, lease.Token()); err != nil {
 		t.Fatal(err)
 	}
 	redlock := "--redlock-urls=" + strings.Join(urls, ",")

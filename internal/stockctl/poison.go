@@ -43,24 +43,17 @@ type poisonListReport struct {
 }
 
 // runPoisonList shows the newest --limit poison entries, newest first. A missing stream is an empty one.
-func runPoisonList(ctx context.Context, a *app, args []string) error {
-	if len(args) != 0 {
-		return usageError(fmt.Sprintf("poison list takes no arguments, got %q", args))
-	}
+func runPoisonList(ctx context.Context, a *app, _ []string) (report, error) {
 	stream := a.opts.PoisonStream
 	n, err := a.rdb.XLen(ctx, stream).Result()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	msgs, err := a.rdb.XRevRangeN(ctx, stream, "+", "-", int64(a.opts.limit)).Result()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r := poisonListReport{Stream: stream, Length: n, Order: "newest first", Entries: make([]poisonEntry, len(msgs))}
-	for i, m := range msgs {
-		r.Entries[i] = toPoisonEntry(m)
-	}
-	return a.emit(r)
+	return poisonListReport{Stream: stream, Length: n, Order: "newest first", Entries: convert(msgs, toPoisonEntry)}, nil
 }
 
 func toPoisonEntry(m redis.XMessage) poisonEntry {
@@ -92,20 +85,17 @@ func (r poisonListReport) writeText(w io.Writer) {
 	tw := table(w)
 	fmt.Fprintln(tw, "ID\tSOURCE ID\tORDER\tSKU\tREASON")
 	for _, e := range r.Entries {
-		reason := e.Reason
-		if !e.Replayable {
-			reason = fmt.Sprintf("[not replayable: %d bytes, fields not kept] %s", e.EntryBytes, reason)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.ID, e.SourceID, dash(e.OrderID), dash(e.SKU), oneLine(reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.ID, e.SourceID, dash(e.OrderID), dash(e.SKU), e.reason())
 	}
 	_ = tw.Flush()
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
+// reason is the poison reason on one line, marked when the entry cannot be replayed.
+func (e poisonEntry) reason() string {
+	if e.Replayable {
+		return oneLine(e.Reason)
 	}
-	return s
+	return oneLine(fmt.Sprintf("[not replayable: %d bytes, fields not kept] %s", e.EntryBytes, e.Reason))
 }
 
 // oneLine keeps a reason on its table row.

@@ -2,7 +2,6 @@ package stockctl
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"io"
 	"regexp"
@@ -10,12 +9,6 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-)
-
-var (
-	//go:embed poison_replay.lua
-	replayLua    string
-	replayScript = redis.NewScript(replayLua)
 )
 
 // Results of replaying one entry.
@@ -58,72 +51,69 @@ type candidate struct {
 
 // runPoisonReplay moves the selected poison entries back to ORDERS_STREAM, oldest first (--id: in the
 // order given), one script call each. An --id that does not exist ends in ExitNotFound.
-func runPoisonReplay(ctx context.Context, a *app, args []string) error {
-	if len(args) != 0 {
-		return usageError(fmt.Sprintf("poison replay takes no arguments, got %q (use --id ID)", args))
-	}
+func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	if err := checkSelection(a.opts); err != nil {
-		return err
+		return nil, err
 	}
 	cands, err := a.selectPoison(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	r := replayReport{From: a.opts.PoisonStream, To: a.opts.OrdersStream, DryRun: a.opts.dryRun, Entries: []replayResult{}}
-	var runErr error
-	for _, c := range cands {
-		res := dryRun(c)
-		if !a.opts.dryRun {
-			if res, runErr = a.replayOne(ctx, c.id); runErr != nil {
-				break
-			}
-		}
-		r.add(res)
+	r := &replayReport{From: a.opts.PoisonStream, To: a.opts.OrdersStream, DryRun: a.opts.dryRun, Entries: []replayResult{}}
+	if err := forEach(ctx, cands, a.replayCandidate, r.add); err != nil {
+		return r, fmt.Errorf("replay: %w", err)
 	}
-	if err := a.emit(r); err != nil || runErr != nil {
-		return fmt.Errorf("replay: %w", firstErr(runErr, err))
-	}
-	return r.missingIDs(len(a.opts.ids) > 0)
+	return r, r.missingIDs(len(a.opts.ids) > 0)
 }
 
 func checkSelection(o *options) error {
-	modes := 0
+	switch {
+	case o.selections() != 1:
+		return usageError("poison replay wants exactly one of --id ID (repeatable), --reason-contains S, --all")
+	case o.given["reason-contains"] && o.reasonContains == "":
+		return usageError("invalid --reason-contains \"\": would select every entry; use --all")
+	}
+	return checkIDs(o.ids)
+}
+
+// selections counts the ways of selecting entries given: --id, --reason-contains and --all.
+func (o *options) selections() int {
+	n := 0
 	for _, given := range []bool{len(o.ids) > 0, o.given["reason-contains"], o.all} {
 		if given {
-			modes++
+			n++
 		}
 	}
-	if modes != 1 {
-		return usageError("poison replay wants exactly one of --id ID (repeatable), --reason-contains S, --all")
-	}
-	for _, id := range o.ids {
+	return n
+}
+
+func checkIDs(ids []string) error {
+	for _, id := range ids {
 		if !streamID.MatchString(id) {
 			return usageError(fmt.Sprintf("invalid --id %q: want a stream entry id such as 1700000000000-0", id))
 		}
 	}
-	if o.given["reason-contains"] && o.reasonContains == "" {
-		return usageError("invalid --reason-contains \"\": would select every entry; use --all")
-	}
 	return nil
 }
 
-// selectPoison returns the entries named by --id, or those of the whole stream that match.
+// selectPoison returns the entries named by --id (each once, in the order given), or those of the whole
+// stream that match.
 func (a *app) selectPoison(ctx context.Context) ([]candidate, error) {
 	if len(a.opts.ids) > 0 {
-		return a.selectIDs(ctx)
+		return mapEach(ctx, distinct(a.opts.ids), a.poisonByID)
 	}
+	return a.scanPoison(ctx)
+}
+
+// scanPoison reads the poison stream a page at a time and keeps the entries that match the selection.
+func (a *app) scanPoison(ctx context.Context) ([]candidate, error) {
 	var out []candidate
 	for start := "-"; ; {
 		msgs, err := a.rdb.XRangeN(ctx, a.opts.PoisonStream, start, "+", scanPage).Result()
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range msgs {
-			reason, _ := m.Values[fieldReason].(string)
-			if a.opts.all || strings.Contains(reason, a.opts.reasonContains) {
-				out = append(out, candidate{id: m.ID, fields: m.Values})
-			}
-		}
+		out = append(out, a.matching(msgs)...)
 		if len(msgs) < scanPage {
 			return out, nil
 		}
@@ -131,25 +121,52 @@ func (a *app) selectPoison(ctx context.Context) ([]candidate, error) {
 	}
 }
 
-func (a *app) selectIDs(ctx context.Context) ([]candidate, error) {
+// matching keeps the entries selected by --all or --reason-contains.
+func (a *app) matching(msgs []redis.XMessage) []candidate {
 	var out []candidate
-	var seen []string
-	for _, id := range a.opts.ids {
-		if slices.Contains(seen, id) {
-			continue
+	for _, m := range msgs {
+		if reason, _ := m.Values[fieldReason].(string); a.opts.selects(reason) {
+			out = append(out, candidate{id: m.ID, fields: m.Values})
 		}
-		seen = append(seen, id)
-		msgs, err := a.rdb.XRangeN(ctx, a.opts.PoisonStream, id, id, 1).Result()
-		if err != nil {
-			return nil, err
-		}
-		c := candidate{id: id}
-		if len(msgs) == 1 {
-			c.fields = msgs[0].Values
-		}
-		out = append(out, c)
 	}
-	return out, nil
+	return out
+}
+
+// selects reports whether a poison entry with reason is selected by --all or --reason-contains.
+func (o *options) selects(reason string) bool {
+	return o.all || strings.Contains(reason, o.reasonContains)
+}
+
+// poisonByID reads the poison entry id; its fields are nil when it does not exist.
+func (a *app) poisonByID(ctx context.Context, id string) (candidate, error) {
+	msgs, err := a.rdb.XRangeN(ctx, a.opts.PoisonStream, id, id, 1).Result()
+	if err != nil {
+		return candidate{}, err
+	}
+	c := candidate{id: id}
+	if len(msgs) == 1 {
+		c.fields = msgs[0].Values
+	}
+	return c, nil
+}
+
+// distinct is ids without repeats, in the order of their first appearance.
+func distinct(ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// replayCandidate replays c, or with --dry-run tells what replaying it would do.
+func (a *app) replayCandidate(ctx context.Context, c candidate) (replayResult, error) {
+	if a.opts.dryRun {
+		return dryRun(c), nil
+	}
+	return a.replayOne(ctx, c.id)
 }
 
 // dryRun is what replaying c would do, as far as can be told without writing.
@@ -170,18 +187,26 @@ func (a *app) replayOne(ctx context.Context, id string) (replayResult, error) {
 	if err != nil {
 		return replayResult{}, fmt.Errorf("poison entry %s: %w", id, err)
 	}
-	res := replayResult{ID: id}
-	switch {
-	case len(reply) == 2 && reply[0] == resultReplayed:
-		res.Result, res.NewID = resultReplayed, reply[1]
-	case len(reply) == 2 && reply[0] == resultRefused:
-		res.Result, res.Reason = resultRefused, reply[1]
-	case len(reply) == 1 && reply[0] == resultMissing:
-		res.Result, res.Reason = resultMissing, "no such poison entry (already replayed, or trimmed)"
-	default:
+	res, ok := toReplayResult(id, reply)
+	if !ok {
 		return replayResult{}, fmt.Errorf("poison entry %s: unexpected script reply %q", id, reply)
 	}
 	return res, nil
+}
+
+// toReplayResult reads a reply of poison_replay.lua: {replayed, new id}, {refused, reason} or {missing}.
+func toReplayResult(id string, reply []string) (replayResult, bool) {
+	switch {
+	case slices.Equal(reply, []string{resultMissing}):
+		return replayResult{ID: id, Result: resultMissing, Reason: "no such poison entry (already replayed, or trimmed)"}, true
+	case len(reply) != 2:
+		return replayResult{}, false
+	case reply[0] == resultReplayed:
+		return replayResult{ID: id, Result: resultReplayed, NewID: reply[1]}, true
+	case reply[0] == resultRefused:
+		return replayResult{ID: id, Result: resultRefused, Reason: reply[1]}, true
+	}
+	return replayResult{}, false
 }
 
 func (r *replayReport) add(res replayResult) {
@@ -198,28 +223,18 @@ func (r *replayReport) add(res replayResult) {
 
 // missingIDs is a not-found error when ids were named and some of them do not exist.
 func (r *replayReport) missingIDs(named bool) error {
-	var missing []string
+	var ids []string
 	for _, e := range r.Entries {
-		if e.Result == resultMissing {
-			missing = append(missing, e.ID)
+		if named && e.Result == resultMissing {
+			ids = append(ids, e.ID)
 		}
 	}
-	if !named || len(missing) == 0 {
-		return nil
-	}
-	return notFound("no such poison entry: " + strings.Join(missing, ", "))
+	return missing("no such poison entry", ids)
 }
 
 func (r replayReport) writeText(w io.Writer) {
 	for _, e := range r.Entries {
-		switch e.Result {
-		case resultReplayed:
-			fmt.Fprintf(w, "replayed  %s -> %s %s\n", e.ID, r.To, e.NewID)
-		case resultWouldReplay:
-			fmt.Fprintf(w, "would replay  %s -> %s\n", e.ID, r.To)
-		default:
-			fmt.Fprintf(w, "skipped  %s: %s\n", e.ID, e.Reason)
-		}
+		fmt.Fprintln(w, r.line(e))
 	}
 	if r.DryRun {
 		fmt.Fprintf(w, "dry run: %d would be replayed from %s to %s, %d skipped; nothing was written\n",
@@ -229,11 +244,13 @@ func (r replayReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "%d replayed from %s to %s, %d skipped\n", r.Replayed, r.From, r.To, r.Skipped)
 }
 
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+// line is the text of one replayed or skipped entry.
+func (r replayReport) line(e replayResult) string {
+	switch e.Result {
+	case resultReplayed:
+		return fmt.Sprintf("replayed  %s -> %s %s", e.ID, r.To, e.NewID)
+	case resultWouldReplay:
+		return fmt.Sprintf("would replay  %s -> %s", e.ID, r.To)
 	}
-	return nil
+	return fmt.Sprintf("skipped  %s: %s", e.ID, e.Reason)
 }

@@ -12,15 +12,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/worker"
-)
-
-// Exit codes of Run.
-const (
-	ExitOK       = 0
-	ExitFailure  = 1 // Redis unreachable, a script or command failed, the timeout passed
-	ExitUsage    = 2 // unknown command, bad argument or setting
-	ExitNotFound = 3 // unknown SKU, no such poison id, stream or group missing
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // Defaults of the flags.
@@ -32,7 +24,7 @@ const (
 
 // options are the parsed settings and flags.
 type options struct {
-	worker.Streams
+	stream.Config
 	redlockURLs    string
 	json           bool
 	timeout        time.Duration
@@ -50,7 +42,7 @@ var globalFlags = []string{"redis-url", "orders-stream", "results-stream", "pois
 	"redlock-urls", "json", "timeout"}
 
 func defineFlags(set *config.Set, o *options) {
-	worker.StreamFlags(set, &o.Streams)
+	stream.Flags(set, &o.Config)
 	set.String(&o.redlockURLs, "REDLOCK_URLS", "", "comma-separated Redis URLs of independent masters the locks are taken on (lock shows each)")
 	set.Bool(&o.json, "json", "print JSON instead of text")
 	set.Duration(&o.timeout, "timeout", DefaultTimeout, "longest time the command may take")
@@ -65,12 +57,9 @@ func defineFlags(set *config.Set, o *options) {
 // Run runs the command in args (without the program name) and returns the exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := &options{given: map[string]bool{}}
-	set := config.NewSet("stockctl", nil)
-	set.SetOutput(io.Discard) // Run reports errors and usage itself
-	set.Usage = func() {}
-	defineFlags(set, o)
+	set := newFlagSet(o)
 	words, err := splitArgs(set, args)
-	if errors.Is(err, flag.ErrHelp) || (err == nil && len(words) == 1 && words[0] == "help") {
+	if errors.Is(err, flag.ErrHelp) || slices.Equal(words, []string{"help"}) {
 		printUsage(stdout, set)
 		return ExitOK
 	}
@@ -78,15 +67,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = runCommand(ctx, o, words, stdout)
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "stockctl:", err)
-		if code := exitCode(err); code == ExitUsage {
-			fmt.Fprintln(stderr, "Run 'stockctl -h' for usage.")
-		}
-	}
+	printError(stderr, err)
 	return exitCode(err)
 }
 
+// newFlagSet defines the settings and flags on o; Run reports errors and usage itself.
+func newFlagSet(o *options) *config.Set {
+	set := config.NewSet("stockctl", nil)
+	set.SetOutput(io.Discard)
+	set.Usage = func() {}
+	defineFlags(set, o)
+	return set
+}
+
+// runCommand checks the command line before it opens the clients, and runs the command within --timeout.
 func runCommand(ctx context.Context, o *options, words []string, stdout io.Writer) error {
 	cmd, args, err := findCommand(words)
 	if err != nil {
@@ -102,7 +96,17 @@ func runCommand(ctx context.Context, o *options, words []string, stdout io.Write
 	defer a.close()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	return cmd.run(ctx, a, args)
+	return a.finish(cmd.exec(ctx, a, args))
+}
+
+func printError(stderr io.Writer, err error) {
+	if err == nil {
+		return
+	}
+	fmt.Fprintln(stderr, "stockctl:", err)
+	if exitCode(err) == ExitUsage {
+		fmt.Fprintln(stderr, "Run 'stockctl -h' for usage.")
+	}
 }
 
 // negativeNumber is an argument such as the N of "stock set SKU -1", which the flag package would take
@@ -120,34 +124,49 @@ func splitArgs(set *config.Set, args []string) ([]string, error) {
 		if len(rest) == 0 {
 			return words, nil
 		}
-		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" { // everything after -- is a word
+		if afterDashes(args, rest) {
 			return append(words, rest...), nil
 		}
-		words, args = append(words, rest[0]), rest[1:]
-		for len(args) > 0 && negativeNumber.MatchString(args[0]) {
-			words, args = append(words, args[0]), args[1:]
-		}
+		n := wordsAhead(rest)
+		words, args = append(words, rest[:n]...), rest[n:]
 	}
 }
 
+// afterDashes reports whether the flag set stopped at "--": everything after it is a word.
+func afterDashes(args, rest []string) bool {
+	i := len(args) - len(rest)
+	return i > 0 && args[i-1] == "--"
+}
+
+// wordsAhead counts the words at the start of rest: the first one and the negative numbers after it.
+func wordsAhead(rest []string) int {
+	n := 1
+	for n < len(rest) && negativeNumber.MatchString(rest[n]) {
+		n++
+	}
+	return n
+}
+
 // checkFlags refuses a flag that the command does not use, so a mistyped command line does not quietly
-// do something else.
+// do something else, and then the values that cannot work.
 func checkFlags(cmd *command, o *options) error {
 	for name := range o.given {
-		if !slices.Contains(globalFlags, name) && !slices.Contains(cmd.flags, name) {
+		if !cmd.takes(name) {
 			return usageError(fmt.Sprintf("--%s does not apply to %q", name, cmd.name))
 		}
 	}
-	if o.timeout <= 0 {
-		return usageError(fmt.Sprintf("invalid --timeout %v: must be positive", o.timeout))
-	}
-	if o.limit < 1 {
-		return usageError(fmt.Sprintf("invalid --limit %d: want at least 1", o.limit))
-	}
-	if o.idle < 0 {
-		return usageError(fmt.Sprintf("invalid --idle %v: must not be negative", o.idle))
-	}
-	return nil
+	return asUsage(o.check())
+}
+
+// check refuses the values of the flags and settings that cannot work, naming the first.
+func (o *options) check() error {
+	return firstErr(
+		config.Check(o.timeout > 0, "--timeout", o.timeout, "must be positive"),
+		config.Check(o.limit >= 1, "--limit", o.limit, "want at least 1"),
+		config.Check(o.idle >= 0, "--idle", o.idle, "must not be negative"),
+		config.CheckNotEmpty("ORDERS_STREAM", o.OrdersStream),
+		config.CheckNotEmpty("POISON_STREAM", o.PoisonStream),
+		config.CheckNotEmpty("CONSUMER_GROUP", o.ConsumerGroup))
 }
 
 // idList is a repeatable string flag.

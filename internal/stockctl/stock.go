@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -25,48 +24,58 @@ type stockReport struct {
 }
 
 func (r stockReport) writeText(w io.Writer) {
+	found, unknown := r.byFound()
 	tw := table(w)
 	fmt.Fprintln(tw, "SKU\tAVAILABLE\tRESERVED\tFENCE")
-	for _, s := range r.SKUs {
-		if s.Found {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", s.SKU, s.Available, s.Reserved, s.Fence)
-		}
+	for _, s := range found {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", s.SKU, s.Available, s.Reserved, s.Fence)
 	}
 	_ = tw.Flush()
-	for _, s := range r.SKUs {
-		if !s.Found {
-			fmt.Fprintf(w, "%s: unknown SKU (never stocked)\n", s.SKU)
-		}
+	for _, sku := range unknown {
+		fmt.Fprintf(w, "%s: unknown SKU (never stocked)\n", sku)
 	}
 }
 
+// byFound splits the SKUs into those stocked and the names of those never stocked.
+func (r stockReport) byFound() (found []skuStock, unknown []string) {
+	for _, s := range r.SKUs {
+		if s.Found {
+			found = append(found, s)
+		} else {
+			unknown = append(unknown, s.SKU)
+		}
+	}
+	return found, unknown
+}
+
 // runStockGet shows the stock of each SKU; unknown ones are listed as such and end in ExitNotFound.
-func runStockGet(ctx context.Context, a *app, skus []string) error {
-	if len(skus) == 0 {
+func runStockGet(ctx context.Context, a *app, args []string) (report, error) {
+	if err := skuList(args); err != nil {
+		return nil, err
+	}
+	stocks, err := mapEach(ctx, args, a.readStock)
+	if err != nil {
+		return nil, err
+	}
+	r := stockReport{SKUs: stocks}
+	_, unknown := r.byFound()
+	return r, missing("unknown SKU (never stocked)", unknown)
+}
+
+// skuList checks the SKU... arguments of stock before any call, so a typo in the list reads nothing.
+func skuList(args []string) error {
+	if len(args) == 0 {
 		return usageError("stock wants at least one SKU")
 	}
-	for _, sku := range skus { // before any call, so a typo in the list reads nothing
+	return checkSKUs(args...)
+}
+
+// checkSKUs refuses an invalid SKU as a usage error.
+func checkSKUs(skus ...string) error {
+	for _, sku := range skus {
 		if err := inventory.ValidateSKU(sku); err != nil {
 			return asUsage(err)
 		}
-	}
-	var r stockReport
-	var unknown []string
-	for _, sku := range skus {
-		st, err := a.readStock(ctx, sku)
-		if err != nil {
-			return err
-		}
-		if !st.Found {
-			unknown = append(unknown, sku)
-		}
-		r.SKUs = append(r.SKUs, st)
-	}
-	if err := a.emit(r); err != nil {
-		return err
-	}
-	if len(unknown) > 0 {
-		return notFound("unknown SKU (never stocked): " + strings.Join(unknown, ", "))
 	}
 	return nil
 }
@@ -83,36 +92,34 @@ func (a *app) readStock(ctx context.Context, sku string) (skuStock, error) {
 }
 
 // runStockSet sets the available stock of a SKU (inventory SetStock).
-func runStockSet(ctx context.Context, a *app, args []string) error {
-	sku, n, err := skuAndNumber("stock set", args)
-	if err != nil {
-		return err
-	}
-	if err := a.store.SetStock(ctx, sku, n); err != nil {
-		return invalidAsUsage("stock set", err)
-	}
-	return a.emitStock(ctx, sku)
+func runStockSet(ctx context.Context, a *app, args []string) (report, error) {
+	return a.writeStock(ctx, "stock set", args, func(sku string, n int64) error {
+		return a.store.SetStock(ctx, sku, n)
+	})
 }
 
 // runStockAdd adds to the available stock of a SKU (inventory Restock).
-func runStockAdd(ctx context.Context, a *app, args []string) error {
-	sku, n, err := skuAndNumber("stock add", args)
-	if err != nil {
+func runStockAdd(ctx context.Context, a *app, args []string) (report, error) {
+	return a.writeStock(ctx, "stock add", args, func(sku string, n int64) error {
+		_, err := a.store.Restock(ctx, sku, n)
 		return err
-	}
-	if _, err := a.store.Restock(ctx, sku, n); err != nil {
-		return invalidAsUsage("stock add", err)
-	}
-	return a.emitStock(ctx, sku)
+	})
 }
 
-// emitStock prints the stock of sku after a write, as stock does.
-func (a *app) emitStock(ctx context.Context, sku string) error {
+// writeStock runs write with the SKU N arguments of cmd and then shows the stock of the SKU, as stock does.
+func (a *app) writeStock(ctx context.Context, cmd string, args []string, write func(sku string, n int64) error) (report, error) {
+	sku, n, err := skuAndNumber(cmd, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := write(sku, n); err != nil {
+		return nil, invalidAsUsage(cmd, err)
+	}
 	st, err := a.readStock(ctx, sku)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.emit(stockReport{SKUs: []skuStock{st}})
+	return stockReport{SKUs: []skuStock{st}}, nil
 }
 
 // skuAndNumber reads the SKU N arguments of stock set and stock add, checked before anything is written.
@@ -120,8 +127,8 @@ func skuAndNumber(cmd string, args []string) (string, int64, error) {
 	if len(args) != 2 {
 		return "", 0, usageError(fmt.Sprintf("%s wants SKU N, got %d argument(s)", cmd, len(args)))
 	}
-	if err := inventory.ValidateSKU(args[0]); err != nil {
-		return "", 0, asUsage(err)
+	if err := checkSKUs(args[0]); err != nil {
+		return "", 0, err
 	}
 	n, err := strconv.ParseInt(args[1], 10, 64)
 	if err != nil {

@@ -38,7 +38,7 @@ func TestStockSetAddAndShow(t *testing.T) {
 	}
 
 	// A reservation shows in reserved and fence.
-	if _, err := inventory.New(e.rdb).Reserve(ctx, "o-1", "SKU-1", 4, 7); err != nil {
+	if _, err := inventory.New(e.rdb).Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 4}, 7); err != nil {
 		t.Fatal(err)
 	}
 	var got stockJSON

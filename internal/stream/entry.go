@@ -29,16 +29,7 @@ func (Unmarshaller) Marshal(topic string, msg *message.Message) (map[string]any,
 }
 
 func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ error) {
-	id, _ := values[entryIDField].(string)
-	deliveries, _ := values[entryDeliveriesField].(int64)
-	delete(values, entryIDField)
-	delete(values, entryDeliveriesField)
-	if id == "" { // not read through a Reader
-		id = watermill.NewUUID()
-	}
-	if _, ok := values[redisstream.UUIDHeaderKey]; !ok {
-		values[redisstream.UUIDHeaderKey] = id
-	}
+	id, deliveries := takeReaderFields(values)
 	defer func() {
 		// A panic here would take the whole process down (it runs in the subscriber's goroutine).
 		if v := recover(); v != nil {
@@ -46,20 +37,41 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ er
 		}
 		msg.Metadata.Set(metaDeliveries, strconv.FormatInt(deliveries, 10))
 	}()
+	if _, ok := values[redisstream.UUIDHeaderKey]; !ok {
+		values[redisstream.UUIDHeaderKey] = id
+	}
 	msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
 	if err != nil {
 		return badEntry(id, "unreadable entry: "+err.Error()), nil
 	}
 	msg.UUID = id
 	delete(msg.Metadata, MetaBadEntry) // only the worker marks entries
-	// A foreign producer may send its trace context as a field of its own.
+	markUnusual(msg, values)
+	return msg, nil
+}
+
+// takeReaderFields removes the fields a Reader added to values and returns them: the entry id (a new
+// UUID when the entry was not read through a Reader) and the delivery count.
+func takeReaderFields(values map[string]any) (id string, deliveries int64) {
+	id, _ = values[entryIDField].(string)
+	deliveries, _ = values[entryDeliveriesField].(int64)
+	delete(values, entryIDField)
+	delete(values, entryDeliveriesField)
+	if id == "" {
+		id = watermill.NewUUID()
+	}
+	return id, deliveries
+}
+
+// markUnusual takes the trace context a foreign producer sent as a field of its own, and marks an entry
+// without a payload field as bad.
+func markUnusual(msg *message.Message, values map[string]any) {
 	if tp, ok := values["traceparent"].(string); ok && msg.Metadata.Get("traceparent") == "" {
 		msg.Metadata.Set("traceparent", tp)
 	}
 	if _, ok := values["payload"]; !ok {
 		msg.Metadata.Set(MetaBadEntry, `entry has no "payload" field`)
 	}
-	return msg, nil
 }
 
 func badEntry(id, reason string) *message.Message {

@@ -165,13 +165,7 @@ func parseFetch(reply []any) (msgs []redis.XMessage, poisoned map[string]int64, 
 	if !ok1 || !ok2 {
 		return nil, nil, bad
 	}
-	poisoned = map[string]int64{}
-	for _, p := range oversized {
-		if p, ok := p.([]any); ok && len(p) == 2 {
-			id, _ := p[0].(string)
-			poisoned[id], _ = p[1].(int64)
-		}
-	}
+	poisoned = parseOversized(oversized)
 	for _, e := range entries {
 		m, ok := parseEntry(e)
 		if !ok {
@@ -182,6 +176,20 @@ func parseFetch(reply []any) (msgs []redis.XMessage, poisoned map[string]int64, 
 	return msgs, poisoned, nil
 }
 
+// parseOversized reads {{id, bytes}, ...}: the entries fetch.lua poisoned.
+func parseOversized(list []any) map[string]int64 {
+	poisoned := map[string]int64{}
+	for _, p := range list {
+		if p, ok := p.([]any); ok && len(p) == 2 {
+			id, _ := p[0].(string)
+			poisoned[id], _ = p[1].(int64)
+		}
+	}
+	return poisoned
+}
+
+// parseEntry reads {id, deliveries, {field, value, ...}} into a message whose values carry the id and the
+// delivery count for the Unmarshaller.
 func parseEntry(e any) (redis.XMessage, bool) {
 	parts, ok := e.([]any)
 	if !ok || len(parts) != 3 {
@@ -190,15 +198,21 @@ func parseEntry(e any) (redis.XMessage, bool) {
 	id, ok1 := parts[0].(string)
 	deliveries, ok2 := parts[1].(int64)
 	fields, ok3 := parts[2].([]any)
-	if !ok1 || !ok2 || !ok3 || len(fields)%2 != 0 {
+	values, ok4 := fieldMap(fields)
+	if !(ok1 && ok2 && ok3 && ok4) {
 		return redis.XMessage{}, false
-	}
-	values := make(map[string]any, len(fields)/2+2)
-	for i := 0; i < len(fields); i += 2 {
-		k, _ := fields[i].(string)
-		values[k] = fields[i+1]
 	}
 	values[entryIDField] = id
 	values[entryDeliveriesField] = deliveries
 	return redis.XMessage{ID: id, Values: values}, true
+}
+
+// fieldMap turns {field, value, ...} into a map, with room for the two fields a Reader adds.
+func fieldMap(fields []any) (map[string]any, bool) {
+	values := make(map[string]any, len(fields)/2+2)
+	for i := 0; i+1 < len(fields); i += 2 {
+		k, _ := fields[i].(string)
+		values[k] = fields[i+1]
+	}
+	return values, len(fields)%2 == 0
 }

@@ -4,7 +4,12 @@
 // and no Router, so a producer links neither.
 package stream
 
-import "github.com/stockflow/stockflow/internal/config"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/stockflow/stockflow/internal/config"
+)
 
 // DefaultRedisURL is the Redis of the streams and the stock when REDIS_URL is not set.
 const DefaultRedisURL = "redis://127.0.0.1:6379/0"
@@ -32,4 +37,17 @@ func Flags(s *config.Set, c *Config) {
 	s.String(&c.ResultsStream, "RESULTS_STREAM", d.ResultsStream, "stream the outcomes are written to")
 	s.String(&c.PoisonStream, "POISON_STREAM", d.PoisonStream, "stream for entries that can never be processed")
 	s.String(&c.ConsumerGroup, "CONSUMER_GROUP", d.ConsumerGroup, "consumer group of the workers")
+}
+
+// Validate reports every setting of c that cannot work, by name.
+func (c Config) Validate() error {
+	var redisErr error
+	if _, err := config.RedisOptions(c.RedisURL); err != nil {
+		redisErr = fmt.Errorf("invalid REDIS_URL: %w", err)
+	}
+	return errors.Join(redisErr,
+		config.CheckNotEmpty("ORDERS_STREAM", c.OrdersStream),
+		config.CheckNotEmpty("RESULTS_STREAM", c.ResultsStream),
+		config.CheckNotEmpty("POISON_STREAM", c.PoisonStream),
+		config.CheckNotEmpty("CONSUMER_GROUP", c.ConsumerGroup))
 }

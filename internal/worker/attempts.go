@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/inventory"
 )
 
@@ -26,7 +24,7 @@ const (
 // retryDelay is how long a failed attempt waits, on average, before a consumer claims it again.
 const retryDelay = time.Second
 
-// attempts runs the handler once per delivery and decides what a failure means:
+// A failed attempt is one of:
 //   - transient (Redis unreachable or busy, a lock wait over, a lost lease, a stale fence): the entry goes
 //     back to the group as pending, to be claimed by any consumer after about retryDelay, and the delivery
 //     does not count. The consumer moves on to other orders meanwhile. A stale fence first raises the
@@ -35,56 +33,29 @@ const retryDelay = time.Second
 //     but counted; the MaxAttempts-th delivery sends it to the poison stream with the error as reason.
 //
 // An entry delivered more than MaxAttempts times (its workers died or hung each time) is poisoned before
-// it runs. When Redis cannot take the entry back, the handler is retried here with backoff, as long as
-// the message context lives.
-type attempts struct {
-	s         stream
-	max       int
-	claimIdle time.Duration
-	logger    *slog.Logger
-	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
-	raiseToken func(ctx context.Context, key string, token int64) error
-}
+// it runs (retry).
 
-func (a attempts) middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		deliveries := max(deliveriesOf(msg), 1)
-		if deliveries > a.max {
-			return nil, &permanentError{deliveries: deliveries - 1}
-		}
-		for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
-			msgs, err := h(msg)
-			if err == nil || errors.Is(err, handlers.ErrBadInput) {
-				return msgs, err
-			}
-			kind := classify(err)
-			if kind == permanent && deliveries >= a.max {
-				return nil, &permanentError{err: err, deliveries: deliveries}
-			}
-			a.recoverFence(msg.Context(), err)
-			if a.handBack(msg, kind, deliveries, err) {
-				return nil, nil
-			}
-			select {
-			case <-msg.Context().Done():
-				return nil, errors.Join(err, context.Cause(msg.Context()))
-			case <-time.After(backoff):
-			}
-		}
+// failed decides on a failed attempt before it is handed back: a permanent failure on the last allowed
+// delivery becomes a *permanentError, for the poison stream; a stale fence raises the lock's counter.
+func (c *consumer) failed(msg *message.Message, deliveries int, err error) error {
+	if classify(err) == permanent && deliveries >= c.maxAttempts {
+		return &permanentError{err: err, deliveries: deliveries}
 	}
+	c.recoverFence(msg.Context(), err)
+	return nil
 }
 
 // handBack leaves the entry pending for a consumer to claim after a retry delay. It reports false when
 // Redis could not be told.
-func (a attempts) handBack(msg *message.Message, kind failureKind, deliveries int, err error) bool {
-	delay := min(retryDelay*time.Duration(80+rand.IntN(41))/100, a.claimIdle/2)
+func (c *consumer) handBack(msg *message.Message, kind failureKind, deliveries int, err error) bool {
+	delay := min(retryDelay*time.Duration(80+rand.IntN(41))/100, c.claimIdle/2)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 2*time.Second)
 	defer cancel()
-	if herr := a.s.reclaim(ctx, msg.UUID, a.claimIdle-delay, kind == transient); herr != nil {
-		a.logger.Warn("order failed, retrying here", "id", msg.UUID, "in", retryMin, "err", err, "hand_back_err", herr)
+	if herr := c.reclaim(ctx, msg.UUID, c.claimIdle-delay, kind == transient); herr != nil {
+		c.logger.Warn("order failed, retrying here", "id", msg.UUID, "in", retryMin, "err", err, "hand_back_err", herr)
 		return false
 	}
-	a.logger.Warn("order failed, handed back for a retry", "id", msg.UUID, "in", delay.String(),
+	c.logger.Warn("order failed, handed back for a retry", "id", msg.UUID, "in", delay.String(),
 		"failure", kind.String(), "attempt", deliveries, "err", err)
 	retried.Add(ctx, 1, kind.attr())
 	return true
@@ -92,15 +63,15 @@ func (a attempts) handBack(msg *message.Message, kind failureKind, deliveries in
 
 // recoverFence raises the lock's fencing counter when the store refused a token below its stored fence.
 // If the lock was merely taken over, the counter is already past the stored fence and nothing changes.
-func (a attempts) recoverFence(ctx context.Context, err error) {
+func (c *consumer) recoverFence(ctx context.Context, err error) {
 	var stale *inventory.StaleFenceError
-	if a.raiseToken == nil || !errors.As(err, &stale) {
+	if c.raiseToken == nil || !errors.As(err, &stale) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if rerr := a.raiseToken(ctx, stale.SKU, stale.Stored); rerr != nil {
-		a.logger.Warn("could not raise the fencing counter to the stored fence", "sku", stale.SKU, "fence", stale.Stored, "err", rerr)
+	if rerr := c.raiseToken(ctx, stale.SKU, stale.Stored); rerr != nil {
+		c.logger.Warn("could not raise the fencing counter to the stored fence", "sku", stale.SKU, "fence", stale.Stored, "err", rerr)
 	}
 }
 
@@ -133,16 +104,18 @@ func classify(err error) failureKind {
 		return permanent
 	}
 	var reply redis.Error
-	if errors.As(err, &reply) && !errors.Is(err, redis.Nil) {
-		// WRONGTYPE: a SKU key holds another type. "ERR user_script:": a script failed at run time on the
-		// data it found (a corrupt outcome record, say). A command refused inside a script keeps its own
-		// code (OOM, READONLY, NOREPLICAS ... "script: <sha>, on @user_script:1."): those stay transient.
-		msg := reply.Error()
-		if strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "ERR user_script:") {
-			return permanent
-		}
+	if errors.As(err, &reply) && !errors.Is(err, redis.Nil) && brokenData(reply.Error()) {
+		return permanent
 	}
 	return transient
+}
+
+// brokenData tells the Redis error replies about the data: WRONGTYPE (a SKU key holds another type), and
+// "ERR user_script:" (a script failed at run time on the data it found: a corrupt outcome record, say). A
+// command refused inside a script keeps its own code (OOM, READONLY, NOREPLICAS ... "script: <sha>, on
+// @user_script:1."): those stay transient.
+func brokenData(reply string) bool {
+	return strings.HasPrefix(reply, "WRONGTYPE") || strings.HasPrefix(reply, "ERR user_script:")
 }
 
 // permanentError sends an entry to the poison stream: its attempt failed permanently on the last allowed

@@ -31,14 +31,18 @@ func (w *Worker) housekeep(ctx context.Context) {
 	tick := time.NewTicker(min(w.cfg.StreamRetention/4, 10*time.Second))
 	defer tick.Stop()
 	for {
-		if err := w.trim(ctx); err != nil && ctx.Err() == nil {
-			w.logger.Warn("housekeeping: trimming the orders stream failed", "err", err)
-		}
+		w.housekeepOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+	}
+}
+
+func (w *Worker) housekeepOnce(ctx context.Context) {
+	if err := w.trim(ctx); err != nil && ctx.Err() == nil {
+		w.logger.Warn("housekeeping: trimming the orders stream failed", "err", err)
 	}
 }
 
@@ -54,23 +58,33 @@ func (w *Worker) trim(ctx context.Context) error {
 	if len(r) != 6 {
 		return fmt.Errorf("unexpected reply %v", r)
 	}
-	trimmed, _ := r[0].(int64)
-	found, _ := r[1].(int64)
-	b := &backlog{found: found == 1}
-	b.pending, _ = r[2].(int64)
-	b.lag, _ = r[3].(int64)
-	if id, _ := r[4].(string); id != "" {
-		ms, _, _ := strings.Cut(id, "-")
-		if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			b.oldest = time.UnixMilli(n)
-		}
-	}
-	w.backlog.Store(b)
-	if trimmed > 0 {
+	w.backlog.Store(parseBacklog(r))
+	if trimmed, _ := r[0].(int64); trimmed > 0 {
 		w.logger.Debug("housekeeping: trimmed the orders stream", "entries", trimmed)
 	}
 	w.noteHolder(r[5])
 	return nil
+}
+
+// parseBacklog reads trim.lua's reply {trimmed, found, pending, lag, oldest pending id, holder}.
+func parseBacklog(r []any) *backlog {
+	found, _ := r[1].(int64)
+	b := &backlog{found: found == 1}
+	b.pending, _ = r[2].(int64)
+	b.lag, _ = r[3].(int64)
+	oldest, _ := r[4].(string)
+	b.oldest = idTime(oldest)
+	return b
+}
+
+// idTime is when the stream entry id was added (its milliseconds part); zero for "" or a malformed id.
+func idTime(id string) time.Time {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if id == "" || err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
 }
 
 // noteHolder warns once each time another consumer group starts keeping entries older than the retention:
@@ -80,10 +94,17 @@ func (w *Worker) noteHolder(reply any) {
 	if holder == w.cfg.ConsumerGroup {
 		holder = "" // our own backlog shows in the pending gauges
 	}
-	if prev := w.holder.Swap(&holder); holder != "" && (prev == nil || *prev != holder) {
+	if prev := w.holder.Swap(&holder); holder != "" && holder != deref(prev) {
 		w.logger.Warn("housekeeping: another consumer group keeps orders older than STREAM_RETENTION; delete it if nobody reads it",
 			"stream", w.cfg.OrdersStream, "group", holder)
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // observeBacklog reports the last backlog on the gauges.
@@ -96,12 +117,16 @@ func (w *Worker) observeBacklog(_ context.Context, o metric.Observer) error {
 	if b.lag >= 0 {
 		o.ObserveInt64(lagGauge, b.lag)
 	}
-	age := 0.0
-	if !b.oldest.IsZero() {
-		age = time.Since(b.oldest).Seconds()
-	}
-	o.ObserveFloat64(oldestPendingAge, age)
+	o.ObserveFloat64(oldestPendingAge, b.oldestAge())
 	return nil
+}
+
+// oldestAge is the age of the oldest pending entry in seconds, 0 when none is pending.
+func (b *backlog) oldestAge() float64 {
+	if b.oldest.IsZero() {
+		return 0
+	}
+	return time.Since(b.oldest).Seconds()
 }
 
 // busyClock records, per consumer, since when it has been handling its current message (0: idle).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 )
@@ -84,17 +85,32 @@ func (replyErr) RedisError()     {}
 
 var _ redis.Error = replyErr{}
 
-func testStream(rdb redis.UniversalClient) stream {
-	return stream{rdb: rdb, name: "orders", group: "g", consumer: "c1", poison: "orders-poison", poisonMaxLen: 1000,
-		busy: new(atomic.Int64)}
+func testConsumer(rdb redis.UniversalClient) *consumer {
+	return &consumer{rdb: rdb, stream: "orders", group: "g", name: "c1", poisonStream: "orders-poison",
+		poisonMaxLen: 1000, maxAttempts: 3, claimIdle: 30 * time.Second, drainCtx: context.Background(),
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), busy: new(atomic.Int64)}
+}
+
+func testReader(rdb redis.UniversalClient, cfg Config) *stream.Reader {
+	return stream.NewReader(rdb, stream.ReaderConfig{Stream: "orders", Group: "g", Poison: "orders-poison",
+		PoisonMaxLen: 1000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Failing: new(atomic.Int64),
+		ReplayFrom: cfg.replayFrom})
+}
+
+// deliveries is the delivery count the reader gave an entry.
+func deliveries(t *testing.T, e redis.XMessage) int {
+	msg, err := stream.Unmarshaller{}.Unmarshal(e.Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream.Deliveries(msg)
 }
 
 func TestFetchAndReclaim(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	s := testStream(rdb)
-	c := &subscriberClient{UniversalClient: rdb, s: s, logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		failing: new(atomic.Int64), replayFrom: validConfig(t).replayFrom}
+	s := testConsumer(rdb)
+	c := testReader(rdb, validConfig(t))
 	read := func(consumer string) []redis.XMessage {
 		t.Helper()
 		xs, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: consumer, Block: time.Millisecond}).Result()
@@ -111,7 +127,7 @@ func TestFetchAndReclaim(t *testing.T) {
 		t.Fatalf("read without a stream: %v; want nothing, and no stream created (nothing to lose yet)", got)
 	}
 	small := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "small"}}).Val()
-	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", maxEntryBytes)}}).Val()
+	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", stream.MaxEntryBytes)}}).Val()
 	after := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "after"}}).Val()
 	if got := read("c1"); got != nil {
 		t.Fatalf("read that found no group: %v", got)
@@ -121,7 +137,7 @@ func TestFetchAndReclaim(t *testing.T) {
 	}
 
 	got := read("c1")
-	if len(got) != 1 || got[0].ID != small || got[0].Values[entryDeliveriesField] != int64(1) {
+	if len(got) != 1 || got[0].ID != small || deliveries(t, got[0]) != 1 {
 		t.Fatalf("first read %v, want %s delivered once", got, small)
 	}
 	got = read("c1")
@@ -142,7 +158,7 @@ func TestFetchAndReclaim(t *testing.T) {
 	}
 	time.Sleep(1100 * time.Millisecond)
 	claimed, err = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
-	if err != nil || len(claimed) != 1 || claimed[0].Values[entryDeliveriesField] != int64(1) {
+	if err != nil || len(claimed) != 1 || deliveries(t, claimed[0]) != 1 {
 		t.Fatalf("claim after the delay: %v (%v), want %s with 1 delivery (the handed-back one not counted)", claimed, err, small)
 	}
 	// A permanent failure counts: the next claim sees 2 deliveries. c1 no longer owns it: nothing happens.
@@ -152,13 +168,13 @@ func TestFetchAndReclaim(t *testing.T) {
 	if p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: small, End: small, Count: 1}).Val(); p[0].Consumer != "c2" {
 		t.Fatalf("entry owned by %s after c1's reclaim, want c2 (a consumer must not take back what it lost)", p[0].Consumer)
 	}
-	s2 := s
-	s2.consumer = "c2"
+	s2 := *s
+	s2.name = "c2"
 	if err := s2.reclaim(ctx, small, 30*time.Second, false); err != nil {
 		t.Fatal(err)
 	}
 	claimed, _ = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c3", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
-	if len(claimed) != 1 || claimed[0].Values[entryDeliveriesField] != int64(2) {
+	if len(claimed) != 1 || deliveries(t, claimed[0]) != 2 {
 		t.Fatalf("claim after a counted hand-back: %v, want 2 deliveries", claimed)
 	}
 }
@@ -170,7 +186,7 @@ func TestTrimKeepsWhatAGroupNeeds(t *testing.T) {
 	cfg.RedisURL = "redis://" + rdb.Options().Addr
 	cfg.ConsumerGroup = "g"
 	cfg.StreamRetention = time.Second
-	w, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{NoLock: true})
+	w, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Locker: NoLock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,8 +249,7 @@ func TestLostGroupIsNotRecreatedPastTheOutcomeTTL(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	cfg := validConfig(t)
-	c := &subscriberClient{UniversalClient: rdb, s: testStream(rdb), logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		failing: new(atomic.Int64), replayFrom: cfg.replayFrom}
+	c := testReader(rdb, cfg)
 	old := time.Now().Add(-cfg.OutcomeTTL).UnixMilli()
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old), Values: []string{"payload", "expired"}})
 	recent := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old+2*time.Minute.Milliseconds()),

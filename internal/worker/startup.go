@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,10 +18,7 @@ var errEvicting = errors.New("worker: Redis may evict keys")
 // and creates the consumer group if it does not exist.
 func (w *Worker) prepare(ctx context.Context) error {
 	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
-		err := w.checkEviction(ctx, true)
-		if err == nil {
-			err = w.ensureGroup(ctx)
-		}
+		err := w.prepareOnce(ctx)
 		if err == nil || errors.Is(err, errEvicting) {
 			return err
 		}
@@ -33,6 +31,13 @@ func (w *Worker) prepare(ctx context.Context) error {
 	}
 }
 
+func (w *Worker) prepareOnce(ctx context.Context) error {
+	if err := w.checkEviction(ctx, true); err != nil {
+		return err
+	}
+	return w.ensureGroup(ctx)
+}
+
 // checkEviction fails with errEvicting when Redis (with masters, also a Redlock master) evicts keys under
 // memory pressure, unless ALLOW_EVICTION is set. The keys with a TTL are the outcome records and locks,
 // exactly what a volatile-* policy evicts first: an evicted record means an order reserved twice. A Redlock
@@ -43,13 +48,10 @@ func (w *Worker) checkEviction(ctx context.Context, masters bool) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := w.evictionPolicy(ctx, w.rdb, "REDIS_URL"); err != nil {
+	if err := w.evictionPolicy(ctx, w.rdb, "REDIS_URL"); err != nil || !masters {
 		return err
 	}
 	for _, c := range w.lockRDB {
-		if !masters {
-			break
-		}
 		if err := w.evictionPolicy(ctx, c, "REDLOCK_URLS master "+c.Options().Addr); errors.Is(err, errEvicting) {
 			return err
 		}
@@ -68,12 +70,20 @@ func (w *Worker) evictionPolicy(ctx context.Context, c *redis.Client, which stri
 	} else if err != nil {
 		return err
 	}
-	for line := range strings.Lines(info) {
-		if policy, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && policy != "noeviction" {
-			return fmt.Errorf("%w: %s has maxmemory-policy %s; set it to noeviction (an evicted outcome record means an order reserved twice, an evicted lock two holders), or set ALLOW_EVICTION=true to run anyway", errEvicting, which, policy)
-		}
+	if policy := infoField(info, "maxmemory_policy"); policy != "" && policy != "noeviction" {
+		return fmt.Errorf("%w: %s has maxmemory-policy %s; set it to noeviction (an evicted outcome record means an order reserved twice, an evicted lock two holders), or set ALLOW_EVICTION=true to run anyway", errEvicting, which, policy)
 	}
 	return nil
+}
+
+// infoField returns the value of a field of an INFO reply, "" when it has none.
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // ensureGroup creates the consumer group at CONSUMER_GROUP_START if it does not exist.
@@ -90,14 +100,19 @@ func (w *Worker) ensureGroup(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("create consumer group %s of stream %s: %w", group, stream, err)
 	}
-	n, _ := w.rdb.XLen(ctx, stream).Result()
-	if w.cfg.GroupStart == "$" && n > 0 {
-		w.logger.Warn("created the consumer group at $: the entries already in the stream will not be processed (CONSUMER_GROUP_START=0 processes them)",
-			"stream", stream, "group", group, "entries", n)
-		return nil
-	}
-	w.logger.Info("created the consumer group", "stream", stream, "group", group, "start", start, "entries", n)
+	w.logGroupCreated(ctx, start)
 	return nil
+}
+
+// logGroupCreated says where the new group starts, and warns when it skips entries already there.
+func (w *Worker) logGroupCreated(ctx context.Context, start string) {
+	n, _ := w.rdb.XLen(ctx, w.cfg.OrdersStream).Result()
+	attrs := []any{"stream", w.cfg.OrdersStream, "group", w.cfg.ConsumerGroup, "entries", n}
+	if w.cfg.GroupStart == "$" && n > 0 {
+		w.logger.Warn("created the consumer group at $: the entries already in the stream will not be processed (CONSUMER_GROUP_START=0 processes them)", attrs...)
+		return
+	}
+	w.logger.Info("created the consumer group", append(attrs, "start", start)...)
 }
 
 // ready reports why the worker cannot do its work, or nil: the router must run, Redis answer without
@@ -116,6 +131,11 @@ func (w *Worker) ready(ctx context.Context) error {
 	if err := w.checkEviction(ctx, false); err != nil {
 		return err
 	}
+	return w.consuming()
+}
+
+// consuming reports reads failing for longer than readFailureGrace, or a consumer stuck on one message.
+func (w *Worker) consuming() error {
 	if since := w.readsFailing.Load(); since != 0 && time.Since(time.Unix(0, since)) > readFailureGrace {
 		return fmt.Errorf("reading the orders stream has failed for %v", time.Since(time.Unix(0, since)).Round(time.Second))
 	}
@@ -138,10 +158,8 @@ func (w *Worker) groupExists(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("redis: %w", err)
 	}
-	for _, g := range groups {
-		if g.Name == w.cfg.ConsumerGroup {
-			return nil
-		}
+	if !slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == w.cfg.ConsumerGroup }) {
+		return missing
 	}
-	return missing
+	return nil
 }

@@ -21,7 +21,7 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/telemetry"
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 )
@@ -40,18 +40,19 @@ type Worker struct {
 		lockmw.Locker
 		Close() error
 	}
-	router    *message.Router
-	results   message.Publisher
-	reserver  *handlers.Reserver
-	lock      *lockmw.Middleware
-	drain     context.Context
-	stopDrain context.CancelCauseFunc
-	metrics   http.Handler
-	attempts  attempts
-	busy      busyClock
-	streams   []stream // one per consumer
-	backlog   atomic.Pointer[backlog]
-	holder    atomic.Pointer[string] // the other group that holds trimming back, as last warned about
+	router   *message.Router
+	results  message.Publisher
+	reserver *handlers.Reserver
+	lock     message.HandlerMiddleware // nil: NoLock
+	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
+	raiseToken func(ctx context.Context, key string, token int64) error
+	drain      context.Context
+	stopDrain  context.CancelCauseFunc
+	metrics    http.Handler
+	busy       busyClock
+	consumers  []*consumer
+	backlog    atomic.Pointer[backlog]
+	holder     atomic.Pointer[string] // the other group that holds trimming back, as last warned about
 	// readsFailing is since when the consumers' reads have been failing (unix ns), 0 while they succeed.
 	readsFailing atomic.Int64
 	gauges       metric.Registration
@@ -66,12 +67,21 @@ func (keepOpen) Close() error { return nil }
 type Options struct {
 	Metrics http.Handler // served on /metrics; nil: not served
 	Tracing bool         // spans are exported: the Redis client may be instrumented
-	// Locker replaces the locker the settings describe (benchmarks plug in other lock libraries).
+	// Locker replaces the locker the settings describe: another lock library (the bench), or NoLock.
 	Locker lockmw.Locker
-	// NoLock runs the handler without the lock middleware, unfenced: only the stock script's atomicity
-	// protects the stock. For measuring what the lock costs; never in production.
-	NoLock bool
 }
+
+// NoLock as Options.Locker runs the handler without the lock middleware, unfenced: only the stock
+// script's atomicity protects the stock. For measuring what the lock costs; never in production.
+var NoLock lockmw.Locker = noLock{}
+
+type noLock struct{}
+
+func (noLock) Acquire(context.Context, string) (lockmw.Lease, error) { return nil, errNoLock }
+
+func (noLock) TryAcquire(context.Context, string) (lockmw.Lease, error) { return nil, errNoLock }
+
+var errNoLock = errors.New("worker: NoLock takes no locks")
 
 // New builds a worker; it connects lazily. Close it if Run is not called.
 func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
@@ -124,40 +134,42 @@ func (w *Worker) connect(tracing bool) error {
 
 // setLocker picks the locker (the embedder's, Redlock or Reentrant) and the lock middleware.
 func (w *Worker) setLocker(opts Options) error {
-	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
-	lockCfg := lockmw.Config{Lease: w.cfg.LockLease, MaxWait: w.cfg.LockWait, Logger: w.logger, TokenTTL: w.cfg.OutcomeTTL}
-	var err error
-	switch urls, _ := config.RedisURLs(w.cfg.RedlockURLs); {
-	case opts.Locker != nil || opts.NoLock:
-	case len(urls) > 0:
-		var clients []redis.UniversalClient
-		for _, o := range urls {
-			c := redis.NewClient(o)
-			w.lockRDB = append(w.lockRDB, c)
-			clients = append(clients, c)
+	locker := opts.Locker
+	if locker == nil {
+		if err := w.newLocker(); err != nil {
+			return err
 		}
-		w.locker, err = lockmw.NewRedlock(clients, lockCfg)
-	default:
-		w.locker, err = lockmw.NewReentrant(w.rdb, lockCfg)
+		locker = w.locker
 	}
-	if err != nil {
-		return err
-	}
-	var locker lockmw.Locker = w.locker
-	if opts.Locker != nil {
-		locker = opts.Locker
-	}
-	w.attempts = attempts{max: w.cfg.MaxAttempts, claimIdle: w.cfg.ClaimIdle, logger: w.logger}
-	if opts.NoLock {
+	if locker == NoLock {
 		return nil
 	}
-	w.lock = &lockmw.Middleware{Locker: locker, Key: handlers.SKU, Instance: w.cfg.Name}
+	w.lock = (&lockmw.Middleware{Locker: locker, Key: handlers.SKU, Instance: w.cfg.Name}).Middleware
 	if r, ok := locker.(interface {
 		RaiseToken(context.Context, string, int64) error
 	}); ok {
-		w.attempts.raiseToken = r.RaiseToken
+		w.raiseToken = r.RaiseToken
 	}
 	return nil
+}
+
+// newLocker builds the locker the settings describe: Redlock over REDLOCK_URLS, or Reentrant on REDIS_URL.
+func (w *Worker) newLocker() (err error) {
+	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
+	cfg := lockmw.Config{Lease: w.cfg.LockLease, MaxWait: w.cfg.LockWait, Logger: w.logger, TokenTTL: w.cfg.OutcomeTTL}
+	urls, _ := config.RedisURLs(w.cfg.RedlockURLs)
+	if len(urls) == 0 {
+		w.locker, err = lockmw.NewReentrant(w.rdb, cfg)
+		return err
+	}
+	var clients []redis.UniversalClient
+	for _, o := range urls {
+		c := redis.NewClient(o)
+		w.lockRDB = append(w.lockRDB, c)
+		clients = append(clients, c)
+	}
+	w.locker, err = lockmw.NewRedlock(clients, cfg)
+	return err
 }
 
 // setHandler builds the order handler, its results publisher and the backlog gauges.
@@ -169,8 +181,7 @@ func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
 		return err
 	}
 	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb, inventory.WithOutcomeTTL(w.cfg.OutcomeTTL)),
-		Results: telemetry.Publisher{Publisher: w.results}, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name,
-		DelayWrite: w.cfg.FaultDelayWrite}
+		Results: stream.Publisher{Publisher: w.results}, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name}
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
 }
@@ -179,16 +190,18 @@ func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
 func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 	cfg := w.cfg
 	w.busy = make(busyClock, cfg.Concurrency)
+	readers := stream.ReaderConfig{Stream: cfg.OrdersStream, Group: cfg.ConsumerGroup, Poison: cfg.PoisonStream,
+		PoisonMaxLen: cfg.PoisonMaxLen, Logger: w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
 	for i := range cfg.Concurrency {
-		consumer := fmt.Sprintf("%s-%d", cfg.Name, i)
-		s := stream{rdb: w.rdb, name: cfg.OrdersStream, group: cfg.ConsumerGroup, consumer: consumer,
-			poison: cfg.PoisonStream, poisonMaxLen: cfg.PoisonMaxLen, busy: &w.busy[i]}
+		name := fmt.Sprintf("%s-%d", cfg.Name, i)
+		c := &consumer{rdb: w.rdb, stream: cfg.OrdersStream, group: cfg.ConsumerGroup, name: name,
+			poisonStream: cfg.PoisonStream, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
+			claimIdle: cfg.ClaimIdle, logger: w.logger, drainCtx: w.drain, raiseToken: w.raiseToken, busy: &w.busy[i]}
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client: &subscriberClient{UniversalClient: w.subRDB, s: s, logger: w.logger, failing: &w.readsFailing,
-				replayFrom: cfg.replayFrom},
-			Unmarshaller:  entryUnmarshaller{},
+			Client:        stream.NewReader(w.subRDB, readers),
+			Unmarshaller:  stream.Unmarshaller{},
 			ConsumerGroup: cfg.ConsumerGroup,
-			Consumer:      consumer,
+			Consumer:      name,
 			OldestId:      "$", // Run created the group already (prepare), at CONSUMER_GROUP_START
 			MaxIdleTime:   cfg.ClaimIdle,
 			// Failed attempts are handed back to be claimed after about a second (attempts).
@@ -199,9 +212,9 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 		if err != nil {
 			return err
 		}
-		w.streams = append(w.streams, s)
-		chain := w.chain(s)
-		w.router.AddConsumerHandler(consumer, cfg.OrdersStream, sub, func(msg *message.Message) error {
+		w.consumers = append(w.consumers, c)
+		chain := c.chain(w.lock, w.last())
+		w.router.AddConsumerHandler(name, cfg.OrdersStream, sub, func(msg *message.Message) error {
 			_, err := chain(msg)
 			return err
 		})
@@ -209,26 +222,21 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 	return nil
 }
 
-// chain builds the per-message middleware chain of one consumer, outermost first.
-func (w *Worker) chain(s stream) message.HandlerFunc {
-	h := func(msg *message.Message) ([]*message.Message, error) { return nil, w.reserver.Handle(msg) }
-	a := w.attempts
-	a.s = s
-	mws := []message.HandlerMiddleware{
-		s.traceMiddleware,
-		s.poisonMiddleware(w.logger),
-		recoverMiddleware(w.logger),
-		drainMiddleware(w.drain),
-		a.middleware,
-		s.keepaliveMiddleware(w.cfg.ClaimIdle),
-		handlers.Decode,
-		s.ackMiddleware,
+// last is the last step of the chain: the order handler, given the order (decoded) and its lock (taken).
+func (w *Worker) last() message.HandlerFunc {
+	h := func(msg *message.Message) ([]*message.Message, error) {
+		o, err := handlers.OrderOf(msg)
+		if err != nil {
+			return nil, err
+		}
+		var lock handlers.Lock
+		if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
+			lock = handlers.Lock{Token: lease.Token(), Waited: lockmw.StatsOf(lease).Waited}
+		}
+		return nil, w.reserver.Reserve(msg.Context(), o, lock)
 	}
-	if w.lock != nil {
-		mws = append(mws, w.lock.Middleware)
-	}
-	for i := len(mws) - 1; i >= 0; i-- {
-		h = mws[i](h)
+	if w.cfg.FaultDelayWrite > 0 {
+		return delayWrite(w.cfg.FaultDelayWrite)(h)
 	}
 	return h
 }
@@ -239,15 +247,7 @@ func (w *Worker) chain(s stream) message.HandlerFunc {
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.Close()
 	// Probes are answered from the start: /healthz while the worker waits for Redis, /readyz says why not.
-	if w.cfg.MetricsAddr != "" {
-		srv := &http.Server{Addr: w.cfg.MetricsAddr, Handler: w.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				w.logger.Error("metrics server", "err", err)
-			}
-		}()
-		defer srv.Close()
-	}
+	defer w.serveProbes()()
 	if err := w.prepare(ctx); err != nil {
 		return err
 	}
@@ -255,19 +255,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopHousekeeping()
 	go w.housekeep(hkCtx)
 	stopped := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-stopped:
-			return
-		}
-		w.logger.Info("shutting down: finishing orders in flight", "timeout", w.cfg.ShutdownTimeout)
-		timer := time.AfterFunc(w.cfg.ShutdownTimeout, func() { w.stopDrain(errShutdownTimeout) })
-		defer timer.Stop()
-		if err := w.router.Close(); err != nil {
-			w.logger.Error("router close", "err", err)
-		}
-	}()
+	go w.shutDownWhenDone(ctx, stopped)
 	// The router runs under its own context: cancelling it would skip closing the subscribers.
 	err := w.router.Run(context.Background())
 	close(stopped)
@@ -282,6 +270,37 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// serveProbes serves /metrics, /healthz, /readyz and pprof on METRICS_ADDR, if set, until the returned
+// function is called.
+func (w *Worker) serveProbes() (stop func()) {
+	if w.cfg.MetricsAddr == "" {
+		return func() {}
+	}
+	srv := &http.Server{Addr: w.cfg.MetricsAddr, Handler: w.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			w.logger.Error("metrics server", "err", err)
+		}
+	}()
+	return func() { _ = srv.Close() }
+}
+
+// shutDownWhenDone closes the router once ctx is done (unless it stopped before), giving the orders in
+// flight SHUTDOWN_TIMEOUT to finish.
+func (w *Worker) shutDownWhenDone(ctx context.Context, stopped <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+	case <-stopped:
+		return
+	}
+	w.logger.Info("shutting down: finishing orders in flight", "timeout", w.cfg.ShutdownTimeout)
+	timer := time.AfterFunc(w.cfg.ShutdownTimeout, func() { w.stopDrain(errShutdownTimeout) })
+	defer timer.Stop()
+	if err := w.router.Close(); err != nil {
+		w.logger.Error("router close", "err", err)
+	}
+}
+
 // handBackUnfinished gives the entries this worker's consumers still have pending (read ahead and never
 // started, or cut off by the shutdown timeout) back to the group at once and without counting the
 // delivery, so the other workers claim them at their next claim round rather than after CLAIM_IDLE, and a
@@ -290,17 +309,12 @@ func (w *Worker) handBackUnfinished(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	n := 0
-	for _, s := range w.streams {
-		pending, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: s.name, Group: s.group, Start: "-",
-			End: "+", Count: 100, Consumer: s.consumer}).Result()
-		for _, p := range pending {
-			if err = s.reclaim(ctx, p.ID, w.cfg.ClaimIdle, true); err == nil {
-				n++
-			}
-		}
+	for _, c := range w.consumers {
+		handed, err := c.handBackPending(ctx)
 		if err != nil {
-			w.logger.Warn("could not hand back unfinished entries", "consumer", s.consumer, "err", err)
+			w.logger.Warn("could not hand back unfinished entries", "consumer", c.name, "err", err)
 		}
+		n += handed
 	}
 	if n > 0 {
 		w.logger.Info("handed back entries read but not finished", "entries", n)

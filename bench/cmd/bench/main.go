@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,20 +20,38 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
+// run returns the exit status: 0 when every check passed, 1 when one failed, 2 when the run broke.
 func run(args []string) int {
+	cfg, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil { // the flag package has printed why, and the usage
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	report, err := harness.Run(ctx, cfg)
+	return exitStatus(report, err)
+}
+
+func parseFlags(args []string) (harness.Config, error) {
+	var only map[string]bool
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "the quick configuration (under 3 minutes on 2 cores)")
-	rounds := fs.Int("rounds", 0, "rounds (0: 3 quick, 5 full)")
-	only := fs.String("only", "", "comma-separated comparisons to run: "+strings.Join(harness.Comparisons, ", ")+" (default all)")
-	out := fs.String("out", "results", "directory for <mode>.json and <mode>-lock-waits.png")
+	rounds := fs.Int("rounds", 0, "rounds (0: 3 quick, 7 full)")
+	fs.Func("only", "comma-separated comparisons to run: "+strings.Join(harness.Comparisons, ", ")+" (default all)",
+		func(list string) (err error) {
+			only, err = harness.ParseOnly(list)
+			return err
+		})
+	out := fs.String("out", "results/latest", "directory for <mode>.json and <mode>-lock-waits.png; "+
+		"scripts/bench.sh --record writes the committed ones in results")
 	workerBin := fs.String("worker-bin", "", "the bench worker binary (bench/cmd/benchworker) for the end-to-end comparison; empty skips it")
 	commit := fs.String("commit", "", "the commit measured, for the report")
 	pidFile := fs.String("pid-file", "", "append the pid of every child process and a part of its command line here (the script kills them if the harness dies)")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+		return harness.Config{}, err
 	}
 	cfg := harness.Full()
 	if *quick {
@@ -43,50 +60,39 @@ func run(args []string) int {
 	if *rounds > 0 {
 		cfg.Rounds = *rounds
 	}
-	cfg.Out, cfg.WorkerBin, cfg.Progress, cfg.Commit = *out, *workerBin, os.Stderr, *commit
-	if *only != "" {
-		cfg.Only = map[string]bool{}
-		for _, name := range strings.Split(*only, ",") {
-			if !contains(harness.Comparisons, name) {
-				fmt.Fprintf(os.Stderr, "bench: unknown comparison %q; want one of %s\n", name, strings.Join(harness.Comparisons, ", "))
-				return 2
-			}
-			cfg.Only[name] = true
+	cfg.Only, cfg.Out, cfg.WorkerBin, cfg.Commit = only, *out, *workerBin, *commit
+	cfg.Progress, cfg.OnPid = os.Stderr, pidRecorder(*pidFile)
+	return cfg, nil
+}
+
+// pidRecorder appends a line "pid cmdline" to path for every child process; no path, no recorder.
+func pidRecorder(path string) func(pid int, cmdline string) {
+	if path == "" {
+		return nil
+	}
+	var mu sync.Mutex
+	return func(pid int, cmdline string) {
+		mu.Lock()
+		defer mu.Unlock()
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err == nil {
+			fmt.Fprintln(f, pid, cmdline)
+			f.Close()
 		}
 	}
-	if *pidFile != "" {
-		var mu sync.Mutex
-		cfg.OnPid = func(pid int, cmdline string) {
-			mu.Lock()
-			defer mu.Unlock()
-			f, err := os.OpenFile(*pidFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-			if err == nil {
-				fmt.Fprintln(f, strconv.Itoa(pid), cmdline)
-				f.Close()
-			}
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	report, err := harness.Run(ctx, cfg)
+}
+
+// exitStatus prints the report, what there is of it, and says how the run ended.
+func exitStatus(report *harness.Report, err error) int {
 	if report != nil {
 		report.Print(os.Stdout)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
-	}
-	if len(report.Problems) > 0 {
+	case len(report.Problems) > 0:
 		return 1
 	}
 	return 0
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -5,14 +5,8 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -20,60 +14,30 @@ import (
 
 	"github.com/stockflow/stockflow/bench/internal/redsynclock"
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/worker"
+	"github.com/stockflow/stockflow/lockmw"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "benchworker:", err)
-		}
-		os.Exit(2)
-	}
+	os.Exit(worker.Main("benchworker", os.Args[1:], lockFlag))
 }
 
-func run(args []string) error {
-	var cfg worker.Config
+func lockFlag(set *config.Set) func(worker.Config) (lockmw.Locker, error) {
 	var lock string
-	set := config.NewSet("benchworker", nil)
-	worker.Flags(set, &cfg)
 	set.String(&lock, "lock", "on", "on: stockflow's lock; off: no lock; redsync: redsync's mutex with its defaults")
-	if err := set.Parse(args); err != nil {
-		return err
-	}
-	logger := config.Logger(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	tel, err := otelsetup.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = tel.Shutdown(sctx)
-	}()
-	opts := worker.Options{Metrics: tel.Metrics, Tracing: tel.Tracing}
-	switch lock {
-	case "on":
-	case "off":
-		opts.NoLock = true
-	case "redsync":
-		redisOpts, err := config.RedisOptions(cfg.RedisURL)
-		if err != nil {
-			return fmt.Errorf("invalid REDIS_URL: %w", err)
+	return func(cfg worker.Config) (lockmw.Locker, error) {
+		switch lock {
+		case "on":
+			return nil, nil
+		case "off":
+			return worker.NoLock, nil
+		case "redsync":
+			opts, err := config.RedisOptions(cfg.RedisURL)
+			if err != nil {
+				return nil, fmt.Errorf("invalid REDIS_URL: %w", err)
+			}
+			return redsynclock.New(redsync.New(goredis.NewPool(redis.NewClient(opts)))), nil
 		}
-		rdb := redis.NewClient(redisOpts)
-		defer rdb.Close()
-		opts.Locker = redsynclock.New(redsync.New(goredis.NewPool(rdb)))
-	default:
-		return fmt.Errorf("invalid --lock %q: want on, off or redsync", lock)
+		return nil, fmt.Errorf("invalid --lock %q: want on, off or redsync", lock)
 	}
-	w, err := worker.New(cfg, logger, opts)
-	if err != nil {
-		return err
-	}
-	logger.Info("bench worker started", "name", cfg.Name, "consumers", cfg.Concurrency, "lock", lock)
-	return w.Run(ctx)
 }

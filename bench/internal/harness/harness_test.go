@@ -86,3 +86,44 @@ func TestRunChecksStockStrategiesAndWritesResults(t *testing.T) {
 		t.Errorf("a naive strategy that did not oversell passed its check; problems: %v", report.Problems)
 	}
 }
+
+func TestOnlyRunsTheNamedComparisonsInOrderAndNamesTheFilesAfterThem(t *testing.T) {
+	only, err := ParseOnly("stock,hotkey")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Mode: "quick", Only: only}
+	if got := strings.Join(cfg.selected(), ","); got != "hotkey,stock" {
+		t.Errorf("selected %s, want hotkey,stock", got)
+	}
+	if got := cfg.resultName(); got != "quick-hotkey-stock" {
+		t.Errorf("result name %s, want quick-hotkey-stock", got)
+	}
+	if got := (Config{Mode: "full"}).resultName(); got != "full" {
+		t.Errorf("result name of a whole run %s, want full", got)
+	}
+	if _, err := ParseOnly("hotkey,nope"); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("ParseOnly accepted an unknown comparison: %v", err)
+	}
+}
+
+// timerNotFired is a context whose deadline has passed but whose timer has not fired yet: what a load
+// goroutine sees when its client's socket deadline ends a call first.
+type timerNotFired struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c timerNotFired) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func TestAnAcquisitionCutOffByTheSocketDeadlineCountsAsStopped(t *testing.T) {
+	if !stopped(timerNotFired{context.Background(), time.Now().Add(-time.Millisecond)}) {
+		t.Error("deadline passed, context not yet done: not stopped, so its i/o timeout would count as an error")
+	}
+	if stopped(timerNotFired{context.Background(), time.Now().Add(time.Hour)}) {
+		t.Error("stopped an hour before the deadline")
+	}
+	if stopped(context.Background()) {
+		t.Error("stopped without a deadline")
+	}
+}

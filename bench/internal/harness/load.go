@@ -61,88 +61,123 @@ func (l load) run(ctx context.Context) (loadResult, error) {
 			return loadResult{}, err
 		}
 	}
-	stop, cancel := context.WithTimeout(ctx, l.duration)
-	defer cancel()
-	var (
-		mu    sync.Mutex
-		total loadResult
-		wg    sync.WaitGroup
-	)
-	start := time.Now()
-	for li, lk := range l.lockers {
-		for g := range l.perLocker {
-			key := l.key
-			if key == "" {
-				key = l.counterKey + ":" + strconv.Itoa(li) + ":" + strconv.Itoa(g)
-			}
-			wg.Go(func() {
-				r := l.loop(stop, lk, key)
-				mu.Lock()
-				defer mu.Unlock()
-				total.Sections += r.Sections
-				total.Waits = append(total.Waits, r.Waits...)
-				total.GaveUp += r.GaveUp
-				total.ErrorCount += r.ErrorCount
-				total.Errors = append(total.Errors, r.Errors...)
-			})
-		}
-	}
-	wg.Wait()
-	total.Elapsed = time.Since(start)
-	if len(total.Errors) > 3 {
-		total.Errors = total.Errors[:3]
-	}
-	if l.counter != nil {
-		n, err := l.counter.Get(ctx, l.counterKey).Int64()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return total, err
-		}
-		total.Counter = n
-	}
-	return total, nil
+	total := l.runLoops(ctx)
+	var err error
+	total.Counter, err = l.readCounter(ctx)
+	return total, err
 }
 
+// runLoops runs every goroutine's loop until the duration has passed and merges what they saw.
+func (l load) runLoops(ctx context.Context) loadResult {
+	stop, cancel := context.WithTimeout(ctx, l.duration)
+	defer cancel()
+	var mu sync.Mutex
+	var total loadResult
+	start := time.Now()
+	fanOut(len(l.lockers), l.perLocker, func(li, g int) {
+		r := l.loop(stop, l.lockers[li], l.keyOf(li, g))
+		mu.Lock()
+		defer mu.Unlock()
+		total.merge(r)
+	})
+	total.Elapsed = time.Since(start)
+	total.Errors = total.Errors[:min(3, len(total.Errors))]
+	return total
+}
+
+// keyOf is the key goroutine g of locker li takes: the one key of a contended load, else a key of its own.
+func (l load) keyOf(li, g int) string {
+	if l.key != "" {
+		return l.key
+	}
+	return l.counterKey + ":" + strconv.Itoa(li) + ":" + strconv.Itoa(g)
+}
+
+func (l load) readCounter(ctx context.Context) (int64, error) {
+	if l.counter == nil {
+		return 0, nil
+	}
+	n, err := l.counter.Get(ctx, l.counterKey).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (r *loadResult) merge(o loadResult) {
+	r.Sections += o.Sections
+	r.Waits = append(r.Waits, o.Waits...)
+	r.GaveUp += o.GaveUp
+	r.ErrorCount += o.ErrorCount
+	r.Errors = append(r.Errors, o.Errors...)
+}
+
+// loop takes the lock, runs the section, releases it and waits outside, until stop.
 func (l load) loop(stop context.Context, lk locker, key string) loadResult {
 	var r loadResult
-	bg := context.Background() // sections and releases run to the end, even past the stop
 	for stop.Err() == nil {
-		actx, cancel := stop, context.CancelFunc(func() {})
-		if l.maxWait > 0 {
-			actx, cancel = context.WithTimeout(stop, l.maxWait)
-		}
-		t0 := time.Now()
-		unlock, err := lk.lock(actx, key)
-		wait := time.Since(t0)
-		cancel()
-		if err != nil {
-			switch {
-			case stop.Err() != nil:
-				r.Waits = append(r.Waits, wait)
-				return r
-			case notObtained(err):
-				r.Waits = append(r.Waits, wait)
-				r.GaveUp++
-			default:
-				r.addError(fmt.Errorf("lock: %w", err))
-				time.Sleep(10 * time.Millisecond) // no hot loop on a broken server
-			}
-			continue
-		}
-		r.Waits = append(r.Waits, wait)
-		if l.counter != nil {
-			if err := increment(bg, l.counter, l.counterKey); err != nil {
-				r.addError(fmt.Errorf("counter: %w", err))
-			}
-		}
-		if err := unlock(bg); err != nil {
-			r.addError(fmt.Errorf("unlock: %w", err))
-		}
-		r.Sections++
-		if l.outside > 0 {
-			time.Sleep(l.outside)
+		unlock, wait, err := l.acquire(stop, lk, key)
+		switch {
+		case err == nil:
+			r.Waits = append(r.Waits, wait)
+			l.section(&r, unlock)
+		case stopped(stop): // cut off by the end of the run: counts with the wait so far
+			r.Waits = append(r.Waits, wait)
+		case notObtained(err):
+			r.Waits = append(r.Waits, wait)
+			r.GaveUp++
+		default:
+			r.addError(fmt.Errorf("lock: %w", err))
+			time.Sleep(10 * time.Millisecond) // no hot loop on a broken server
 		}
 	}
 	return r
+}
+
+// stopped says the run's time is up. The deadline is read too: a client that puts the context's deadline
+// on its socket (ContextTimeoutEnabled) can return "i/o timeout" before the context's own timer has fired.
+func stopped(stop context.Context) bool {
+	deadline, ok := stop.Deadline()
+	return stop.Err() != nil || ok && !time.Now().Before(deadline)
+}
+
+// acquire takes key, bounded by maxWait, and says how long it waited.
+func (l load) acquire(stop context.Context, lk locker, key string) (unlock func(context.Context) error, wait time.Duration, err error) {
+	ctx, cancel := stop, context.CancelFunc(func() {})
+	if l.maxWait > 0 {
+		ctx, cancel = context.WithTimeout(stop, l.maxWait)
+	}
+	defer cancel()
+	start := time.Now()
+	unlock, err = lk.lock(ctx, key)
+	return unlock, time.Since(start), err
+}
+
+// section runs the critical section, releases the lock and waits outside. Both run to the end, even past
+// the stop.
+func (l load) section(r *loadResult, unlock func(context.Context) error) {
+	ctx := context.Background()
+	if l.counter != nil {
+		if err := increment(ctx, l.counter, l.counterKey); err != nil {
+			r.addError(fmt.Errorf("counter: %w", err))
+		}
+	}
+	if err := unlock(ctx); err != nil {
+		r.addError(fmt.Errorf("unlock: %w", err))
+	}
+	r.Sections++
+	time.Sleep(l.outside)
+}
+
+// fanOut runs work(group, i) on groups x perGroup goroutines and waits for all of them.
+func fanOut(groups, perGroup int, work func(group, i int)) {
+	var wg sync.WaitGroup
+	for group := range groups {
+		for i := range perGroup {
+			wg.Go(func() { work(group, i) })
+		}
+	}
+	wg.Wait()
 }
 
 // increment is the critical section: a read-modify-write that loses updates unless the lock excludes.
@@ -175,6 +210,26 @@ func newLockers(c contender, addrs []string, n int) ([]locker, error) {
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// newLockerSets makes n lockers of every contender; close them with closeLockerSets.
+func newLockerSets(contenders []contender, addrs []string, n int) ([][]locker, error) {
+	sets := make([][]locker, 0, len(contenders))
+	for _, c := range contenders {
+		ls, err := newLockers(c, addrs, n)
+		if err != nil {
+			closeLockerSets(sets)
+			return nil, err
+		}
+		sets = append(sets, ls)
+	}
+	return sets, nil
+}
+
+func closeLockerSets(sets [][]locker) {
+	for _, s := range sets {
+		closeLockers(s)
+	}
 }
 
 func closeLockers(ls []locker) {

@@ -47,12 +47,10 @@ func stockflowReentrant() contender {
 
 func stockflowRedlock() contender {
 	return contender{name: "stockflow", new: func(addrs []string) (locker, error) {
-		var clients []*redis.Client
-		var universal []redis.UniversalClient
-		for _, a := range addrs {
-			c := newClient(a)
-			clients = append(clients, c)
-			universal = append(universal, c)
+		clients := newClients(addrs)
+		universal := make([]redis.UniversalClient, len(clients))
+		for i, c := range clients {
+			universal[i] = c
 		}
 		l, err := lockmw.NewRedlock(universal, lockmw.Config{})
 		if err != nil {
@@ -82,12 +80,10 @@ func (s *lockmwLocker) close() { _ = s.closeL(); closeAll(s.clients) }
 // over one pool per address (Redlock when there are several).
 func redsyncDefaults() contender {
 	return contender{name: "redsync", new: func(addrs []string) (locker, error) {
-		var clients []*redis.Client
-		var pools []redsyncredis.Pool
-		for _, a := range addrs {
-			c := newClient(a)
-			clients = append(clients, c)
-			pools = append(pools, goredis.NewPool(c))
+		clients := newClients(addrs)
+		pools := make([]redsyncredis.Pool, len(clients))
+		for i, c := range clients {
+			pools[i] = goredis.NewPool(c)
 		}
 		return &redsyncLocker{rs: redsync.New(pools...), clients: clients}, nil
 	}}
@@ -181,7 +177,7 @@ func (n *naiveLocker) close() { _ = n.rdb.Close() }
 // twoEvalSha is the physical limit of a lock that needs one script to take and one to give back: two
 // bare EVALSHA round trips of a one-command script on the same kind of client. It excludes nothing.
 func twoEvalSha() contender {
-	return contender{name: "physical limit (2 x EVALSHA)", limit: true, new: func(addrs []string) (locker, error) {
+	return contender{name: physicalLimit, limit: true, new: func(addrs []string) (locker, error) {
 		rdb := newClient(addrs[0])
 		if err := hincrby.Load(context.Background(), rdb).Err(); err != nil {
 			_ = rdb.Close()
@@ -190,6 +186,8 @@ func twoEvalSha() contender {
 		return &evalShaLocker{rdb: rdb}, nil
 	}}
 }
+
+const physicalLimit = "physical limit (2 x EVALSHA)"
 
 var hincrby = redis.NewScript(`return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)`)
 
@@ -217,9 +215,3 @@ func (noLocker) lock(context.Context, string) (func(context.Context) error, erro
 	return func(context.Context) error { return nil }, nil
 }
 func (noLocker) close() {}
-
-func closeAll(clients []*redis.Client) {
-	for _, c := range clients {
-		_ = c.Close()
-	}
-}

@@ -24,17 +24,16 @@ func interleave(rounds, n int, measure func(round, i int) error) error {
 
 // lockRun is one comparison of lock contenders under the same load shape.
 type lockRun struct {
-	table       *Table
-	contenders  []contender
-	addrs       []string // the lock servers
-	lockers     int      // simulated processes per contender
-	perLocker   int      // goroutines per process
-	contended   bool     // one key for all, with the counter section; else a key per goroutine
-	outside     time.Duration
-	maxWait     time.Duration
-	duration    time.Duration
-	keepWaits   map[string][]time.Duration // when set, every wait by contender (for the plot)
-	checkPrefix string
+	table      *Table
+	contenders []contender
+	addrs      []string // the lock servers
+	lockers    int      // simulated processes per contender
+	perLocker  int      // goroutines per process
+	contended  bool     // one key for all, with the counter section; else a key per goroutine
+	outside    time.Duration
+	maxWait    time.Duration
+	duration   time.Duration
+	keepWaits  map[string][]time.Duration // when set, every wait by contender (for the plot)
 }
 
 // lockColumns are the columns of a lock comparison.
@@ -52,113 +51,143 @@ func lockColumns(contended bool) []Column {
 	}
 }
 
+// runLocks adds lr's table to the report and measures every contender of lr for b.cfg.Rounds interleaved
+// rounds, after a warm-up of each.
 func (b *bench) runLocks(ctx context.Context, lr lockRun) error {
-	sets := make([][]locker, len(lr.contenders))
-	defer func() {
-		for _, s := range sets {
-			closeLockers(s)
-		}
-	}()
-	for i, c := range lr.contenders {
-		ls, err := newLockers(c, lr.addrs, lr.lockers)
-		if err != nil {
-			return err
-		}
-		sets[i] = ls
+	b.addTable(lr.table)
+	sets, err := newLockerSets(lr.contenders, lr.addrs, lr.lockers)
+	if err != nil {
+		return err
 	}
-	// Keys of their own for every contender and round: see load.run.
-	loadOf := func(i, round int, d time.Duration) load {
-		l := load{lockers: sets[i], perLocker: lr.perLocker, outside: lr.outside, duration: d, maxWait: lr.maxWait,
-			counterKey: fmt.Sprintf("bench:%s:%d:r%d", lr.table.ID, i, round)}
-		if lr.contended {
-			l.key = fmt.Sprintf("bench-%s-%d-r%d", lr.table.ID, i, round)
-			l.counter = b.main
-		}
-		return l
+	defer closeLockerSets(sets)
+	run := lockRunner{b: b, lr: lr, sets: sets}
+	if err := run.warmUp(ctx); err != nil {
+		return err
 	}
-	// Warm up every contender (connections, script cache, subscriptions) outside the measurement.
-	for i := range lr.contenders {
-		if _, err := loadOf(i, -1, b.cfg.Warmup).run(ctx); err != nil {
+	return interleave(b.cfg.Rounds, len(lr.contenders), func(round, i int) error { return run.measure(ctx, round, i) })
+}
+
+// lockRunner runs a lockRun: sets[i] are the lockers of contender i.
+type lockRunner struct {
+	b    *bench
+	lr   lockRun
+	sets [][]locker
+}
+
+// load is the load of contender i in round (-1: the warm-up), with keys of their own: see load.run.
+func (r lockRunner) load(i, round int, d time.Duration) load {
+	lr := r.lr
+	l := load{lockers: r.sets[i], perLocker: lr.perLocker, outside: lr.outside, duration: d, maxWait: lr.maxWait,
+		counterKey: fmt.Sprintf("bench:%s:%d:r%d", lr.table.ID, i, round)}
+	if lr.contended {
+		l.key = fmt.Sprintf("bench-%s-%d-r%d", lr.table.ID, i, round)
+		l.counter = r.b.main
+	}
+	return l
+}
+
+// warmUp runs every contender (connections, script cache, subscriptions) outside the measurement.
+func (r lockRunner) warmUp(ctx context.Context) error {
+	for i := range r.lr.contenders {
+		if _, err := r.load(i, -1, r.b.cfg.Warmup).run(ctx); err != nil {
 			return err
 		}
 	}
-	rounds := b.cfg.Rounds
-	return interleave(rounds, len(lr.contenders), func(round, i int) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		c := lr.contenders[i]
-		redis0, err := b.redisCPU(ctx, lr.addrs...)
-		if err != nil {
-			return err
-		}
-		client0 := processCPU(os.Getpid())
-		res, err := loadOf(i, round, lr.duration).run(ctx)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", lr.table.ID, c.name, err)
-		}
-		clientCPU := processCPU(os.Getpid()) - client0
-		redis1, err := b.redisCPU(ctx, lr.addrs...)
-		if err != nil {
-			return err
-		}
-		redisCPU := redis1 - redis0
-		slices.Sort(res.Waits)
-		perSec := float64(res.Sections) / res.Elapsed.Seconds()
-		values := map[string]float64{}
-		if lr.contended {
-			values["sections_per_s"] = perSec
-			values["p50_wait_ms"] = percentileMs(res.Waits, 0.50)
-			values["p99_wait_ms"] = percentileMs(res.Waits, 0.99)
-			values["gave_up"] = float64(res.GaveUp)
-			values["starved"] = float64(len(res.Waits) - sort.Search(len(res.Waits), func(k int) bool { return res.Waits[k] > starved }))
-			b.progress("%s round %d/%d %-28s %8.0f sections/s  wait p50 %7.2f ms p99 %8.2f ms  gave up %d",
-				lr.table.ID, round+1, rounds, c.name, perSec, values["p50_wait_ms"], values["p99_wait_ms"], res.GaveUp)
-		} else {
-			values["ops_per_s"] = perSec
-			values["us_per_op"] = 1e6 / perSec
-			values["client_cpu_us"] = float64(clientCPU.Microseconds()) / float64(res.Sections)
-			values["redis_cpu_us"] = float64(redisCPU.Microseconds()) / float64(res.Sections)
-			b.progress("%s round %d/%d %-28s %8.0f ops/s  %7.1f µs/op  CPU µs/op: client %.1f, Redis %.1f", lr.table.ID,
-				round+1, rounds, c.name, perSec, 1e6/perSec, values["client_cpu_us"], values["redis_cpu_us"])
-		}
-		lr.table.add(c.name, values)
-		if lr.keepWaits != nil {
-			lr.keepWaits[c.name] = append(lr.keepWaits[c.name], res.Waits...)
-		}
-		name := lr.checkPrefix + c.name
-		b.checks.expect(name+": no errors", res.ErrorCount == 0, "%d errors, e.g. %v", res.ErrorCount, res.Errors)
-		b.checks.expect(name+": made progress", res.Sections > 0, "no section completed in %v", lr.duration)
-		if lr.contended && !c.limit {
-			b.checks.expect(name+": counter exact under the lock", res.Counter == int64(res.Sections),
-				"round %d: counter %d after %d sections: the lock let two holders in", round+1, res.Counter, res.Sections)
-		}
-		return nil
+	return nil
+}
+
+// measure runs contender i for one round and records it: the table, the waits, the checks.
+func (r lockRunner) measure(ctx context.Context, round, i int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c := r.lr.contenders[i]
+	var res loadResult
+	cpu, err := r.b.measureCPU(ctx, r.lr.addrs, []int{os.Getpid()}, func() (err error) {
+		res, err = r.load(i, round, r.lr.duration).run(ctx)
+		return err
 	})
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", r.lr.table.ID, c.name, err)
+	}
+	slices.Sort(res.Waits)
+	r.record(round, c.name, res, r.values(res, cpu))
+	r.check(round, c, res)
+	return nil
+}
+
+// values are the columns of one round: throughput and waits when contended, else throughput and CPU.
+func (r lockRunner) values(res loadResult, cpu cpuTime) map[string]float64 {
+	perSec := float64(res.Sections) / res.Elapsed.Seconds()
+	if r.lr.contended {
+		return map[string]float64{"sections_per_s": perSec,
+			"p50_wait_ms": percentileMs(res.Waits, 0.50), "p99_wait_ms": percentileMs(res.Waits, 0.99),
+			"gave_up": float64(res.GaveUp), "starved": float64(countOver(res.Waits, starved))}
+	}
+	return map[string]float64{"ops_per_s": perSec, "us_per_op": 1e6 / perSec,
+		"client_cpu_us": float64(cpu.procs.Microseconds()) / float64(res.Sections),
+		"redis_cpu_us":  float64(cpu.redis.Microseconds()) / float64(res.Sections)}
+}
+
+// record prints the round, adds it to the table and keeps its waits for the plot.
+func (r lockRunner) record(round int, name string, res loadResult, v map[string]float64) {
+	lr := r.lr
+	head := fmt.Sprintf("%s round %d/%d %-28s", lr.table.ID, round+1, r.b.cfg.Rounds, name)
+	if lr.contended {
+		r.b.progress("%s %8.0f sections/s  wait p50 %7.2f ms p99 %8.2f ms  gave up %d",
+			head, v["sections_per_s"], v["p50_wait_ms"], v["p99_wait_ms"], res.GaveUp)
+	} else {
+		r.b.progress("%s %8.0f ops/s  %7.1f µs/op  CPU µs/op: client %.1f, Redis %.1f",
+			head, v["ops_per_s"], v["us_per_op"], v["client_cpu_us"], v["redis_cpu_us"])
+	}
+	lr.table.add(name, v)
+	if lr.keepWaits != nil {
+		lr.keepWaits[name] = append(lr.keepWaits[name], res.Waits...)
+	}
+}
+
+// check records the correctness checks of one round: no errors, progress, and under a contended lock an
+// exact counter.
+func (r lockRunner) check(round int, c contender, res loadResult) {
+	lr, checks := r.lr, &r.b.checks
+	name := lr.table.ID + " " + c.name
+	checks.expect(name+": no errors", res.ErrorCount == 0, "%d errors, e.g. %v", res.ErrorCount, res.Errors)
+	checks.expect(name+": made progress", res.Sections > 0, "no section completed in %v", lr.duration)
+	if lr.contended && !c.limit {
+		checks.expect(name+": counter exact under the lock", res.Counter == int64(res.Sections),
+			"round %d: counter %d after %d sections: the lock let two holders in", round+1, res.Counter, res.Sections)
+	}
+}
+
+// countOver is how many of sorted are over limit.
+func countOver(sorted []time.Duration, limit time.Duration) int {
+	return len(sorted) - sort.Search(len(sorted), func(k int) bool { return sorted[k] > limit })
 }
 
 // uncontended is comparison 1: acquire+release of keys nobody else wants.
 func (b *bench) uncontended(ctx context.Context) error {
 	for _, par := range []int{1, 32} {
-		goroutines := "1 goroutine"
-		if par > 1 {
-			goroutines = fmt.Sprintf("%d goroutines", par)
-		}
 		t := &Table{
 			ID:      fmt.Sprintf("uncontended-g%d", par),
-			Title:   "1. lock, uncontended acquire+release, " + goroutines + ", one locker",
+			Title:   "1. lock, uncontended acquire+release, " + goroutines(par) + ", one locker",
 			Setup:   fmt.Sprintf("each goroutine its own key; %v per contender and round; peers with their defaults", b.cfg.Uncontended),
 			Columns: lockColumns(false), RatioOf: "ops_per_s", RatioBase: "stockflow",
 		}
-		b.report.Tables = append(b.report.Tables, t)
 		err := b.runLocks(ctx, lockRun{table: t, addrs: []string{b.mainAddr}, lockers: 1, perLocker: par,
-			duration: b.cfg.Uncontended, checkPrefix: t.ID + " ",
+			duration:   b.cfg.Uncontended,
 			contenders: []contender{stockflowReentrant(), redsyncDefaults(), redislockRetry(0), twoEvalSha()}})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func goroutines(n int) string {
+	if n == 1 {
+		return "1 goroutine"
+	}
+	return fmt.Sprintf("%d goroutines", n)
 }
 
 // hotKey is comparison 2: one key, 3 lockers x 16 goroutines, a GET/SET counter inside, 0 or 1 ms outside.
@@ -172,22 +201,26 @@ func (b *bench) hotKey(ctx context.Context) error {
 				hotMaxWait, b.cfg.HotKey),
 			Columns: lockColumns(true), RatioOf: "sections_per_s", RatioBase: "stockflow",
 		}
-		b.report.Tables = append(b.report.Tables, t)
 		contenders := []contender{stockflowReentrant(), redsyncDefaults(), redislockRetry(time.Millisecond),
 			redislockRetry(100 * time.Millisecond), naiveSpin(50 * time.Millisecond)}
-		ws := waitSet{title: ms + " outside", waits: map[string][]time.Duration{}}
-		for _, c := range contenders {
-			ws.order = append(ws.order, c.name)
-		}
-		b.waits = append(b.waits, ws)
 		err := b.runLocks(ctx, lockRun{table: t, addrs: []string{b.mainAddr}, lockers: 3, perLocker: 16,
-			contended: true, outside: outside, maxWait: hotMaxWait, duration: b.cfg.HotKey, keepWaits: ws.waits,
-			checkPrefix: t.ID + " ", contenders: contenders})
+			contended: true, outside: outside, maxWait: hotMaxWait, duration: b.cfg.HotKey,
+			keepWaits: b.plotWaits(ms+" outside", contenders), contenders: contenders})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// plotWaits adds a panel to the plot of lock waits and returns where its waits go, by contender.
+func (b *bench) plotWaits(title string, contenders []contender) map[string][]time.Duration {
+	ws := waitSet{title: title, waits: map[string][]time.Duration{}}
+	for _, c := range contenders {
+		ws.order = append(ws.order, c.name)
+	}
+	b.waits = append(b.waits, ws)
+	return ws.waits
 }
 
 // starved is the wait past which an acquisition counts as starved in the tables.
@@ -203,9 +236,8 @@ func (b *bench) redlock(ctx context.Context) error {
 		Setup:   fmt.Sprintf("%v per contender and round; redsync with its defaults, one goredis pool per master", b.cfg.Redlock),
 		Columns: lockColumns(false), RatioOf: "ops_per_s", RatioBase: "stockflow",
 	}
-	b.report.Tables = append(b.report.Tables, t)
 	err := b.runLocks(ctx, lockRun{table: t, addrs: b.redlockAddrs, lockers: 1, perLocker: 1,
-		duration: b.cfg.Redlock, checkPrefix: t.ID + " ", contenders: []contender{stockflowRedlock(), redsyncDefaults()}})
+		duration: b.cfg.Redlock, contenders: []contender{stockflowRedlock(), redsyncDefaults()}})
 	if err != nil {
 		return err
 	}
@@ -216,8 +248,7 @@ func (b *bench) redlock(ctx context.Context) error {
 			hotMaxWait, b.cfg.Redlock),
 		Columns: lockColumns(true), RatioOf: "sections_per_s", RatioBase: "stockflow",
 	}
-	b.report.Tables = append(b.report.Tables, t)
 	return b.runLocks(ctx, lockRun{table: t, addrs: b.redlockAddrs, lockers: 3, perLocker: 16, contended: true,
-		outside: time.Millisecond, maxWait: hotMaxWait, duration: b.cfg.Redlock, checkPrefix: t.ID + " ",
+		outside: time.Millisecond, maxWait: hotMaxWait, duration: b.cfg.Redlock,
 		contenders: []contender{stockflowRedlock(), redsyncDefaults()}})
 }

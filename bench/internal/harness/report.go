@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -60,55 +61,62 @@ type Target struct {
 	Detail string  `json:"detail,omitempty"`
 }
 
-// Check is one correctness check, over every round of a contender.
-type Check struct {
-	Name   string `json:"name"`
-	Runs   int    `json:"runs"`
-	Failed int    `json:"failed"`
-	Detail string `json:"detail,omitempty"` // the first failure
+// table is the table of comparison id, nil when it did not run.
+func (r *Report) table(id string) *Table {
+	i := slices.IndexFunc(r.Tables, func(t *Table) bool { return t.ID == id })
+	if i < 0 {
+		return nil
+	}
+	return r.Tables[i]
+}
+
+// find is the row of contender, nil when it has none.
+func (t *Table) find(contender string) *Row {
+	i := slices.IndexFunc(t.Rows, func(r *Row) bool { return r.Contender == contender })
+	if i < 0 {
+		return nil
+	}
+	return t.Rows[i]
 }
 
 // row returns the row of contender, adding it.
 func (t *Table) row(contender string) *Row {
-	for _, r := range t.Rows {
-		if r.Contender == contender {
-			return r
-		}
+	if r := t.find(contender); r != nil {
+		return r
 	}
 	r := &Row{Contender: contender, Median: map[string]float64{}}
 	t.Rows = append(t.Rows, r)
 	return r
 }
 
-// add records one round of contender.
+// add records one round of contender. JSON has no NaN: a value that could not be measured is left out.
 func (t *Table) add(contender string, values map[string]float64) {
-	for k, v := range values {
-		if math.IsNaN(v) || math.IsInf(v, 0) { // JSON has no NaN: a value that could not be measured is absent
-			delete(values, k)
-		}
-	}
+	maps.DeleteFunc(values, func(_ string, v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) })
 	r := t.row(contender)
 	r.Rounds = append(r.Rounds, values)
 	for _, c := range t.Columns {
-		var vs []float64
-		for _, round := range r.Rounds {
-			if v, ok := round[c.Key]; ok {
-				vs = append(vs, v)
-			}
-		}
-		if len(vs) > 0 {
+		if vs := r.column(c.Key); len(vs) > 0 {
 			r.Median[c.Key] = median(vs)
 		}
 	}
 }
 
+// column is the values of key over the rounds that measured it.
+func (r *Row) column(key string) []float64 {
+	var vs []float64
+	for _, round := range r.Rounds {
+		if v, ok := round[key]; ok {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
 // value is the median of column key of contender, NaN when missing.
 func (t *Table) value(contender, key string) float64 {
-	for _, r := range t.Rows {
-		if r.Contender == contender {
-			if v, ok := r.Median[key]; ok {
-				return v
-			}
+	if r := t.find(contender); r != nil {
+		if v, ok := r.Median[key]; ok {
+			return v
 		}
 	}
 	return math.NaN()
@@ -117,15 +125,7 @@ func (t *Table) value(contender, key string) float64 {
 // pairedRatios lists of/base of column key round by round: the contenders ran side by side, so a
 // drift of the machine shows in both.
 func (t *Table) pairedRatios(of, base, key string) string {
-	var a, b *Row
-	for _, r := range t.Rows {
-		switch r.Contender {
-		case of:
-			a = r
-		case base:
-			b = r
-		}
-	}
+	a, b := t.find(of), t.find(base)
 	if a == nil || b == nil {
 		return "-"
 	}
@@ -143,59 +143,81 @@ func (r *Report) Print(w io.Writer) {
 	for _, t := range r.Tables {
 		t.print(w)
 	}
-	if len(r.Targets) > 0 {
-		fmt.Fprintf(w, "\n== targets of issue 8\n")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, tg := range r.Targets {
-			verdict := "met"
-			if !tg.Met {
-				verdict = "MISSED"
-			}
-			fmt.Fprintf(tw, "%s\twant %s\tgot %s%s\t%s\t%s\n", tg.Name, tg.Want, format(tg.Got, 2), tg.Unit, verdict, tg.Detail)
-		}
-		_ = tw.Flush()
+	printTargets(w, r.Targets)
+	printChecks(w, r.Checks)
+	printVerdict(w, r)
+}
+
+func printTargets(w io.Writer, targets []Target) {
+	if len(targets) == 0 {
+		return
 	}
+	fmt.Fprintf(w, "\n== targets of issue 8\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, tg := range targets {
+		fmt.Fprintf(tw, "%s\twant %s\tgot %s%s\t%s\t%s\n", tg.Name, tg.Want, format(tg.Got, 2), tg.Unit,
+			pick(tg.Met, "met", "MISSED"), tg.Detail)
+	}
+	_ = tw.Flush()
+}
+
+func printChecks(w io.Writer, checks []*Check) {
 	fmt.Fprintf(w, "\n== correctness checks\n")
-	for _, c := range r.Checks {
-		status := "ok  "
-		if c.Failed > 0 {
-			status = "FAIL"
-		}
-		fmt.Fprintf(w, "%s %s (%d runs)", status, c.Name, c.Runs)
+	for _, c := range checks {
+		fmt.Fprintf(w, "%s %s (%d runs)", pick(c.Failed == 0, "ok  ", "FAIL"), c.Name, c.Runs)
 		if c.Detail != "" {
 			fmt.Fprintf(w, ": %s", c.Detail)
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+func printVerdict(w io.Writer, r *Report) {
 	if len(r.Problems) > 0 {
 		fmt.Fprintf(w, "\n!!!!!!!! %d CORRECTNESS CHECK(S) FAILED !!!!!!!!\n  %s\n", len(r.Problems), strings.Join(r.Problems, "\n  "))
-	} else {
-		fmt.Fprintf(w, "all %d correctness checks passed\n", len(r.Checks))
+		return
 	}
+	fmt.Fprintf(w, "all %d correctness checks passed\n", len(r.Checks))
+}
+
+// pick is yes when ok, else no.
+func pick(ok bool, yes, no string) string {
+	if ok {
+		return yes
+	}
+	return no
 }
 
 func (t *Table) print(w io.Writer) {
 	fmt.Fprintf(w, "\n== %s\n   %s\n", t.Title, t.Setup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "contender\t")
-	for _, c := range t.Columns {
-		fmt.Fprintf(tw, "%s\t", c.Header)
-	}
-	if t.RatioOf != "" {
-		fmt.Fprintf(tw, "%s ÷ this\t", t.RatioBase)
-	}
-	fmt.Fprintln(tw)
+	t.printHeader(tw)
 	for _, r := range t.Rows {
-		fmt.Fprintf(tw, "%s\t", r.Contender)
-		for _, c := range t.Columns {
-			fmt.Fprintf(tw, "%s\t", format(t.value(r.Contender, c.Key), c.Digits))
-		}
-		if t.RatioOf != "" {
-			fmt.Fprintf(tw, "%sx\t", format(t.value(t.RatioBase, t.RatioOf)/t.value(r.Contender, t.RatioOf), 2))
-		}
-		fmt.Fprintln(tw)
+		t.printRow(tw, r.Contender)
 	}
 	_ = tw.Flush()
+}
+
+func (t *Table) printHeader(w io.Writer) {
+	fmt.Fprintf(w, "contender\t")
+	for _, c := range t.Columns {
+		fmt.Fprintf(w, "%s\t", c.Header)
+	}
+	if t.RatioOf != "" {
+		fmt.Fprintf(w, "%s ÷ this\t", t.RatioBase)
+	}
+	fmt.Fprintln(w)
+}
+
+func (t *Table) printRow(w io.Writer, contender string) {
+	fmt.Fprintf(w, "%s\t", contender)
+	for _, c := range t.Columns {
+		fmt.Fprintf(w, "%s\t", format(t.value(contender, c.Key), c.Digits))
+	}
+	if t.RatioOf != "" {
+		fmt.Fprintf(w, "%sx\t", format(t.value(t.RatioBase, t.RatioOf)/t.value(contender, t.RatioOf), 2))
+	}
+	fmt.Fprintln(w)
 }
 
 // format prints v with digits decimals and thousands separators.
@@ -204,24 +226,28 @@ func format(v float64, digits int) string {
 		return "-"
 	}
 	s := fmt.Sprintf("%.*f", digits, v)
-	intPart, frac, _ := strings.Cut(s, ".")
-	neg := strings.HasPrefix(intPart, "-")
-	intPart = strings.TrimPrefix(intPart, "-")
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	sign, digitsPart := "", intPart
+	if strings.HasPrefix(intPart, "-") {
+		sign, digitsPart = "-", intPart[1:]
+	}
+	out := sign + groupThousands(digitsPart)
+	if hasFrac {
+		out += "." + frac
+	}
+	return out
+}
+
+// groupThousands puts a comma between every three digits, from the right.
+func groupThousands(digits string) string {
 	var b strings.Builder
-	for i, ch := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
+	for i, ch := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
 			b.WriteByte(',')
 		}
 		b.WriteRune(ch)
 	}
-	out := b.String()
-	if neg {
-		out = "-" + out
-	}
-	if frac != "" {
-		out += "." + frac
-	}
-	return out
+	return b.String()
 }
 
 func median(vs []float64) float64 {
@@ -243,31 +269,4 @@ func percentileMs(sorted []time.Duration, p float64) float64 {
 	}
 	i := int(math.Ceil(p*float64(len(sorted)))) - 1
 	return float64(sorted[max(i, 0)]) / float64(time.Millisecond)
-}
-
-// checks accumulates correctness checks by name.
-type checks struct {
-	list []*Check
-}
-
-// expect records one run of check name: ok, or failed with detail.
-func (cs *checks) expect(name string, ok bool, detail string, args ...any) bool {
-	var c *Check
-	for _, x := range cs.list {
-		if x.Name == name {
-			c = x
-		}
-	}
-	if c == nil {
-		c = &Check{Name: name}
-		cs.list = append(cs.list, c)
-	}
-	c.Runs++
-	if !ok {
-		c.Failed++
-		if c.Detail == "" {
-			c.Detail = fmt.Sprintf(detail, args...)
-		}
-	}
-	return ok
 }

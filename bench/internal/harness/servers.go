@@ -1,17 +1,15 @@
 package harness
 
 import (
-	"net"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
 // startServers starts n independent redis-servers (no persistence, no replication) on free loopback
-// ports; they die with the harness. onStart is told each pid and its address, which its process title
+// ports; they die with the harness. OnPid is told each pid and its address, which its process title
 // holds (the bench script kills what is left).
-func startServers(n int, onStart func(pid int, cmdline string)) ([]*redisproc.Server, error) {
+func startServers(n int, cfg Config) ([]*redisproc.Server, error) {
 	var servers []*redisproc.Server
 	for range n {
 		s, err := redisproc.Start(redisproc.Options{})
@@ -19,9 +17,7 @@ func startServers(n int, onStart func(pid int, cmdline string)) ([]*redisproc.Se
 			stopServers(servers)
 			return nil, err
 		}
-		if onStart != nil {
-			onStart(s.Pid(), s.Addr+" "+redisproc.ProcessMarker)
-		}
+		cfg.notePid(s.Pid(), s.Addr+" "+redisproc.ProcessMarker)
 		servers = append(servers, s)
 	}
 	return servers, nil
@@ -33,17 +29,38 @@ func stopServers(servers []*redisproc.Server) {
 	}
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+func addrsOf(servers []*redisproc.Server) []string {
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, s.Addr)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return addrs
+}
+
+// notePid tells OnPid, if set, of a child process.
+func (c Config) notePid(pid int, cmdline string) {
+	if c.OnPid != nil {
+		c.OnPid(pid, cmdline)
+	}
 }
 
 // newClient is the client every contender gets: go-redis defaults, context deadlines honoured (as
 // lockmw asks of its clients).
 func newClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+}
+
+// newClients is a client for every address.
+func newClients(addrs []string) []*redis.Client {
+	clients := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		clients[i] = newClient(a)
+	}
+	return clients
+}
+
+func closeAll(clients []*redis.Client) {
+	for _, c := range clients {
+		_ = c.Close()
+	}
 }

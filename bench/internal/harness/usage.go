@@ -14,16 +14,30 @@ import (
 
 // What the processes of a run cost: CPU time of the redis-servers and of processes, peak memory.
 
-// redisCPU is the CPU time (user + system) the servers at addrs have used.
-func (b *bench) redisCPU(ctx context.Context, addrs ...string) (time.Duration, error) {
+// cpuTime is CPU time (user + system) used: by redis-servers, and by processes.
+type cpuTime struct{ redis, procs time.Duration }
+
+// measureCPU runs run and says how much CPU the servers at addrs and the processes pids used meanwhile.
+// The INFO calls to the servers are made outside the processes' measurement.
+func (b *bench) measureCPU(ctx context.Context, addrs []string, pids []int, run func() error) (cpuTime, error) {
+	redis0, err := b.redisCPU(ctx, addrs)
+	if err != nil {
+		return cpuTime{}, err
+	}
+	procs0 := processesCPU(pids)
+	if err := run(); err != nil {
+		return cpuTime{}, err
+	}
+	procs := processesCPU(pids) - procs0
+	redis1, err := b.redisCPU(ctx, addrs)
+	return cpuTime{redis: redis1 - redis0, procs: procs}, err
+}
+
+// redisCPU is the CPU time the servers at addrs have used.
+func (b *bench) redisCPU(ctx context.Context, addrs []string) (time.Duration, error) {
 	var sum time.Duration
 	for _, addr := range addrs {
-		c := b.infoClients[addr]
-		if c == nil {
-			c = newClient(addr)
-			b.infoClients[addr] = c
-		}
-		d, err := serverCPU(ctx, c)
+		d, err := serverCPU(ctx, b.infoClient(addr))
 		if err != nil {
 			return 0, err
 		}
@@ -32,21 +46,31 @@ func (b *bench) redisCPU(ctx context.Context, addrs ...string) (time.Duration, e
 	return sum, nil
 }
 
+// infoClient is the client that asks the server at addr for INFO, made on first use.
+func (b *bench) infoClient(addr string) *redis.Client {
+	if b.infoClients[addr] == nil {
+		b.infoClients[addr] = newClient(addr)
+	}
+	return b.infoClients[addr]
+}
+
 func serverCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
 	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		return 0, err
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-			if v, ok := strings.CutPrefix(line, field); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				total += f
-			}
-		}
+	fields := infoFields(info)
+	sys, _ := strconv.ParseFloat(fields["used_cpu_sys"], 64)
+	user, _ := strconv.ParseFloat(fields["used_cpu_user"], 64)
+	return time.Duration((sys + user) * float64(time.Second)), nil
+}
+
+func processesCPU(pids []int) time.Duration {
+	var sum time.Duration
+	for _, pid := range pids {
+		sum += processCPU(pid)
 	}
-	return time.Duration(total * float64(time.Second)), nil
+	return sum
 }
 
 // processCPU is the CPU time (user + system) of a process, 0 when unknown.

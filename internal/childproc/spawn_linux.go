@@ -1,4 +1,4 @@
-package redisproc
+package childproc
 
 import (
 	"os/exec"
@@ -24,9 +24,9 @@ func init() {
 	}()
 }
 
-// StartChild starts cmd as a child that the kernel kills when this process dies (PR_SET_PDEATHSIG), in a
-// process group of its own. The benchmark harness starts its worker processes with it too.
-func StartChild(cmd *exec.Cmd) error {
+// spawn starts cmd as a child that the kernel kills when this process dies (PR_SET_PDEATHSIG), in a
+// process group of its own.
+func spawn(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	errc := make(chan error)
 	spawnRequests <- spawnRequest{cmd, errc}

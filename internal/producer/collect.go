@@ -1,0 +1,198 @@
+package producer
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// collector reads this run's outcome and poison events into its Summary.
+type collector struct {
+	cfg    Config
+	sum    *Summary
+	placed map[string]placedOrder
+	from   outcomeCursor
+	bar    *bar
+
+	seen        map[string]handlers.Result // the first outcome of each order
+	latencies   []time.Duration            // from placed to processed, an order each
+	waits       []float64                  // lock wait in milliseconds, an order each
+	first, last time.Time                  // the first order placed and the last one processed
+}
+
+// collect reads events until every order has an outcome, then computes the throughput and percentiles. When
+// the Timeout passes first, it counts the orders left without one as missing, for check to report, and
+// computes no figures.
+func (c *collector) collect(ctx context.Context, rdb *redis.Client) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	defer c.bar.done()
+	for c.pending() > 0 {
+		streams, err := c.read(ctx, rdb)
+		switch {
+		case errors.Is(err, redis.Nil): // nothing new within the block time
+		case ctx.Err() != nil:
+			c.sum.Missing = c.pending()
+			return
+		case err != nil: // Redis restarting: keep trying until the timeout
+			time.Sleep(200 * time.Millisecond)
+		default:
+			c.add(streams)
+		}
+	}
+	c.finish()
+}
+
+// pending is the number of orders with neither an outcome nor a poison entry yet.
+func (c *collector) pending() int { return len(c.placed) - len(c.seen) - c.sum.Poisoned }
+
+// read reads the next events of both streams, blocking for a while when there are none.
+func (c *collector) read(ctx context.Context, rdb *redis.Client) ([]redis.XStream, error) {
+	return rdb.XRead(ctx, &redis.XReadArgs{
+		Streams: []string{c.cfg.ResultsStream, c.cfg.PoisonStream, c.from.results, c.from.poison},
+		Count:   1000, Block: 500 * time.Millisecond,
+	}).Result()
+}
+
+// add takes the events read.
+func (c *collector) add(streams []redis.XStream) {
+	for _, s := range streams {
+		for _, e := range s.Messages {
+			c.addEntry(s.Stream, e)
+		}
+	}
+}
+
+// addEntry takes one event of a stream, moving the cursor past it.
+func (c *collector) addEntry(stream string, e redis.XMessage) {
+	payload, _ := e.Values["payload"].(string)
+	if stream == c.cfg.PoisonStream {
+		c.from.poison = e.ID
+		c.addPoison(payload)
+		return
+	}
+	c.from.results = e.ID
+	c.addResult(payload)
+}
+
+// addPoison counts a poison entry when it is one of this run's orders.
+func (c *collector) addPoison(payload string) {
+	var o handlers.Order
+	if json.Unmarshal([]byte(payload), &o) != nil {
+		return
+	}
+	if _, ours := c.placed[o.OrderID]; ours {
+		c.sum.Poisoned++
+		c.bar.add(1)
+	}
+}
+
+// addResult counts an outcome event of this run: the first of its order, or a duplicate.
+func (c *collector) addResult(payload string) {
+	var r handlers.Result
+	if json.Unmarshal([]byte(payload), &r) != nil {
+		return
+	}
+	p, ours := c.placed[r.OrderID]
+	if !ours {
+		return
+	}
+	if first, dup := c.seen[r.OrderID]; dup {
+		c.sum.duplicate(first, r)
+		return
+	}
+	c.seen[r.OrderID] = r
+	c.bar.add(1)
+	c.timing(p, r)
+	c.sum.tally(r)
+}
+
+// timing records how long an order took and waited for its lock.
+func (c *collector) timing(p placedOrder, r handlers.Result) {
+	c.latencies = append(c.latencies, r.ProcessedAt.Sub(p.placedAt))
+	c.waits = append(c.waits, r.LockWaitMs)
+	if c.first.IsZero() || p.placedAt.Before(c.first) {
+		c.first = p.placedAt
+	}
+	if r.ProcessedAt.After(c.last) {
+		c.last = r.ProcessedAt
+	}
+}
+
+// tally counts the first outcome of an order.
+func (s *Summary) tally(r handlers.Result) {
+	k := s.SKUs[r.SKU]
+	k.LockWaitMs += r.LockWaitMs
+	switch r.Status {
+	case inventory.StatusReserved:
+		s.Reserved++
+		k.OrdersReserved += r.Quantity
+	case inventory.StatusRejected:
+		s.Rejected++
+		k.OrdersRejected++
+	}
+}
+
+// duplicate counts a second outcome event of an order; one that disagrees with the first is a problem.
+func (s *Summary) duplicate(first, again handlers.Result) {
+	s.Duplicates++
+	if first.Status != again.Status {
+		s.Problems = append(s.Problems, fmt.Sprintf("order %s has outcomes %s and %s", again.OrderID, first.Status, again.Status))
+	}
+}
+
+// finish computes the throughput and the percentiles once every order has an outcome.
+func (c *collector) finish() {
+	c.sum.Outcomes = len(c.seen)
+	if span := c.last.Sub(c.first).Seconds(); span > 0 {
+		c.sum.Throughput = float64(len(c.seen)) / span
+	}
+	slices.Sort(c.latencies)
+	c.sum.LatencyP50, c.sum.LatencyP99 = percentile(c.latencies, 0.50), percentile(c.latencies, 0.99)
+	c.sum.LockWait = lockWait(c.waits, c.sum.SKUs)
+}
+
+// lockWait summarises the lock waits of the orders (sorted in place) and of the SKUs.
+func lockWait(waits []float64, skus map[string]*SKUSummary) LockWait {
+	slices.Sort(waits)
+	lw := LockWait{P50: percentile(waits, 0.50), P95: percentile(waits, 0.95), P99: percentile(waits, 0.99),
+		HotSKUs: hotSKUs(skus, 5)}
+	if len(waits) > 0 {
+		lw.Max = waits[len(waits)-1]
+	}
+	return lw
+}
+
+// hotSKUs lists the n SKUs with the most total lock wait, most first; ties by name. SKUs that never waited
+// are left out.
+func hotSKUs(skus map[string]*SKUSummary, n int) []string {
+	var hot []string
+	for sku, s := range skus {
+		if s.LockWaitMs > 0 {
+			hot = append(hot, sku)
+		}
+	}
+	slices.SortFunc(hot, func(a, b string) int {
+		return cmp.Or(cmp.Compare(skus[b].LockWaitMs, skus[a].LockWaitMs), strings.Compare(a, b))
+	})
+	return hot[:min(n, len(hot))]
+}
+
+// percentile is the p-th (0..1) value of sorted, rounding the rank down; the zero value when it is empty.
+func percentile[T cmp.Ordered](sorted []T, p float64) T {
+	var zero T
+	if len(sorted) == 0 {
+		return zero
+	}
+	return sorted[int(float64(len(sorted)-1)*p)]
+}

@@ -1,0 +1,152 @@
+package producer
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// Defaults of the settings.
+const (
+	DefaultOrders       = 1000            // orders a run publishes
+	DefaultSKUs         = 10              // SKUs the orders spread over, SKU-0 .. SKU-9
+	DefaultQuantity     = 1               // quantity of each order
+	DefaultDistribution = "uniform"       // how the orders spread over the SKUs
+	DefaultSeedStock    = -1              // leave the stock as it is
+	DefaultWaitTimeout  = 2 * time.Minute // how long --wait waits for the outcomes
+)
+
+// Config is the producer's configuration.
+type Config struct {
+	stream.Config
+	Orders       int    // default DefaultOrders
+	SKUs         int    // default DefaultSKUs; ignored when SKUList is set
+	SKUList      string // comma-separated SKUs; default none
+	Quantity     int    // default DefaultQuantity
+	Distribution string // uniform, zipf or hot; default DefaultDistribution
+	// Rate is orders per second, 0 (the default): as fast as possible.
+	Rate float64
+	// SeedStock is set as each SKU's available stock before publishing; < 0 (DefaultSeedStock): leave the
+	// stock as it is.
+	SeedStock int
+	Wait      bool          // wait for every outcome and check consistency; default off
+	Timeout   time.Duration // with Wait: how long to wait; default DefaultWaitTimeout
+	JSON      bool          // print the summary as JSON; default off
+	RunID     string        // prefix of the order ids; default (empty): Validate picks a random one
+}
+
+// DefaultConfig returns the producer's settings when nothing is set: the default streams on a Redis on
+// localhost, DefaultOrders orders of DefaultQuantity spread uniformly over DefaultSKUs SKUs, no waiting.
+func DefaultConfig() Config {
+	return Config{
+		Config:       stream.DefaultConfig(),
+		Orders:       DefaultOrders,
+		SKUs:         DefaultSKUs,
+		Quantity:     DefaultQuantity,
+		Distribution: DefaultDistribution,
+		SeedStock:    DefaultSeedStock,
+		Timeout:      DefaultWaitTimeout,
+	}
+}
+
+// Flags defines the producer's settings on s, with the defaults of DefaultConfig.
+func Flags(s *config.Set, c *Config) {
+	d := DefaultConfig()
+	stream.Flags(s, &c.Config)
+	s.Int(&c.Orders, "orders", d.Orders, "orders to publish")
+	s.Int(&c.SKUs, "skus", d.SKUs, "number of SKUs, named SKU-0 .. SKU-<n-1>")
+	s.String(&c.SKUList, "sku-list", d.SKUList, "comma-separated SKUs to use instead of --skus")
+	s.Int(&c.Quantity, "quantity", d.Quantity, "quantity of each order")
+	s.String(&c.Distribution, "distribution", d.Distribution, "how orders spread over SKUs: uniform, zipf, or hot (half on the first SKU)")
+	s.Float(&c.Rate, "rate", d.Rate, "orders per second (0: as fast as possible)")
+	s.Int(&c.SeedStock, "seed-stock", d.SeedStock, "set each SKU's available stock to this first (-1: leave it)")
+	s.Bool(&c.Wait, "wait", "wait for every outcome, print a summary and check consistency")
+	s.Duration(&c.Timeout, "wait-timeout", d.Timeout, "with --wait: how long to wait for the outcomes")
+	s.Bool(&c.JSON, "json", "print the summary as JSON")
+	s.String(&c.RunID, "run-id", d.RunID, "prefix of the order ids (default: random)")
+}
+
+// Validate reports the first bad setting, by name. An empty RunID gets a random one.
+func (c *Config) Validate() error {
+	for _, validate := range []func() error{
+		c.validateOrders, c.validateSKUs, c.validateSKUList, c.validateQuantity, c.validateDistribution,
+		c.validateRedisURL, c.validateRunID,
+	} {
+		if err := validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateOrders() error {
+	if c.Orders < 1 {
+		return fmt.Errorf("invalid --orders %d: want at least 1", c.Orders)
+	}
+	return nil
+}
+
+func (c *Config) validateSKUs() error {
+	if c.SKUList == "" && c.SKUs < 1 {
+		return fmt.Errorf("invalid --skus %d: want at least 1", c.SKUs)
+	}
+	return nil
+}
+
+func (c *Config) validateSKUList() error {
+	for _, sku := range c.skus() {
+		if err := inventory.ValidateSKU(sku); err != nil {
+			return fmt.Errorf("invalid --sku-list: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Config) validateQuantity() error {
+	if err := inventory.ValidateQuantity(int64(c.Quantity)); err != nil {
+		return fmt.Errorf("invalid --quantity: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) validateDistribution() error {
+	if _, ok := distributions[c.Distribution]; !ok {
+		return fmt.Errorf("invalid --distribution %q: want uniform, zipf or hot", c.Distribution)
+	}
+	return nil
+}
+
+func (c *Config) validateRedisURL() error {
+	if _, err := config.RedisOptions(c.RedisURL); err != nil {
+		return fmt.Errorf("invalid REDIS_URL: %w", err)
+	}
+	return nil
+}
+
+// validateRunID picks a run id when none is set, and checks that the last order's id is a valid one.
+func (c *Config) validateRunID() error {
+	if c.RunID == "" {
+		c.RunID = "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	if err := inventory.ValidateOrderID(c.RunID + "-" + strconv.Itoa(c.Orders)); err != nil {
+		return fmt.Errorf("invalid --run-id: %w", err)
+	}
+	return nil
+}
+
+// skus lists the SKUs the orders go to.
+func (c *Config) skus() []string {
+	if c.SKUList != "" {
+		return strings.Split(c.SKUList, ",")
+	}
+	out := make([]string, c.SKUs)
+	for i := range out {
+		out[i] = "SKU-" + strconv.Itoa(i)
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+func TestRunPublishesEveryOrderOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		rate      float64
+		seed      int
+		wantStock int64 // each SKU holds 4 before the run
+	}{
+		{"as fast as possible, from several goroutines, on seeded stock", 0, 7, 7},
+		{"at a rate, from one goroutine, on the stock as it was", 2000, -1, 4},
+		{"on stock seeded to nothing", 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := s.Client()
+			store := inventory.New(rdb)
+			for _, sku := range []string{"SKU-0", "SKU-1", "SKU-2"} {
+				if err := store.SetStock(context.Background(), sku, 4); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := DefaultConfig()
+			cfg.RedisURL, cfg.Orders, cfg.SKUs, cfg.SeedStock, cfg.RunID, cfg.Rate = s.URL(), 40, 3, tc.seed, "t", tc.rate
+			sum, err := Run(context.Background(), cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Published != 40 || sum.RunID != "t" || sum.Orders != 40 || len(sum.SKUs) != 3 {
+				t.Errorf("summary %+v: want 40 of 40 orders of run t published over 3 SKUs", sum)
+			}
+			var ids []string
+			for _, o := range publishedOrders(t, rdb, cfg.OrdersStream) {
+				ids = append(ids, o.OrderID)
+				if !slices.Contains([]string{"SKU-0", "SKU-1", "SKU-2"}, o.SKU) || o.Quantity != 1 || o.PlacedAt.IsZero() {
+					t.Errorf("order %+v: want one of SKU-0..2, quantity 1, a placing time", o)
+				}
+			}
+			slices.Sort(ids)
+			want := make([]string, 40)
+			for i := range want {
+				want[i] = fmt.Sprint("t-", i+1)
+			}
+			slices.Sort(want)
+			if !slices.Equal(ids, want) {
+				t.Errorf("published %v, want t-1 .. t-40 once each", ids)
+			}
+			groups, err := rdb.XInfoGroups(context.Background(), cfg.OrdersStream).Result()
+			if err != nil || len(groups) != 1 || groups[0].Name != cfg.ConsumerGroup || groups[0].LastDeliveredID != "0-0" {
+				t.Errorf("groups %+v (%v): want the workers' group, created before the first order", groups, err)
+			}
+			for _, sku := range []string{"SKU-0", "SKU-1", "SKU-2"} {
+				st, err := store.Get(context.Background(), sku)
+				if err != nil || st.Available != tc.wantStock || sum.SKUs[sku].Initial != tc.wantStock {
+					t.Errorf("stock of %s %+v (%v), initial %d in the summary: want %d", sku, st, err, sum.SKUs[sku].Initial, tc.wantStock)
+				}
+			}
+		})
+	}
+}
+
+func publishedOrders(t *testing.T, rdb *redis.Client, name string) []handlers.Order {
+	t.Helper()
+	entries, err := rdb.XRange(context.Background(), name, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := make([]handlers.Order, len(entries))
+	for i, e := range entries {
+		payload, _ := e.Values["payload"].(string)
+		if err := json.Unmarshal([]byte(payload), &orders[i]); err != nil {
+			t.Fatalf("entry %v: %v", e, err)
+		}
+	}
+	return orders
+}
+
+func TestRunWaitsForOutcomesAndChecksTheStock(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		answer       func(o handlers.Order) string // the status a fake worker answers, "" for none
+		wantRejected int
+		wantMissing  int
+		wantProblems []string
+	}{
+		{
+			name:         "every order rejected leaves the stock as it was: the check passes",
+			answer:       func(handlers.Order) string { return "rejected" },
+			wantRejected: 6,
+		},
+		{
+			name: "an order said to be reserved without the stock moving fails the check",
+			answer: func(o handlers.Order) string {
+				if o.OrderID == "t-2" {
+					return "reserved"
+				}
+				return "rejected"
+			},
+			wantRejected: 5,
+			wantProblems: []string{"SKU-0: reserved grew by 0 but outcomes reserved 1"},
+		},
+		{
+			name: "orders without an outcome by the timeout are missing",
+			answer: func(o handlers.Order) string {
+				if slices.Contains([]string{"t-1", "t-2", "t-3"}, o.OrderID) {
+					return "rejected"
+				}
+				return ""
+			},
+			wantRejected: 3,
+			wantMissing:  3,
+			wantProblems: []string{"3 orders have no outcome"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := s.Client()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cfg := DefaultConfig()
+			cfg.RedisURL, cfg.Orders, cfg.SKUList, cfg.SeedStock, cfg.RunID = s.URL(), 6, "SKU-0", 5, "t"
+			cfg.Wait, cfg.Timeout = true, 2*time.Second
+			// An outcome of an earlier run with the same id: not one of this run's.
+			if err := rdb.XAdd(ctx, resultEntry(cfg.ResultsStream, handlers.Order{OrderID: "t-1", SKU: "SKU-0", Quantity: 1}, "reserved")).Err(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			go func() { defer close(done); fakeWorker(ctx, rdb, cfg, tc.answer) }()
+			defer func() { cancel(); <-done }()
+
+			sum, err := Run(ctx, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Rejected != tc.wantRejected || sum.Missing != tc.wantMissing || sum.Reserved != 6-tc.wantRejected-tc.wantMissing {
+				t.Errorf("%d reserved, %d rejected, %d missing; want %d, %d, %d", sum.Reserved, sum.Rejected, sum.Missing,
+					6-tc.wantRejected-tc.wantMissing, tc.wantRejected, tc.wantMissing)
+			}
+			if !slices.Equal(sum.Problems, tc.wantProblems) || sum.Consistent != (tc.wantProblems == nil) {
+				t.Errorf("problems %q (consistent %v), want %q", sum.Problems, sum.Consistent, tc.wantProblems)
+			}
+			if k := sum.SKUs["SKU-0"]; k.Initial != 5 || k.Available != 5 || k.Reserved != 0 {
+				t.Errorf("SKU-0 %+v: want the 5 seeded, all available", k)
+			}
+		})
+	}
+}
+
+// fakeWorker answers each order of the orders stream with the outcome answer gives, without touching the stock.
+func fakeWorker(ctx context.Context, rdb *redis.Client, cfg Config, answer func(handlers.Order) string) {
+	for ctx.Err() == nil {
+		streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.ConsumerGroup, Consumer: "fake",
+			Streams: []string{cfg.OrdersStream, ">"}, Block: 100 * time.Millisecond}).Result()
+		if err != nil { // no group yet, or nothing new
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for _, e := range streams[0].Messages {
+			var o handlers.Order
+			payload, _ := e.Values["payload"].(string)
+			if json.Unmarshal([]byte(payload), &o) == nil && answer(o) != "" {
+				_ = rdb.XAdd(ctx, resultEntry(cfg.ResultsStream, o, answer(o))).Err() // a missing outcome fails the test
+			}
+		}
+	}
+}
+
+// resultEntry is the outcome event a worker would add for o.
+func resultEntry(name string, o handlers.Order, status string) *redis.XAddArgs {
+	payload, _ := json.Marshal(map[string]any{"order_id": o.OrderID, "sku": o.SKU, "quantity": o.Quantity,
+		"status": status, "processed_at": time.Now().UTC()})
+	return &redis.XAddArgs{Stream: name, Values: map[string]any{"payload": payload}}
+}

@@ -1,0 +1,99 @@
+package stockctl
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// app is what a command works with: the settings, the Redis clients and the output.
+type app struct {
+	opts    *options
+	rdb     *redis.Client   // REDIS_URL: streams and stock
+	masters []*redis.Client // REDLOCK_URLS, empty without Redlock
+	store   *inventory.Store
+	stdout  io.Writer
+}
+
+// newApp makes the clients of the checked settings; they connect on their first command.
+func newApp(o *options, stdout io.Writer) (*app, error) {
+	streams, masters, err := o.redisOptions()
+	if err != nil {
+		return nil, asUsage(err)
+	}
+	rdb := redis.NewClient(streams)
+	return &app{opts: o, rdb: rdb, masters: newClients(masters), store: inventory.New(rdb), stdout: stdout}, nil
+}
+
+// redisOptions reads REDIS_URL and REDLOCK_URLS.
+func (o *options) redisOptions() (streams *redis.Options, masters []*redis.Options, err error) {
+	if streams, err = config.RedisOptions(o.RedisURL); err != nil {
+		return nil, nil, fmt.Errorf("invalid REDIS_URL: %w", err)
+	}
+	if masters, err = config.RedisURLs(o.redlockURLs); err != nil {
+		return nil, nil, fmt.Errorf("invalid REDLOCK_URLS: %w", err)
+	}
+	return streams, masters, nil
+}
+
+func newClients(opts []*redis.Options) []*redis.Client {
+	var clients []*redis.Client
+	for _, o := range opts {
+		clients = append(clients, redis.NewClient(o))
+	}
+	return clients
+}
+
+func (a *app) close() {
+	_ = a.rdb.Close()
+	for _, m := range a.masters {
+		_ = m.Close()
+	}
+}
+
+// finish prints the report of a command, if it got as far as one, and returns the error the command
+// ends with. A failure part-way is that error: the report shows how far the command got. Otherwise a
+// failure to print comes first, then the command's own verdict (a not-found).
+func (a *app) finish(r report, err error) error {
+	if r == nil {
+		return err
+	}
+	if printErr := a.emit(r); printErr != nil && exitCode(err) != ExitFailure {
+		return printErr
+	}
+	return err
+}
+
+// forEach hands each item to step in turn and each result to add. It stops at the first error, which a
+// command returns with its report of the steps done.
+func forEach[T, R any](ctx context.Context, items []T, step func(context.Context, T) (R, error), add func(R)) error {
+	for _, item := range items {
+		res, err := step(ctx, item)
+		if err != nil {
+			return err
+		}
+		add(res)
+	}
+	return nil
+}
+
+// mapEach hands each item to step in turn and returns the results; it stops at the first error.
+func mapEach[T, R any](ctx context.Context, items []T, step func(context.Context, T) (R, error)) ([]R, error) {
+	out := make([]R, 0, len(items))
+	err := forEach(ctx, items, step, func(res R) { out = append(out, res) })
+	return out, err
+}
+
+// convert maps each item of a reply to what a report shows of it.
+func convert[T, R any](items []T, f func(T) R) []R {
+	out := make([]R, len(items))
+	for i, item := range items {
+		out[i] = f(item)
+	}
+	return out
+}

@@ -1,0 +1,243 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/stream"
+)
+
+// The per-message chain of a consumer, outermost first; every step is a message.HandlerMiddleware:
+//
+//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ decode ▶ ack ▶ lock ▶ reserve
+//
+// Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
+// back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
+// a crash), a panic must be poisoned rather than retried, and poisoning must add the entry to the poison
+// stream and ack it in one transaction, keeping its original fields.
+
+// consumer is one consumer of the group: the one a message was delivered to, and its chain.
+type consumer struct {
+	rdb          redis.UniversalClient
+	stream       string // the orders stream
+	group        string
+	name         string
+	poisonStream string
+	poisonMaxLen int
+	maxAttempts  int
+	claimIdle    time.Duration
+	logger       *slog.Logger
+	// drainCtx ends when in-flight orders must stop (SHUTDOWN_TIMEOUT after SIGTERM, or Close).
+	drainCtx context.Context
+	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
+	raiseToken func(ctx context.Context, key string, token int64) error
+	busy       *atomic.Int64 // since when the consumer has been handling its message (unix ns), 0 when idle
+}
+
+// chain wraps h, the last step, in the consumer's chain; lock is the lock middleware, nil for none.
+func (c *consumer) chain(lock message.HandlerMiddleware, h message.HandlerFunc) message.HandlerFunc {
+	steps := []message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.drain, c.retry, c.keepAlive,
+		handlers.Decode, c.ack}
+	if lock != nil {
+		steps = append(steps, lock)
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		h = steps[i](h)
+	}
+	return h
+}
+
+// trace continues the trace the message carries (W3C traceparent in its metadata, set by the producer)
+// with a consumer span around the whole handling, and counts the messages in flight.
+func (c *consumer) trace(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		orig := msg.Context()
+		ctx, span := stream.Tracer().Start(stream.Extract(orig, msg), c.stream+" process",
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(stream.MessagingSystem.String("redis"), stream.Destination.String(c.stream),
+				stream.Operation.String("process"), stream.MessageID.String(msg.UUID),
+				stream.ConsumerGroup.String(c.group), stream.ClientID.String(c.name)))
+		inFlight.Add(ctx, 1)
+		c.busy.Store(time.Now().UnixNano())
+		defer func() {
+			c.busy.Store(0)
+			inFlight.Add(context.WithoutCancel(ctx), -1)
+			span.End()
+			msg.SetContext(orig)
+		}()
+		msg.SetContext(ctx)
+		msgs, err := h(msg)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "handling failed")
+		}
+		return msgs, err
+	}
+}
+
+// poison sends a message that can never succeed to the poison stream and acks it, in one MULTI: an entry
+// marked unreadable by the unmarshaller, one the handler rejects as bad input, one whose handling panicked,
+// and one that failed permanently or too often (retry). The poison entry holds the original fields, plus
+// poison_reason, poison_source_stream and poison_source_id. Anything else passes through.
+func (c *consumer) poison(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		reason, kind := msg.Metadata.Get(stream.MetaBadEntry), reasonBadInput
+		if reason == "" {
+			msgs, err := h(msg)
+			if reason, kind = poisonReason(err); reason == "" {
+				return msgs, err
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
+		defer cancel()
+		if err := c.toPoison(ctx, msg.UUID, reason); err != nil {
+			return nil, fmt.Errorf("poison entry %s: %w", msg.UUID, err)
+		}
+		c.logger.Warn("poisoned entry", "stream", c.stream, "id", msg.UUID, "reason", reason)
+		stream.Poisoned.Add(ctx, 1, kind)
+		trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
+		return nil, nil
+	}
+}
+
+// recoverPanic turns a panic of the handler into a *panicError, which poison sends to the poison stream: a
+// message that panics once would panic again.
+func (c *consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) (msgs []*message.Message, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				p := &panicError{value: v, stack: debug.Stack()}
+				c.logger.Error("handler panicked", "id", msg.UUID, "panic", v, "stack", string(p.stack))
+				err = p
+			}
+		}()
+		return h(msg)
+	}
+}
+
+// drain runs the handler under a context that survives the router's shutdown (which cancels message
+// contexts at once) until drainCtx ends, so in-flight orders finish on SIGTERM.
+func (c *consumer) drain(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		orig := msg.Context()
+		ctx, cancel := context.WithCancelCause(context.WithoutCancel(orig))
+		stop := context.AfterFunc(c.drainCtx, func() { cancel(context.Cause(c.drainCtx)) })
+		defer func() {
+			stop()
+			cancel(nil)
+			msg.SetContext(orig)
+		}()
+		msg.SetContext(ctx)
+		return h(msg)
+	}
+}
+
+// retry runs the handler once per delivery and hands a failed attempt back to the group (see attempts.go:
+// which failures count, and MaxAttempts). When Redis cannot take the entry back, the handler is retried
+// here with backoff, as long as the message context lives.
+func (c *consumer) retry(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		deliveries := max(stream.Deliveries(msg), 1)
+		if deliveries > c.maxAttempts {
+			return nil, &permanentError{deliveries: deliveries - 1}
+		}
+		for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
+			msgs, err := h(msg)
+			if err == nil || errors.Is(err, handlers.ErrBadInput) {
+				return msgs, err
+			}
+			if err := c.failed(msg, deliveries, err); err != nil {
+				return nil, err
+			}
+			if c.handBack(msg, classify(err), deliveries, err) {
+				return nil, nil
+			}
+			if err := sleep(msg.Context(), backoff, err); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// sleep waits d, or fails with err and the cause once ctx is done.
+func sleep(ctx context.Context, d time.Duration, err error) error {
+	select {
+	case <-ctx.Done():
+		return errors.Join(err, context.Cause(ctx))
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// keepAlive resets the idle time of the entry in Redis every third of the claim idle time while it is
+// handled, so a slow order (waiting for a hot lock) is not claimed by another worker. Only an entry still
+// owned by this consumer is touched. It returns only once its last reset is done: a reset after the
+// attempt was handed back would delay the retry by a whole claim idle time.
+func (c *consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer close(done)
+		wg.Go(func() { c.touchUntil(msg, done) })
+		return h(msg)
+	}
+}
+
+func (c *consumer) touchUntil(msg *message.Message, done <-chan struct{}) {
+	tick := time.NewTicker(c.claimIdle / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(msg.Context(), c.claimIdle/3)
+			_ = c.reclaim(ctx, msg.UUID, 0, false)
+			cancel()
+		}
+	}
+}
+
+// ack acknowledges the entry itself once the handler succeeded, with the worker's own client: the
+// subscriber's ack is dropped when the router is closing, and a drained message must not be redelivered.
+func (c *consumer) ack(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		msgs, err := h(msg)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.rdb.XAck(msg.Context(), c.stream, c.group, msg.UUID).Err(); err != nil {
+			return nil, fmt.Errorf("ack entry %s: %w", msg.UUID, err)
+		}
+		return msgs, nil
+	}
+}
+
+// delayWrite is fault injection for the chaos tests (FAULT_DELAY_WRITE), after the lock: it holds each
+// stock write back d after the lock was taken and then lets it run even if the lease was lost meanwhile,
+// as a write stuck in a stalled network or a paused process would. The fencing token must refuse it.
+func delayWrite(d time.Duration) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			time.Sleep(d)
+			orig := msg.Context()
+			msg.SetContext(context.WithoutCancel(orig))
+			defer msg.SetContext(orig)
+			return h(msg)
+		}
+	}
+}

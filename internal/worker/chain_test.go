@@ -1,0 +1,211 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// chainEnv is one consumer c1 of group g on the stream orders, in a Redis of its own, and an entry
+// delivered to it.
+type chainEnv struct {
+	rdb *redis.Client
+	c   *consumer
+}
+
+func newChainEnv(t *testing.T) chainEnv {
+	t.Helper()
+	rdb := redistest.Start(t).Client()
+	if err := rdb.XGroupCreateMkStream(context.Background(), "orders", "g", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return chainEnv{rdb: rdb, c: testConsumer(rdb)}
+}
+
+// deliver adds an entry and delivers it to c1, as a message that came through the Reader: its UUID is the
+// entry id, its metadata says how many times it was delivered.
+func (e chainEnv) deliver(t *testing.T, deliveries int) *message.Message {
+	t.Helper()
+	ctx := context.Background()
+	id := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "p", "extra", "x"}}).Val()
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]any{"payload": "p", "extra": "x"}
+	msg, _ := stream.Unmarshaller{}.Unmarshal(values)
+	msg.UUID = id
+	msg.Metadata.Set("stockflow_deliveries", strconv.Itoa(deliveries))
+	msg.SetContext(context.Background())
+	return msg
+}
+
+func (e chainEnv) pending(t *testing.T) []redis.XPendingExt {
+	t.Helper()
+	p, err := e.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (e chainEnv) poisoned(t *testing.T) []redis.XMessage {
+	t.Helper()
+	return e.rdb.XRange(context.Background(), "orders-poison", "-", "+").Val()
+}
+
+// stub is a handler that counts its calls and returns err (or panics with it, if panics).
+type stub struct {
+	calls  int
+	err    error
+	panics bool
+	ctx    context.Context // the context of the last call
+}
+
+func (s *stub) handle(msg *message.Message) ([]*message.Message, error) {
+	s.calls++
+	s.ctx = msg.Context()
+	if s.panics {
+		panic(s.err)
+	}
+	return nil, s.err
+}
+
+func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
+	cases := []struct {
+		name      string
+		bad       string // the unmarshaller's bad-entry mark
+		stub      stub
+		reason    string // "" when the message must pass through
+		wantCalls int
+	}{
+		{"an unreadable entry skips the handler", "entry has no payload", stub{}, "entry has no payload", 0},
+		{"bad input", "", stub{err: handlers.ErrBadInput}, handlers.ErrBadInput.Error(), 1},
+		{"a panic", "", stub{err: errors.New("boom"), panics: true}, "panic: boom", 1},
+		{"an order failing too often", "", stub{err: &permanentError{deliveries: 9}}, "delivered 9 times", 1},
+		{"a transient failure passes through", "", stub{err: errors.New("redis down")}, "", 1},
+		{"a success passes through", "", stub{}, "", 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newChainEnv(t)
+			msg := e.deliver(t, 1)
+			if tc.bad != "" {
+				msg.Metadata.Set(stream.MetaBadEntry, tc.bad)
+			}
+			_, err := e.c.poison(e.c.recoverPanic(tc.stub.handle))(msg)
+			if tc.stub.calls != tc.wantCalls {
+				t.Fatalf("handler ran %d times, want %d", tc.stub.calls, tc.wantCalls)
+			}
+			poison := e.poisoned(t)
+			if tc.reason == "" {
+				if len(poison) != 0 || !errors.Is(err, tc.stub.err) {
+					t.Fatalf("poisoned %v, err %v: want nothing poisoned and the handler's error %v", poison, err, tc.stub.err)
+				}
+				return
+			}
+			if err != nil || len(poison) != 1 || len(e.pending(t)) != 0 {
+				t.Fatalf("err %v, poison %v, pending %v: want one poison entry and the entry acked", err, poison, e.pending(t))
+			}
+			v := poison[0].Values
+			if !strings.Contains(v["poison_reason"].(string), tc.reason) || v["poison_source_id"] != msg.UUID || v["extra"] != "x" {
+				t.Fatalf("poison entry %v: want reason %q, the source id and the original fields", v, tc.reason)
+			}
+		})
+	}
+}
+
+func TestRetryHandsFailuresBackAndCountsOnlyPermanentOnes(t *testing.T) {
+	cases := []struct {
+		name       string
+		deliveries int // the maximum is 3
+		err        error
+		wantCalls  int
+		wantErr    string // "" for a hand-back (nil error)
+		handedBack bool
+		counted    bool // the hand-back keeps the delivery in the count
+	}{
+		{"a transient failure is handed back uncounted", 1, errors.New("redis down"), 1, "", true, false},
+		{"a permanent failure before the last attempt is handed back counted", 2, inventory.ErrCorrupt, 1, "", true, true},
+		{"a permanent failure on the last attempt is poisoned", 3, inventory.ErrCorrupt, 1, "failed permanently on attempt 3", false, false},
+		{"bad input passes through", 1, handlers.ErrBadInput, 1, handlers.ErrBadInput.Error(), false, false},
+		{"a delivery over the maximum never runs", 4, nil, 0, "delivered 3 times without an outcome", false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newChainEnv(t)
+			msg := e.deliver(t, tc.deliveries)
+			h := &stub{err: tc.err}
+			_, err := e.c.retry(h.handle)(msg)
+			if h.calls != tc.wantCalls {
+				t.Fatalf("handler ran %d times, want %d", h.calls, tc.wantCalls)
+			}
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err %v, want %q", err, tc.wantErr)
+			}
+			p := e.pending(t)
+			if len(p) != 1 {
+				t.Fatalf("pending %v: the entry must stay pending (retry never acks)", p)
+			}
+			// A hand-back makes the entry look idle for CLAIM_IDLE less about a second.
+			if handedBack := p[0].Idle > e.c.claimIdle/2; handedBack != tc.handedBack {
+				t.Fatalf("idle %v: handed back %v, want %v", p[0].Idle, handedBack, tc.handedBack)
+			}
+			if tc.handedBack && (p[0].RetryCount == 1) != tc.counted {
+				t.Fatalf("delivery count %d after the hand-back: counted %v, want %v", p[0].RetryCount, p[0].RetryCount == 1, tc.counted)
+			}
+		})
+	}
+}
+
+func TestAckOnlyAfterSuccess(t *testing.T) {
+	e := newChainEnv(t)
+	failing := e.deliver(t, 1)
+	if _, err := e.c.ack((&stub{err: errors.New("no")}).handle)(failing); err == nil {
+		t.Fatal("the handler's error was lost")
+	}
+	ok := e.deliver(t, 1)
+	if _, err := e.c.ack((&stub{}).handle)(ok); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.pending(t); len(p) != 1 || p[0].ID != failing.UUID {
+		t.Fatalf("pending %v, want only the failed entry %s", p, failing.UUID)
+	}
+}
+
+func TestDrainOutlivesTheMessageContextUntilTheDeadline(t *testing.T) {
+	e := newChainEnv(t)
+	drain, stopDrain := context.WithCancelCause(context.Background())
+	e.c.drainCtx = drain
+	msgCtx, cancelMsg := context.WithCancel(context.Background())
+	msg := e.deliver(t, 1)
+	msg.SetContext(msgCtx)
+
+	var during, after error
+	h := func(msg *message.Message) ([]*message.Message, error) {
+		cancelMsg() // the router shuts down
+		during = msg.Context().Err()
+		stopDrain(errShutdownTimeout) // SHUTDOWN_TIMEOUT passes
+		<-msg.Context().Done()
+		after = context.Cause(msg.Context())
+		return nil, nil
+	}
+	if _, err := e.c.drain(h)(msg); err != nil {
+		t.Fatal(err)
+	}
+	if during != nil || !errors.Is(after, errShutdownTimeout) {
+		t.Fatalf("handler context: %v once the message context ended (want alive), cause %v at the deadline (want %v)", during, after, errShutdownTimeout)
+	}
+	if msg.Context() != msgCtx {
+		t.Fatal("the message context was not restored")
+	}
+}

@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/otelsetup"
+	"github.com/stockflow/stockflow/lockmw"
+)
+
+// LockerFlags lets a main choose the locker: it defines its flags on the set and returns what picks the
+// locker once they are parsed (a nil locker: the one the settings describe).
+type LockerFlags func(*config.Set) func(Config) (lockmw.Locker, error)
+
+// Main is the main function of a worker process (cmd/worker, the bench's worker): it reads the settings
+// from args and the environment, sets up telemetry and runs the worker until SIGINT or SIGTERM. It returns
+// the exit code: 0 after a clean shutdown or -h, 2 for a bad setting or a failed run. lockers may be nil.
+func Main(name string, args []string, lockers LockerFlags) int {
+	err := runMain(name, args, lockers)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+	return 2
+}
+
+func runMain(name string, args []string, lockers LockerFlags) error {
+	cfg := DefaultConfig()
+	set := config.NewSet(name, nil)
+	Flags(set, &cfg)
+	pickLocker := func(Config) (lockmw.Locker, error) { return nil, nil }
+	if lockers != nil {
+		pickLocker = lockers(set)
+	}
+	if err := set.Parse(args); err != nil {
+		return err
+	}
+	locker, err := pickLocker(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	tel, err := otelsetup.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	logger := config.Logger(os.Stderr)
+	defer flush(tel, logger.Error)
+	w, err := New(cfg, logger, Options{Metrics: tel.Metrics, Tracing: tel.Tracing, Locker: locker})
+	if err != nil {
+		return err
+	}
+	logger.Info("worker started", "name", cfg.Name, "consumers", cfg.Concurrency, "orders", cfg.OrdersStream,
+		"group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != "")
+	return w.Run(ctx)
+}
+
+// flush flushes what the exporters buffered, also after a signal ended the run.
+func flush(tel interface{ Shutdown(context.Context) error }, logError func(string, ...any)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		logError("telemetry shutdown", "err", err)
+	}
+}

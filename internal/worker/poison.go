@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/stockflow/stockflow/handlers"
+)
+
+// poisonReason says why err sends its message to the poison stream, or "" when it does not.
+func poisonReason(err error) (string, metric.MeasurementOption) {
+	var panicked *panicError
+	var failed *permanentError
+	switch {
+	case errors.As(err, &panicked):
+		return panicked.Error(), reasonPanic
+	case errors.As(err, &failed):
+		return failed.Error(), failed.kind()
+	case errors.Is(err, handlers.ErrBadInput):
+		return err.Error(), reasonBadInput
+	}
+	return "", nil
+}
+
+// toPoison adds the entry id to the poison stream with reason and acks it, in one MULTI.
+func (c *consumer) toPoison(ctx context.Context, id, reason string) error {
+	fields := map[string]any{}
+	entries, err := c.rdb.XRange(ctx, c.stream, id, id).Result()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		for k, v := range e.Values {
+			fields[k] = v
+		}
+	}
+	fields["poison_reason"] = reason
+	fields["poison_source_stream"] = c.stream
+	fields["poison_source_id"] = id
+	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: c.poisonStream, Values: fields, MaxLen: int64(c.poisonMaxLen), Approx: true})
+		p.XAck(ctx, c.stream, c.group, id)
+		return nil
+	})
+	return err
+}
+
+//go:embed reclaim.lua
+var reclaimLua string
+var reclaimScript = redis.NewScript(reclaimLua)
+
+// reclaim sets the idle time of the entry msgID if this consumer still owns it (reclaim.lua).
+func (c *consumer) reclaim(ctx context.Context, msgID string, idle time.Duration, uncount bool) error {
+	flag := 0
+	if uncount {
+		flag = 1
+	}
+	return reclaimScript.Run(ctx, c.rdb, []string{c.stream}, c.group, c.name, msgID, idle.Milliseconds(), flag).Err()
+}
+
+// panicError is a panic of the handler, recovered.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
+
+// handBackPending gives the entries the consumer still has pending back to the group, uncounted, to be
+// claimed at the next claim round; it returns how many it handed back.
+func (c *consumer) handBackPending(ctx context.Context) (int, error) {
+	pending, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.stream, Group: c.group, Start: "-",
+		End: "+", Count: 100, Consumer: c.name}).Result()
+	n := 0
+	for _, p := range pending {
+		if err = c.reclaim(ctx, p.ID, c.claimIdle, true); err == nil {
+			n++
+		}
+	}
+	return n, err
+}
