@@ -118,6 +118,23 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 }
 
+// pause stops the worker with SIGSTOP and waits until the kernel shows it stopped.
+func (p *proc) pause() {
+	p.signal(syscall.SIGSTOP)
+	waitFor(p.t, 2*time.Second, "worker "+p.name+" is stopped", p.stopped)
+}
+
+// stopped reads the process state from /proc: T is stopped by a signal.
+func (p *proc) stopped() bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		p.t.Fatalf("state of worker %s: %v", p.name, err)
+	}
+	// pid (comm) state ...: comm may hold spaces, the state follows the last ')'.
+	_, rest, _ := strings.Cut(string(stat[strings.LastIndexByte(string(stat), ')'):]), " ")
+	return strings.HasPrefix(rest, "T")
+}
+
 // exited waits up to timeout for the process to end and returns its exit error.
 func (p *proc) exited(timeout time.Duration) (error, bool) {
 	exited, err := p.Wait(timeout)

@@ -123,7 +123,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		owners, _ := rdb.HKeys(ctx, "lock:{P}").Result()
 		return len(owners) == 1 && strings.HasPrefix(owners[0], "a:")
 	})
-	a.signal(syscall.SIGSTOP)
+	a.pause()
 	if rdb.Exists(ctx, "order:{P}:o-a").Val() == 1 {
 		t.Fatal("worker a wrote before it was paused: the test did not exercise a stale write")
 	}
@@ -135,6 +135,9 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	waitFor(t, 10*time.Second, "worker b reserved o-b", func() bool {
 		return rdb.Exists(ctx, "order:{P}:o-b").Val() == 1
 	})
+	if !a.stopped() {
+		t.Fatal("worker a was running again before the test resumed it: the test did not exercise a paused holder")
+	}
 	a.signal(syscall.SIGCONT)
 	waitFor(t, 15*time.Second, "worker a decided o-a", func() bool {
 		return rdb.Exists(ctx, "order:{P}:o-a").Val() == 1

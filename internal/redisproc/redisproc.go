@@ -189,8 +189,17 @@ func (s *Server) args() []string {
 		"--port", port, "--bind", host, "--dir", s.opts.Dir, "--logfile", "",
 		"--daemonize", "no", "--protected-mode", "no", "--save", "",
 		"--appendonly", appendonly, "--appendfsync", "always",
-		"--proc-title-template", "{title} {listen-addr} " + ProcessMarker,
+		"--proc-title-template", "{title} {listen-addr} " + title(),
 	}
+}
+
+// title is ProcessMarker, followed by the test run it belongs to when STOCKFLOW_TEST_RUN names one
+// (scripts/test.sh does, so that it counts only its own servers as leaked, not a concurrent run's).
+func title() string {
+	if run := os.Getenv("STOCKFLOW_TEST_RUN"); run != "" {
+		return ProcessMarker + " run=" + run
+	}
+	return ProcessMarker
 }
 
 // waitReady waits until the server answers PING.
