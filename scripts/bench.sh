@@ -15,6 +15,7 @@
 # Exits 1 when a correctness check failed (a lock let two holders in, a safe stock strategy oversold,
 # the naive one did not, the end-to-end consistency check failed), 2 when the run itself broke.
 set -euo pipefail
+scripts=$(cd "$(dirname "$0")" && pwd)
 cd "$(dirname "$0")/../bench"
 
 out=results/latest
@@ -26,16 +27,7 @@ for arg in "$@"; do
   esac
 done
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "bench.sh: redis-server missing, installing it with apt-get" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
-  else
-    echo "bench.sh: redis-server is missing; install it: sudo apt-get install -y redis-server" >&2
-    exit 1
-  fi
-fi
+source "$scripts/ensure-redis.sh"
 
 tmp=$(mktemp -d)
 pidfile="$tmp/pids"

@@ -2,19 +2,10 @@
 # The project's test command (README.md, .ci/run): gofmt, go vet and the race-enabled tests of every Go
 # module in the repo, against real redis-server processes that the tests start themselves.
 set -euo pipefail
+scripts=$(cd "$(dirname "$0")" && pwd)
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test.sh: redis-server missing, installing it with apt-get" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
-    # The Debian package may start a service on 6379; the tests never use it, they start their own servers.
-  else
-    echo "test.sh: redis-server is missing; install it: sudo apt-get install -y redis-server" >&2
-    exit 1
-  fi
-fi
+source "$scripts/ensure-redis.sh"
 
 marker=stockflow-redistest # internal/redistest.ProcessMarker
 # The servers of this run carry its id in their title (internal/redisproc), so a run that overlaps another
