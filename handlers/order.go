@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -59,6 +61,10 @@ func newResult(out inventory.Outcome, worker string, waited time.Duration) Resul
 }
 
 // DecodeOrder parses and validates an order payload. Its errors wrap ErrBadInput and say what is wrong.
+//
+// The object is read strictly: a key given twice, or one that differs from a field's name only in case
+// ("Quantity"), is refused. Go's decoder alone would match keys case-insensitively and keep the last, so
+// {"quantity":1,"Quantity":900000} would be read as 900000 where a case-sensitive gateway saw 1.
 func DecodeOrder(payload []byte) (Order, error) {
 	var o Order
 	switch {
@@ -68,8 +74,8 @@ func DecodeOrder(payload []byte) (Order, error) {
 		return o, fmt.Errorf("%w: payload of %d bytes is over the %d byte limit", ErrBadInput, len(payload), MaxPayload)
 	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
-	if err := dec.Decode(&o); err != nil {
-		return o, fmt.Errorf("%w: payload is not an order JSON object: %v", ErrBadInput, err)
+	if err := decodeObject(dec, &o); err != nil {
+		return o, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return o, fmt.Errorf("%w: payload has data after the order JSON object", ErrBadInput)
@@ -78,6 +84,83 @@ func DecodeOrder(payload []byte) (Order, error) {
 		return o, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	return o, nil
+}
+
+// orderFields are the keys of an order and where their values go.
+var orderFields = map[string]func(*Order) any{
+	"order_id":  func(o *Order) any { return &o.OrderID },
+	"sku":       func(o *Order) any { return &o.SKU },
+	"quantity":  func(o *Order) any { return &o.Quantity },
+	"placed_at": func(o *Order) any { return &o.PlacedAt },
+}
+
+// decodeObject reads one JSON object into o, key by key, refusing repeated and case-variant keys.
+func decodeObject(dec *json.Decoder, o *Order) error {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return notAnOrder(err, "it does not start with {")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return notAnOrder(err, "")
+		}
+		key, _ := tok.(string)
+		if err := checkKey(seen, key); err != nil {
+			return err
+		}
+		if err := decodeValue(dec, o, key); err != nil {
+			return notAnOrder(err, "")
+		}
+	}
+	_, err := dec.Token() // the closing brace
+	return notAnOrder(err, "")
+}
+
+// checkKey refuses a key seen before, or one that only case-folds to an order field's name.
+func checkKey(seen map[string]bool, key string) error {
+	folded := foldKey(key)
+	if seen[folded] {
+		return fmt.Errorf("payload has the key %.64q more than once (keys are compared without case)", key)
+	}
+	seen[folded] = true
+	for field := range orderFields {
+		if key != field && strings.EqualFold(key, field) {
+			return fmt.Errorf("payload key %.64q differs from the field %q only in case", key, field)
+		}
+	}
+	return nil
+}
+
+// foldKey maps every letter of key to the smallest one it case-folds with, as encoding/json compares
+// keys (so "K", "k" and the Kelvin sign fold alike).
+func foldKey(key string) string {
+	return strings.Map(func(r rune) rune {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		return least
+	}, key)
+}
+
+// decodeValue reads the value of key into its field, or skips it when the key is not an order field.
+func decodeValue(dec *json.Decoder, o *Order, key string) error {
+	if field, ok := orderFields[key]; ok {
+		return dec.Decode(field(o))
+	}
+	var skip json.RawMessage
+	return dec.Decode(&skip)
+}
+
+func notAnOrder(err error, why string) error {
+	if err == nil && why == "" {
+		return nil
+	}
+	if err != nil {
+		why = err.Error()
+	}
+	return fmt.Errorf("payload is not an order JSON object: %s", why)
 }
 
 type orderKey struct{}

@@ -38,6 +38,12 @@ func TestDecodeOrder(t *testing.T) {
 		{"a SKU with a space is refused", `{"order_id":"o","sku":"S 1","quantity":1}`, "sku"},
 		{"a SKU with braces is refused", `{"order_id":"o","sku":"{S}","quantity":1}`, "sku"},
 		{"a bad placed_at is refused", `{"order_id":"o","sku":"S","quantity":1,"placed_at":"yesterday"}`, "not an order JSON object"},
+		{"a second quantity in other case is refused (key smuggling)", `{"order_id":"o","sku":"S","quantity":1,"Quantity":900000}`, "more than once"},
+		{"a repeated key is refused", `{"order_id":"o","sku":"S","quantity":1,"quantity":2}`, "more than once"},
+		{"a field name in other case is refused", `{"order_id":"o","sku":"S","Quantity":1}`, "only in case"},
+		{"a field name with a Kelvin sign is refused", `{"order_id":"o","s\u212au":"S","quantity":1}`, "only in case"},
+		{"a repeated unknown key is refused", `{"order_id":"o","sku":"S","quantity":1,"note":"a","NOTE":"b"}`, "more than once"},
+		{"null is refused", `null`, "not an order JSON object"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

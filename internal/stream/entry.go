@@ -3,6 +3,7 @@ package stream
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
@@ -45,7 +46,6 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ er
 		return badEntry(id, "unreadable entry: "+err.Error()), nil
 	}
 	msg.UUID = id
-	delete(msg.Metadata, MetaBadEntry) // only the worker marks entries
 	markUnusual(msg, values)
 	return msg, nil
 }
@@ -63,14 +63,37 @@ func takeReaderFields(values map[string]any) (id string, deliveries int64) {
 	return id, deliveries
 }
 
-// markUnusual takes the trace context a foreign producer sent as a field of its own, and marks an entry
-// without a payload field as bad.
+// markUnusual drops the metadata a producer must not set, takes the trace context a foreign producer sent
+// as a field of its own, and marks an entry without a payload field as bad.
 func markUnusual(msg *message.Message, values map[string]any) {
 	if tp, ok := values["traceparent"].(string); ok && msg.Metadata.Get("traceparent") == "" {
 		msg.Metadata.Set("traceparent", tp)
 	}
+	dropUntrusted(msg.Metadata)
 	if _, ok := values["payload"]; !ok {
 		msg.Metadata.Set(MetaBadEntry, `entry has no "payload" field`)
+	}
+}
+
+// Largest trace context taken from a producer: a version-00 traceparent has 55 characters; W3C caps
+// tracestate at 512.
+const (
+	maxTraceparent = 128
+	maxTracestate  = 512
+)
+
+// dropUntrusted removes the worker's own keys (stockflow_*: only the worker marks entries), baggage (it
+// would travel into every outcome event and span), and trace context over its size limit.
+func dropUntrusted(md message.Metadata) {
+	for k := range md {
+		if strings.HasPrefix(k, "stockflow_") || k == "baggage" {
+			delete(md, k)
+		}
+	}
+	for k, limit := range map[string]int{"traceparent": maxTraceparent, "tracestate": maxTracestate} {
+		if len(md.Get(k)) > limit {
+			delete(md, k)
+		}
 	}
 }
 

@@ -101,6 +101,7 @@ func (c *consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 				return msgs, err
 			}
 		}
+		reason = truncate(reason, maxReason)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
 		defer cancel()
 		if err := c.toPoison(ctx, msg.UUID, reason); err != nil {

@@ -3,9 +3,11 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -92,6 +94,7 @@ func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
 		{"bad input", "", stub{err: handlers.ErrBadInput}, handlers.ErrBadInput.Error(), 1},
 		{"a panic", "", stub{err: errors.New("boom"), panics: true}, "panic: boom", 1},
 		{"an order failing too often", "", stub{err: &permanentError{deliveries: 9}}, "delivered 9 times", 1},
+		{"a long reason is cut", "", stub{err: fmt.Errorf("%w: sku %q", handlers.ErrBadInput, strings.Repeat("é", 40000))}, "…", 1},
 		{"a transient failure passes through", "", stub{err: errors.New("redis down")}, "", 1},
 		{"a success passes through", "", stub{}, "", 1},
 	}
@@ -117,6 +120,9 @@ func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
 				t.Fatalf("err %v, poison %v, pending %v: want one poison entry and the entry acked", err, poison, e.pending(t))
 			}
 			v := poison[0].Values
+			if r := v["poison_reason"].(string); len(r) > maxReason || !utf8.ValidString(r) {
+				t.Fatalf("poison reason of %d bytes (valid UTF-8: %v), want at most %d", len(r), utf8.ValidString(r), maxReason)
+			}
 			if !strings.Contains(v["poison_reason"].(string), tc.reason) || v["poison_source_id"] != msg.UUID || v["extra"] != "x" {
 				t.Fatalf("poison entry %v: want reason %q, the source id and the original fields", v, tc.reason)
 			}

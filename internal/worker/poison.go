@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
@@ -26,6 +27,21 @@ func poisonReason(err error) (string, metric.MeasurementOption) {
 		return err.Error(), reasonBadInput
 	}
 	return "", nil
+}
+
+// maxReason bounds a poison reason (stored and logged): an error may quote the bad input it refused.
+const maxReason = 1024
+
+// truncate shortens s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // toPoison adds the entry id to the poison stream with reason and acks it, in one MULTI.
