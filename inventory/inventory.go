@@ -69,6 +69,8 @@ type Stock struct {
 type Store struct {
 	rdb       redis.Scripter
 	ttlMillis int64
+	// fenceCounter names the lock's fencing counter of a SKU (WithFenceCounter); nil: none.
+	fenceCounter func(sku string) string
 }
 
 // Option configures a Store.
@@ -83,6 +85,25 @@ func WithOutcomeTTL(d time.Duration) Option {
 			s.ttlMillis = d.Milliseconds()
 		}
 	}
+}
+
+// WithFenceCounter makes every fenced write also compare its token with the lock's fencing counter of the
+// SKU, named by counter (a key in the SKU's slot, on the same Redis as the stock): a token below the counter
+// is refused (ErrStaleFence) as soon as a newer holder has its token, before that holder writes. Without
+// it a stale token is refused only once a newer one has written. Only for a lock whose counter lives on
+// the stock's Redis (lockmw.Reentrant on the same server; not Redlock, whose counters are on its masters).
+func WithFenceCounter(counter func(sku string) string) Option {
+	return func(s *Store) { s.fenceCounter = counter }
+}
+
+// keys are the keys of a write about the order of sku: the stock, the outcome record, and the lock's
+// fencing counter when the store compares with it.
+func (s *Store) keys(sku, orderID string) []string {
+	keys := []string{stockKey(sku), orderKey(sku, orderID)}
+	if s.fenceCounter != nil {
+		keys = append(keys, s.fenceCounter(sku))
+	}
+	return keys
 }
 
 // New returns a Store using rdb, which may be a *redis.Client, *redis.ClusterClient or *redis.Ring.

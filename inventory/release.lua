@@ -1,9 +1,10 @@
 -- Give a reserved quantity back, at most once (compensation for a cancelled order).
 -- KEYS[1] stock:{SKU}             hash: available, reserved, fence
 -- KEYS[2] order:{SKU}:<order_id>  string: the outcome recorded for the order (JSON)
+-- KEYS[3] optional: the lock's fencing counter (same slot), as in reserve.lua
 -- ARGV[1] fencing token, 0 = unfenced
 -- Returns {replayed (0|1), status, reason, quantity, available_after, fence}.
--- Errors: NOTRESERVED <status|none>, STALEFENCE <stored fence>, UNKNOWNSKU, CORRUPT <field>. Every
+-- Errors: NOTRESERVED <status|none>, STALEFENCE <stored fence>, STALETOKEN <current token>, UNKNOWNSKU, CORRUPT <field>. Every
 -- check runs before the first write, so an error leaves Redis untouched.
 
 local record = redis.call('GET', KEYS[2])
@@ -19,6 +20,12 @@ local stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
 local fence = tonumber(stock[3])
 if token > 0 and fence and token < fence then
   return redis.error_reply('STALEFENCE ' .. stock[3])
+end
+if token > 0 and KEYS[3] then
+  local current = tonumber(redis.call('GET', KEYS[3]) or '')
+  if current and token < current then
+    return redis.error_reply('STALETOKEN ' .. current)
+  end
 end
 if not stock[1] then return redis.error_reply('UNKNOWNSKU') end
 if not string.find(stock[1], '^%-?%d+$') then return redis.error_reply('CORRUPT available') end

@@ -44,8 +44,7 @@ func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, err
 		return Outcome{}, err
 	}
 	return traceReserve(ctx, o, fence, func(ctx context.Context) (Outcome, error) {
-		keys := []string{stockKey(o.SKU), orderKey(o.SKU, o.ID)}
-		reply, err := reserveScript.Run(ctx, s.rdb, keys, o.Quantity, fence, s.ttlMillis).Slice()
+		reply, err := reserveScript.Run(ctx, s.rdb, s.keys(o.SKU, o.ID), o.Quantity, fence, s.ttlMillis).Slice()
 		if err != nil {
 			return Outcome{}, scriptError("reserve", o.ID, o.SKU, fence, err)
 		}
@@ -67,8 +66,7 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
 		return Outcome{}, err
 	}
-	keys := []string{stockKey(sku), orderKey(sku, orderID)}
-	reply, err := releaseScript.Run(ctx, s.rdb, keys, fence).Slice()
+	reply, err := releaseScript.Run(ctx, s.rdb, s.keys(sku, orderID), fence).Slice()
 	if err != nil {
 		return Outcome{}, scriptError("release", orderID, sku, fence, err)
 	}
@@ -114,9 +112,10 @@ func scriptError(op, orderID, sku string, fence int64, err error) error {
 		detail = after
 	}
 	switch {
-	case redis.HasErrorPrefix(err, "STALEFENCE "):
+	case redis.HasErrorPrefix(err, "STALEFENCE "), redis.HasErrorPrefix(err, "STALETOKEN "):
 		stored, _ := strconv.ParseInt(detail, 10, 64)
-		return &StaleFenceError{Op: op, Subject: subject, SKU: sku, Token: fence, Stored: stored}
+		return &StaleFenceError{Op: op, Subject: subject, SKU: sku, Token: fence, Stored: stored,
+			Current: redis.HasErrorPrefix(err, "STALETOKEN ")}
 	case redis.HasErrorPrefix(err, "NOTRESERVED none"):
 		return fmt.Errorf("%w: %s has no recorded outcome", ErrNotReserved, subject)
 	case redis.HasErrorPrefix(err, "NOTRESERVED "):
@@ -138,10 +137,16 @@ type StaleFenceError struct {
 	Op, Subject string // the operation and the order or SKU it was about
 	SKU         string
 	Token       int64 // the refused token
-	Stored      int64 // the SKU's stored fence
+	Stored      int64 // the SKU's stored fence, or with Current the lock's current token
+	// Current: the token is below the lock's fencing counter (WithFenceCounter): a newer holder has the
+	// lock, whether or not it wrote yet.
+	Current bool
 }
 
 func (e *StaleFenceError) Error() string {
+	if e.Current {
+		return fmt.Sprintf("%v: %s %s: token %d is below the lock's current token %d", ErrStaleFence, e.Op, e.Subject, e.Token, e.Stored)
+	}
 	return fmt.Sprintf("%v: %s %s: token %d is below the stored fence %d", ErrStaleFence, e.Op, e.Subject, e.Token, e.Stored)
 }
 

@@ -1,11 +1,13 @@
 -- Reserve stock for one order, at most once.
 -- KEYS[1] stock:{SKU}             hash: available, reserved, fence
 -- KEYS[2] order:{SKU}:<order_id>  string: the outcome recorded for the order (JSON)
+-- KEYS[3] optional: the lock's fencing counter (same slot); a token below it is stale although the newer
+--         holder may not have written yet
 -- ARGV[1] quantity, 1..MaxQuantity
 -- ARGV[2] fencing token, 0 = unfenced
 -- ARGV[3] outcome TTL in milliseconds
 -- Returns {replayed (0|1), status, reason, quantity, available_after, fence}.
--- Errors: STALEFENCE <stored fence>, CORRUPT <field>. Every check runs before the first write, so an
+-- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs before the first write, so an
 -- error leaves Redis untouched.
 
 local record = redis.call('GET', KEYS[2])
@@ -21,6 +23,12 @@ local stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
 local fence = tonumber(stock[3])
 if token > 0 and fence and token < fence then
   return redis.error_reply('STALEFENCE ' .. stock[3])
+end
+if token > 0 and KEYS[3] then
+  local current = tonumber(redis.call('GET', KEYS[3]) or '')
+  if current and token < current then
+    return redis.error_reply('STALETOKEN ' .. current)
+  end
 end
 
 local status, reason, after = 'rejected', 'unknown_sku', 0

@@ -208,3 +208,39 @@ func TestUnknownSKUIsRejectedAndRecorded(t *testing.T) {
 		t.Fatalf("second call not replayed: %+v", again)
 	}
 }
+
+// With the lock's fencing counter, a token below it is refused as soon as a newer holder has its token,
+// before that holder wrote; without the counter key the stored fence alone decides.
+func TestFenceCounterRefusesAStaleTokenBeforeTheNewHolderWrites(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	counter := func(sku string) string { return "token:{" + sku + "}" }
+	store := inventory.New(rdb, inventory.WithFenceCounter(counter))
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Set(ctx, "token:{SKU-1}", 2, 0) // holder 2 took the lock and has not written
+
+	_, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 1)
+	var stale *inventory.StaleFenceError
+	if !errors.As(err, &stale) || !stale.Current || stale.Stored != 2 || !errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("token 1 under counter 2: %v, want a StaleFenceError about the current token 2", err)
+	}
+	if got, _ := store.Get(ctx, "SKU-1"); got.Available != 10 || rdb.Exists(ctx, "order:{SKU-1}:o-1").Val() != 0 {
+		t.Fatalf("stock %+v after a refused write, want it untouched and no outcome recorded", got)
+	}
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 1}, 2); err != nil {
+		t.Fatalf("the current token: %v", err)
+	}
+	rdb.Set(ctx, "token:{SKU-1}", 5, 0)
+	if _, err := store.Release(ctx, "o-2", "SKU-1", 3); !errors.As(err, &stale) || !stale.Current || stale.Stored != 5 {
+		t.Fatalf("release with token 3 under counter 5 (stored fence 2): %v, want refused by the counter", err)
+	}
+	rdb.Del(ctx, "token:{SKU-1}") // a lost counter: the stored fence (2) still refuses token 1
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-3", SKU: "SKU-1", Quantity: 1}, 1); !errors.As(err, &stale) || stale.Current {
+		t.Fatalf("token 1 with the counter gone: %v, want refused by the stored fence", err)
+	}
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-4", SKU: "SKU-1", Quantity: 1}, 0); err != nil {
+		t.Fatalf("an unfenced write: %v", err)
+	}
+}

@@ -107,6 +107,10 @@ type names struct {
 	lock, channel, token string
 }
 
+// TokenKey is the Redis key of the fencing counter of key ("redisson_lock_token:lock:{key}"), in the slot of
+// the lock: a store on the same Redis can compare a writer's token with it (inventory.WithFenceCounter).
+func TokenKey(key string) string { return namesFor(key).token }
+
 func namesFor(key string) names {
 	lock := "lock:{" + key + "}"
 	return names{lock: lock, channel: "redisson_lock__channel:" + lock, token: "redisson_lock_token:" + lock}

@@ -325,3 +325,55 @@ func TestConsoleTraceExporter(t *testing.T) {
 		}
 	}
 }
+
+// A holder paused past its lease is refused as soon as a newer holder has the lock, before that one writes
+// (#17): the stock script compares the token with the lock's fencing counter, not only with the fence the
+// last write stored.
+func TestStaleHolderIsRefusedBeforeTheNewHolderWrites(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	a := startWorker(t, s, "a", "LOCK_LEASE=1s", "LOCK_WAIT=20s", "CLAIM_IDLE=60s", "FAULT_DELAY_WRITE=3s")
+	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	xadd := func(stream, id string) {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream,
+			Values: []string{"payload", `{"order_id":"` + id + `","sku":"P","quantity":1}`}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldBy := func(prefix string) func() bool {
+		return func() bool {
+			owners, _ := rdb.HKeys(ctx, "lock:{P}").Result()
+			return len(owners) == 1 && strings.HasPrefix(owners[0], prefix)
+		}
+	}
+	xadd("orders", "o-a")
+	waitFor(t, 10*time.Second, "worker a holds the lock", heldBy("a:"))
+	a.pause()
+	// B takes the lock once A's lease ran out, and holds its own write back 10 s.
+	startWorker(t, s, "b", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "ORDERS_STREAM=orders-b",
+		"FAULT_DELAY_WRITE=10s")
+	xadd("orders-b", "o-b")
+	waitFor(t, 10*time.Second, "worker b holds the lock", heldBy("b:"))
+	if !a.stopped() {
+		t.Fatal("worker a was running again before the test resumed it")
+	}
+	a.signal(syscall.SIGCONT)
+	waitFor(t, 8*time.Second, "worker a's write is refused", func() bool {
+		return strings.Contains(a.logText(), "below the lock's current token")
+	})
+	stock, _ := rdb.HGetAll(ctx, "stock:{P}").Result()
+	if rdb.Exists(ctx, "order:{P}:o-b").Val() != 0 || stock["available"] != "10" || stock["fence"] != "" {
+		t.Fatalf("stock %v, o-b decided %v when a's write was refused: b must not have written yet, nor a",
+			stock, rdb.Exists(ctx, "order:{P}:o-b").Val() == 1)
+	}
+	waitFor(t, 40*time.Second, "both orders decided", func() bool {
+		return rdb.Exists(ctx, "order:{P}:o-a").Val() == 1 && rdb.Exists(ctx, "order:{P}:o-b").Val() == 1
+	})
+	stock, _ = rdb.HGetAll(ctx, "stock:{P}").Result()
+	if stock["available"] != "8" || stock["reserved"] != "2" {
+		t.Fatalf("stock %v, want available 8 reserved 2: each order reserved exactly once", stock)
+	}
+}

@@ -46,6 +46,9 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ er
 		return badEntry(id, "unreadable entry: "+err.Error()), nil
 	}
 	msg.UUID = id
+	if msg.Metadata == nil { // a metadata field holding msgpack nil (found by FuzzUnmarshaller)
+		msg.Metadata = make(message.Metadata)
+	}
 	markUnusual(msg, values)
 	return msg, nil
 }

@@ -65,8 +65,8 @@ func (c *consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 // If the lock was merely taken over, the counter is already past the stored fence and nothing changes.
 func (c *consumer) recoverFence(ctx context.Context, err error) {
 	var stale *inventory.StaleFenceError
-	if c.raiseToken == nil || !errors.As(err, &stale) {
-		return
+	if c.raiseToken == nil || !errors.As(err, &stale) || stale.Current {
+		return // with Current the counter is ahead already
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()

@@ -3,9 +3,13 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stream"
@@ -37,7 +41,14 @@ type Config struct {
 	LockWait        time.Duration
 	ClaimIdle       time.Duration
 	ShutdownTimeout time.Duration
-	MetricsAddr     string
+	// MetricsAddr is where /metrics, /healthz and /readyz are served; default "" (off).
+	MetricsAddr string
+	// MetricsToken, when set, is the bearer token /metrics requires; default "" (no authentication). The
+	// probes stay open: kubelet probes carry no token.
+	MetricsToken string
+	// PprofAddr is where /debug/pprof/ is served, and nothing else; default "" (off). An address without a
+	// host (":6060") listens on 127.0.0.1 only.
+	PprofAddr string
 	// TraceRedis adds a span per Redis command (redisotel) to the traces.
 	TraceRedis bool
 	// FaultDelayWrite is fault injection for chaos tests, 0 in production: each stock write is held back
@@ -92,6 +103,8 @@ func Flags(s *config.Set, c *Config) {
 	s.Duration(&c.ClaimIdle, "CLAIM_IDLE", d.ClaimIdle, "how long a pending order of a dead consumer waits before another worker claims it")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", d.ShutdownTimeout, "on SIGTERM, how long in-flight orders may take to finish")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", d.MetricsAddr, "listen address for /metrics, /healthz and /readyz (empty: off)")
+	s.Var((*secret)(&c.MetricsToken), "METRICS_TOKEN", "bearer token that /metrics requires, at least 16 characters (empty: none); /healthz and /readyz stay open")
+	s.String(&c.PprofAddr, "PPROF_ADDR", d.PprofAddr, "listen address for /debug/pprof/ only (empty: off); without a host (:6060) it listens on 127.0.0.1 only")
 	s.Bool(&c.TraceRedis, "TRACE_REDIS_COMMANDS", "with tracing on, add a span per Redis command (no arguments); at full load it costs more than tracing itself (see Numbers)")
 	s.Duration(&c.OutcomeTTL, "OUTCOME_TTL", d.OutcomeTTL, "how long the outcome of an order is kept for idempotency; also how long an unused SKU's fencing counter lives")
 	s.Duration(&c.StreamRetention, "STREAM_RETENTION", d.StreamRetention, "orders stream entries older than this are trimmed once no group needs them (must be shorter than OUTCOME_TTL)")
@@ -117,6 +130,7 @@ func (c Config) Validate() error {
 		config.Check(c.ClaimIdle >= 3*c.LockWait, "CLAIM_IDLE", c.ClaimIdle, fmt.Sprintf(
 			"want at least 3 x LOCK_WAIT (%v), or orders are claimed from workers that are only waiting for a lock", 3*c.LockWait)),
 		c.validateLifetime(),
+		c.validateEndpoints(),
 		config.Check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, "must be positive"),
 	)
 }
@@ -146,6 +160,30 @@ func (c Config) validateLifetime() error {
 		config.Check(between(c.MaxAttempts, 1, 1000), "MAX_ATTEMPTS", c.MaxAttempts, "want 1..1000"),
 	)
 }
+
+// minMetricsToken is the length of the shortest METRICS_TOKEN accepted.
+const minMetricsToken = 16
+
+// validateEndpoints checks PPROF_ADDR and METRICS_TOKEN; the messages never show the token.
+func (c Config) validateEndpoints() error {
+	_, _, err := net.SplitHostPort(c.PprofAddr)
+	return errors.Join(
+		config.Check(c.PprofAddr == "" || err == nil, "PPROF_ADDR", fmt.Sprintf("%q", c.PprofAddr), "want host:port, or :port for 127.0.0.1:port"),
+		config.Check(c.MetricsToken == "" || utf8.RuneCountInString(c.MetricsToken) >= minMetricsToken, "METRICS_TOKEN", "(not shown)",
+			fmt.Sprintf("too short, want at least %d characters (openssl rand -hex 32 makes one)", minMetricsToken)),
+		// Prometheus trims a credentials_file and HTTP trims header values, so a token ending in white space
+		// would never match; inside a token it is not allowed either (RFC 6750).
+		config.Check(!strings.ContainsFunc(c.MetricsToken, unicode.IsSpace), "METRICS_TOKEN", "(not shown)",
+			"contains white space (a line break at the end of the secret's file?), which a bearer token cannot hold"),
+	)
+}
+
+// secret is a string setting whose value is never printed: the flag package shows a flag's value (here the
+// environment's) as its default in -h and in the usage text after a bad flag, which lands in the logs.
+type secret string
+
+func (s *secret) Set(v string) error { *s = secret(v); return nil }
+func (*secret) String() string       { return "" }
 
 func between(v, lo, hi int) bool { return lo <= v && v <= hi }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -180,10 +179,22 @@ func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
 	if err != nil {
 		return err
 	}
-	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb, inventory.WithOutcomeTTL(w.cfg.OutcomeTTL)),
+	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb, w.storeOptions()...),
 		Results: stream.Publisher{Publisher: w.results}, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name}
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
+}
+
+// storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write
+// is also checked against the lock's fencing counter, so a stale holder is refused as soon as a newer one
+// has the lock, not only once it wrote. (Redlock's counters live on its masters: there the stored fence
+// alone decides.)
+func (w *Worker) storeOptions() []inventory.Option {
+	opts := []inventory.Option{inventory.WithOutcomeTTL(w.cfg.OutcomeTTL)}
+	if _, reentrant := w.locker.(*lockmw.Reentrant); reentrant {
+		opts = append(opts, inventory.WithFenceCounter(lockmw.TokenKey))
+	}
+	return opts
 }
 
 // addConsumers adds one redisstream subscriber and handler per consumer to the router.
@@ -247,7 +258,7 @@ func (w *Worker) last() message.HandlerFunc {
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.Close()
 	// Probes are answered from the start: /healthz while the worker waits for Redis, /readyz says why not.
-	defer w.serveProbes()()
+	defer w.serveHTTP()()
 	if err := w.prepare(ctx); err != nil {
 		return err
 	}
@@ -268,21 +279,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.handBackUnfinished(ctx)
 	w.logger.Info("shut down")
 	return nil
-}
-
-// serveProbes serves /metrics, /healthz, /readyz and pprof on METRICS_ADDR, if set, until the returned
-// function is called.
-func (w *Worker) serveProbes() (stop func()) {
-	if w.cfg.MetricsAddr == "" {
-		return func() {}
-	}
-	srv := &http.Server{Addr: w.cfg.MetricsAddr, Handler: w.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			w.logger.Error("metrics server", "err", err)
-		}
-	}()
-	return func() { _ = srv.Close() }
 }
 
 // shutDownWhenDone closes the router once ctx is done (unless it stopped before), giving the orders in
@@ -319,25 +315,6 @@ func (w *Worker) handBackUnfinished(ctx context.Context) {
 	if n > 0 {
 		w.logger.Info("handed back entries read but not finished", "entries", n)
 	}
-}
-
-func (w *Worker) httpHandler() http.Handler {
-	mux := http.NewServeMux()
-	if w.metrics != nil {
-		mux.Handle("/metrics", w.metrics)
-	}
-	// Profiles for operators, on the same internal port: /debug/pprof/profile?seconds=10 and friends.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { fmt.Fprintln(rw, "ok") })
-	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
-		if err := w.ready(r.Context()); err != nil {
-			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(rw, "ready")
-	})
-	return mux
 }
 
 // Close releases everything New opened. Run calls it.

@@ -33,6 +33,9 @@ func TestConfigValidate(t *testing.T) {
 		{"a zero lock wait is refused", func(c *Config) { c.LockWait = 0 }, "LOCK_WAIT"},
 		{"a claim idle time a lock wait could exceed is refused", func(c *Config) { c.ClaimIdle = 2 * c.LockWait }, "CLAIM_IDLE"},
 		{"an empty stream name is refused", func(c *Config) { c.OrdersStream = "" }, "ORDERS_STREAM"},
+		{"a metrics token under 16 characters is refused", func(c *Config) { c.MetricsToken = "0123456789abcde" }, "METRICS_TOKEN"},
+		{"a metrics token ending in a line break is refused", func(c *Config) { c.MetricsToken = "0123456789abcdef\n" }, "METRICS_TOKEN"},
+		{"a pprof address without a port is refused", func(c *Config) { c.PprofAddr = "localhost" }, "PPROF_ADDR"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
