@@ -50,12 +50,26 @@ func readyz(addr string) (int, string) {
 
 func xaddOrder(t *testing.T, rdb *redis.Client, id, sku string, qty int) string {
 	t.Helper()
-	eid, err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: "orders",
+	return xaddOrderTo(t, rdb, "orders", id, sku, qty)
+}
+
+// xaddOrderTo adds an order to stream as a plain entry and returns its entry id.
+func xaddOrderTo(t *testing.T, rdb *redis.Client, stream, id, sku string, qty int) string {
+	t.Helper()
+	eid, err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream,
 		Values: []string{"payload", fmt.Sprintf(`{"order_id":%q,"sku":%q,"quantity":%d}`, id, sku, qty)}}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return eid
+}
+
+// lockHeldBy reports whether sku's lock has one holder, whose owner starts with prefix (a worker's name).
+func lockHeldBy(rdb *redis.Client, sku, prefix string) func() bool {
+	return func() bool {
+		owners, _ := rdb.HKeys(context.Background(), "lock:{"+sku+"}").Result()
+		return len(owners) == 1 && strings.HasPrefix(owners[0], prefix)
+	}
 }
 
 func decided(rdb *redis.Client, sku, id string) func() bool {

@@ -112,17 +112,8 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	xadd := func(stream, id string) {
-		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream,
-			Values: []string{"payload", `{"order_id":"` + id + `","sku":"P","quantity":1}`}}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	xadd("orders", "o-a")
-	waitFor(t, 10*time.Second, "worker a holds the lock", func() bool {
-		owners, _ := rdb.HKeys(ctx, "lock:{P}").Result()
-		return len(owners) == 1 && strings.HasPrefix(owners[0], "a:")
-	})
+	xaddOrder(t, rdb, "o-a", "P", 1)
+	waitFor(t, 10*time.Second, "worker a holds the lock", lockHeldBy(rdb, "P", "a:"))
 	a.pause()
 	if rdb.Exists(ctx, "order:{P}:o-a").Val() == 1 {
 		t.Fatal("worker a wrote before it was paused: the test did not exercise a stale write")
@@ -131,7 +122,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	// Redis would hand an entry of the shared stream to one of A's consumers, blocked in XREADGROUP
 	// while their process is stopped.
 	startWorker(t, s, "b", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "ORDERS_STREAM=orders-b")
-	xadd("orders-b", "o-b")
+	xaddOrderTo(t, rdb, "orders-b", "o-b", "P", 1)
 	waitFor(t, 10*time.Second, "worker b reserved o-b", func() bool {
 		return rdb.Exists(ctx, "order:{P}:o-b").Val() == 1
 	})
@@ -337,26 +328,14 @@ func TestStaleHolderIsRefusedBeforeTheNewHolderWrites(t *testing.T) {
 	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	xadd := func(stream, id string) {
-		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream,
-			Values: []string{"payload", `{"order_id":"` + id + `","sku":"P","quantity":1}`}}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	heldBy := func(prefix string) func() bool {
-		return func() bool {
-			owners, _ := rdb.HKeys(ctx, "lock:{P}").Result()
-			return len(owners) == 1 && strings.HasPrefix(owners[0], prefix)
-		}
-	}
-	xadd("orders", "o-a")
-	waitFor(t, 10*time.Second, "worker a holds the lock", heldBy("a:"))
+	xaddOrder(t, rdb, "o-a", "P", 1)
+	waitFor(t, 10*time.Second, "worker a holds the lock", lockHeldBy(rdb, "P", "a:"))
 	a.pause()
 	// B takes the lock once A's lease ran out, and holds its own write back 10 s.
 	startWorker(t, s, "b", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "ORDERS_STREAM=orders-b",
 		"FAULT_DELAY_WRITE=10s")
-	xadd("orders-b", "o-b")
-	waitFor(t, 10*time.Second, "worker b holds the lock", heldBy("b:"))
+	xaddOrderTo(t, rdb, "orders-b", "o-b", "P", 1)
+	waitFor(t, 10*time.Second, "worker b holds the lock", lockHeldBy(rdb, "P", "b:"))
 	if !a.stopped() {
 		t.Fatal("worker a was running again before the test resumed it")
 	}

@@ -85,6 +85,11 @@ const (
 	maxTracestate  = 512
 )
 
+var traceLimits = [...]struct {
+	key string
+	max int
+}{{"traceparent", maxTraceparent}, {"tracestate", maxTracestate}}
+
 // dropUntrusted removes the worker's own keys (stockflow_*: only the worker marks entries), baggage (it
 // would travel into every outcome event and span), and trace context over its size limit.
 func dropUntrusted(md message.Metadata) {
@@ -93,9 +98,9 @@ func dropUntrusted(md message.Metadata) {
 			delete(md, k)
 		}
 	}
-	for k, limit := range map[string]int{"traceparent": maxTraceparent, "tracestate": maxTracestate} {
-		if len(md.Get(k)) > limit {
-			delete(md, k)
+	for _, l := range traceLimits {
+		if len(md.Get(l.key)) > l.max {
+			delete(md, l.key)
 		}
 	}
 }
