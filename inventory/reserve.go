@@ -18,6 +18,10 @@ var (
 	//go:embed release.lua
 	releaseSrc    string
 	releaseScript = redis.NewScript(releaseSrc)
+
+	//go:embed raise_fence.lua
+	raiseFenceSrc    string
+	raiseFenceScript = redis.NewScript(raiseFenceSrc)
 )
 
 // Order is what Reserve decides on: an order id, the SKU it wants and how many.
@@ -71,6 +75,24 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 		return Outcome{}, scriptError("release", orderID, sku, fence, err)
 	}
 	return decodeOutcome(orderID, sku, reply)
+}
+
+// RaiseFence stores token (> 0) as the SKU's fence unless a higher one is stored, so that from now on every
+// older token is refused although its new holder has not written yet. A lock whose fencing counters live
+// on other Redis servers (Redlock) calls it right after each acquisition, before the holder's handler
+// runs; a lock on the stock's own Redis needs no call (WithFenceCounter compares with its counter).
+// A token below the stored fence fails with a *StaleFenceError. An unknown SKU keeps no fence.
+func (s *Store) RaiseFence(ctx context.Context, sku string, token int64) error {
+	if err := ValidateSKU(sku); err != nil {
+		return err
+	}
+	if err := checkRange("fence", token, 1, MaxStock); err != nil {
+		return err
+	}
+	if err := raiseFenceScript.Run(ctx, s.rdb, []string{stockKey(sku)}, token).Err(); err != nil {
+		return scriptError("raise the fence of", "", sku, token, err)
+	}
+	return nil
 }
 
 // decodeOutcome reads the script reply {replayed, status, reason, quantity, available_after, fence}.

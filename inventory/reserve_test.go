@@ -244,3 +244,40 @@ func TestFenceCounterRefusesAStaleTokenBeforeTheNewHolderWrites(t *testing.T) {
 		t.Fatalf("an unfenced write: %v", err)
 	}
 }
+
+// RaiseFence (Redlock's acquisition) refuses every older token from the moment it stores the new one,
+// before the new holder writes; it never lowers the fence and leaves no fence on an unknown SKU.
+func TestRaiseFenceRefusesOlderTokensBeforeTheNewHolderWrites(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.RaiseFence(ctx, "SKU-1", 2); err != nil {
+		t.Fatalf("raise to 2: %v", err)
+	}
+	_, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 1)
+	var stale *inventory.StaleFenceError
+	if !errors.As(err, &stale) || stale.Stored != 2 {
+		t.Fatalf("token 1 after the fence was raised to 2: %v, want a StaleFenceError about fence 2", err)
+	}
+	if got, _ := store.Get(ctx, "SKU-1"); got.Available != 10 || got.Fence != 2 {
+		t.Fatalf("stock %+v, want available 10 and fence 2", got)
+	}
+	if err := store.RaiseFence(ctx, "SKU-1", 2); err != nil {
+		t.Fatalf("raise to the stored fence again: %v", err)
+	}
+	if err := store.RaiseFence(ctx, "SKU-1", 1); !errors.As(err, &stale) || stale.Stored != 2 || stale.Token != 1 {
+		t.Fatalf("raise to 1 under fence 2: %v, want a StaleFenceError (the lock's counter fell behind)", err)
+	}
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 1}, 2); err != nil {
+		t.Fatalf("the new holder's write: %v", err)
+	}
+	if err := store.RaiseFence(ctx, "NOPE", 3); err != nil || rdb.Exists(ctx, "stock:{NOPE}").Val() != 0 {
+		t.Fatalf("raise on an unknown SKU: %v, created its hash: %v", err, rdb.Exists(ctx, "stock:{NOPE}").Val() == 1)
+	}
+	if err := store.RaiseFence(ctx, "SKU-1", 0); !errors.Is(err, inventory.ErrInvalid) {
+		t.Fatalf("token 0: %v, want ErrInvalid", err)
+	}
+}

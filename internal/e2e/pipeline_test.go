@@ -317,34 +317,48 @@ func TestConsoleTraceExporter(t *testing.T) {
 	}
 }
 
-// A holder paused past its lease is refused as soon as a newer holder has the lock, before that one writes
-// (#17): the stock script compares the token with the lock's fencing counter, not only with the fence the
-// last write stored.
+// A holder paused past its lease is refused as soon as a newer holder has the lock, before that one
+// writes (#17). Worker A is paused while it holds the lock, past its lease; B takes the lock and holds its own write
+// back; A resumes and its write must be refused although B has not written yet: with the reentrant lock
+// because the stock script compares with the lock's counter, with Redlock because B raised the stock's
+// fence when it acquired.
 func TestStaleHolderIsRefusedBeforeTheNewHolderWrites(t *testing.T) {
+	for _, redlock := range []bool{false, true} {
+		t.Run(map[bool]string{false: "reentrant", true: "redlock"}[redlock], func(t *testing.T) {
+			testStaleHolderIsRefused(t, redlock)
+		})
+	}
+}
+
+func testStaleHolderIsRefused(t *testing.T, redlock bool) {
 	s := redistest.Start(t)
-	rdb := s.Client()
+	rdb, locks := s.Client(), s.Client()
 	ctx := context.Background()
-	a := startWorker(t, s, "a", "LOCK_LEASE=1s", "LOCK_WAIT=20s", "CLAIM_IDLE=60s", "FAULT_DELAY_WRITE=3s")
+	env := []string{"LOCK_LEASE=1s", "CLAIM_IDLE=60s"}
+	refusal := "below the lock's current token"
+	if redlock {
+		masters := redistest.StartN(t, 3)
+		env = append(env, "REDLOCK_URLS="+strings.Join([]string{masters[0].URL(), masters[1].URL(), masters[2].URL()}, ","))
+		locks, refusal = masters[0].Client(), "below the stored fence"
+	}
+	a := startWorker(t, s, "a", append(env, "LOCK_WAIT=20s", "FAULT_DELAY_WRITE=3s")...)
 	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	xaddOrder(t, rdb, "o-a", "P", 1)
-	waitFor(t, 10*time.Second, "worker a holds the lock", lockHeldBy(rdb, "P", "a:"))
+	waitFor(t, 10*time.Second, "worker a holds the lock", lockHeldBy(locks, "P", "a:"))
 	a.pause()
 	// B takes the lock once A's lease ran out, and holds its own write back 10 s.
-	startWorker(t, s, "b", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "ORDERS_STREAM=orders-b",
-		"FAULT_DELAY_WRITE=10s")
+	startWorker(t, s, "b", append(env, "LOCK_WAIT=10s", "ORDERS_STREAM=orders-b", "FAULT_DELAY_WRITE=10s")...)
 	xaddOrderTo(t, rdb, "orders-b", "o-b", "P", 1)
-	waitFor(t, 10*time.Second, "worker b holds the lock", lockHeldBy(rdb, "P", "b:"))
+	waitFor(t, 10*time.Second, "worker b holds the lock", lockHeldBy(locks, "P", "b:"))
 	if !a.stopped() {
 		t.Fatal("worker a was running again before the test resumed it")
 	}
 	a.signal(syscall.SIGCONT)
-	waitFor(t, 8*time.Second, "worker a's write is refused", func() bool {
-		return strings.Contains(a.logText(), "below the lock's current token")
-	})
+	waitFor(t, 8*time.Second, "worker a's write is refused", func() bool { return strings.Contains(a.logText(), refusal) })
 	stock, _ := rdb.HGetAll(ctx, "stock:{P}").Result()
-	if rdb.Exists(ctx, "order:{P}:o-b").Val() != 0 || stock["available"] != "10" || stock["fence"] != "" {
+	if rdb.Exists(ctx, "order:{P}:o-b").Val() != 0 || stock["available"] != "10" {
 		t.Fatalf("stock %v, o-b decided %v when a's write was refused: b must not have written yet, nor a",
 			stock, rdb.Exists(ctx, "order:{P}:o-b").Val() == 1)
 	}

@@ -24,6 +24,8 @@ import (
 //
 //	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ decode ▶ ack ▶ lock ▶ reserve
 //
+// (with Redlock: lock ▶ raiseFence ▶ reserve, see Worker.raiseFence).
+//
 // Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
 // back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
 // a crash), a panic must be poisoned rather than retried, and poisoning must add the entry to the poison

@@ -187,11 +187,11 @@ func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write
 // is also checked against the lock's fencing counter, so a stale holder is refused as soon as a newer one
-// has the lock, not only once it wrote. (Redlock's counters live on its masters: there the stored fence
-// alone decides.)
+// has the lock, not only once it wrote. (Redlock's counters live on its masters: there each acquisition
+// raises the stored fence, raiseFence.)
 func (w *Worker) storeOptions() []inventory.Option {
 	opts := []inventory.Option{inventory.WithOutcomeTTL(w.cfg.OutcomeTTL)}
-	if _, reentrant := w.locker.(*lockmw.Reentrant); reentrant {
+	if w.fenceCounterAtStore() {
 		opts = append(opts, inventory.WithFenceCounter(lockmw.TokenKey))
 	}
 	return opts
@@ -247,9 +247,40 @@ func (w *Worker) last() message.HandlerFunc {
 		return nil, w.reserver.Reserve(msg.Context(), o, lock)
 	}
 	if w.cfg.FaultDelayWrite > 0 {
-		return delayWrite(w.cfg.FaultDelayWrite)(h)
+		h = delayWrite(w.cfg.FaultDelayWrite)(h)
+	}
+	if w.lock != nil && !w.fenceCounterAtStore() {
+		h = w.raiseFence(h)
 	}
 	return h
+}
+
+// fenceCounterAtStore: the lock's fencing counters live on the stock's Redis, where the stock script
+// compares with them (storeOptions).
+func (w *Worker) fenceCounterAtStore() bool {
+	_, reentrant := w.locker.(*lockmw.Reentrant)
+	return reentrant
+}
+
+// raiseFence stores the new lock's token as the SKU's fence before the order's write, for a lock whose
+// counters live away from the stock (Redlock's masters): from then on the store refuses every older token,
+// before this holder writes too. It costs one round trip to the stock's Redis per acquisition. A token
+// below the stored fence fails as a stale fence, which the retry heals by raising the lock's counter.
+func (w *Worker) raiseFence(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		lease, ok := lockmw.LeaseFrom(msg.Context())
+		if !ok || lease.Token() == 0 { // a lock without tokens (an embedder's): nothing to fence with
+			return h(msg)
+		}
+		o, err := handlers.OrderOf(msg)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.reserver.Store.RaiseFence(msg.Context(), o.SKU, lease.Token()); err != nil {
+			return nil, fmt.Errorf("order %s: %w", o.OrderID, err)
+		}
+		return h(msg)
+	}
 }
 
 // Run processes orders until ctx is done, then shuts down: it stops taking messages, lets the orders in
