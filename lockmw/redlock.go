@@ -31,7 +31,9 @@ func (e *NodeError) Unwrap() error { return e.Err }
 //
 // An acquisition runs the acquire script on all masters at once, each bounded by Config.NodeTimeout, and
 // succeeds with a majority and time left: validity = lease - elapsed - drift, drift = lease/100 + 2 ms.
-// Otherwise it is undone on every master, including those that did not answer.
+// Otherwise it is undone on every master, including those that did not answer. A master that failed to
+// answer is skipped for MasterCooldown while the others make a majority (breakers), so a dead minority
+// costs the node timeout about once a second rather than on every call.
 //
 // Fencing: the token is the largest of the per-master counters in the majority, written back (raise only)
 // to a majority before the lease is handed out. Any two majorities share a master, so the next acquisition
@@ -50,6 +52,8 @@ var _ Locker = (*Redlock)(nil)
 // NewRedlock returns a Redlock over clients, one per independent master (at least 3; an odd number, as an
 // even one tolerates no more failures than one master less). It opens one pub/sub connection per master.
 // The clients must honour context deadlines (redis.Options.ContextTimeoutEnabled) for NodeTimeout to work.
+// NewRedlock adds a hook to each client that skips a master for MasterCooldown after it failed to answer
+// (see ErrMasterSkipped): give it clients of its own.
 func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 	if len(clients) < 3 {
 		return nil, fmt.Errorf("lockmw: Redlock needs at least 3 independent Redis masters, got %d", len(clients))
@@ -63,6 +67,10 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 			"masters", len(clients))
 	}
 	nodes := redlockNodes{scripts: newScripts(cfg), clients: clients, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1}
+	b := newBreakers(len(clients), nodes.quorum)
+	for i, c := range clients {
+		c.AddHook(b.hook(i))
+	}
 	r := &Redlock{nodes: nodes}
 	r.engine = newEngine("redlock", cfg, nodes)
 	for _, c := range clients {
