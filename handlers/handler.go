@@ -50,13 +50,18 @@ type Lock struct {
 
 // Reserver is the order handler: it reserves stock for the order and publishes the outcome.
 type Reserver struct {
-	Store *inventory.Store
+	Store Store
 	// Results publishes the outcome events. It must outlive the router (not a handler's own publisher,
 	// which the router closes while handlers may still run).
 	Results      message.Publisher
 	ResultsTopic string
 	// Worker names this worker in outcome events.
 	Worker string
+}
+
+// Store decides orders: *inventory.Store, or a wrapper around it (the worker's history recording).
+type Store interface {
+	Reserve(ctx context.Context, o inventory.Order, fence int64) (inventory.Outcome, error)
 }
 
 // Reserve reserves o under lock and publishes the outcome. An error leaves the order to be retried: the

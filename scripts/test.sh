@@ -33,6 +33,15 @@ done
 # complexity at most 15 and 2.8 on average, test files excepted.
 go run ./scripts/funcstats -check -top 0 || status=1
 
+# Network namespaces of the partition tests (internal/netns) carry the run's id too.
+if command -v ip >/dev/null; then
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^sf-run$STOCKFLOW_TEST_RUN-" || true); do
+    echo "test.sh: the tests left network namespace $ns behind" >&2
+    ip netns del "$ns" || true
+    status=1
+  done
+fi
+
 new=$(leaked | tr '\n' ' ')
 if [ -n "${new// /}" ]; then
   echo "test.sh: the tests left redis-server processes running: $new" >&2

@@ -4,15 +4,12 @@
 package config
 
 import (
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Set is a flag set whose flags also read an environment variable.
@@ -55,7 +52,7 @@ func (s *Set) Var(value flag.Value, name, usage string) {
 	s.params = append(s.params, Param{Env: env, Flag: "--" + flagName, Default: value.String(), Usage: usage})
 	if v, ok := s.env(env); ok {
 		if err := value.Set(v); err != nil {
-			s.errs = append(s.errs, fmt.Errorf("invalid %s %q: %v", env, v, err))
+			s.errs = append(s.errs, fmt.Errorf("invalid %s %s: %v", env, shown(value, v), err))
 		}
 	}
 	s.FlagSet.Var(value, flagName, usage+" (env "+env+")")
@@ -142,34 +139,3 @@ func (v *durationValue) Set(s string) error {
 	return err
 }
 func (v *durationValue) String() string { return time.Duration(*v).String() }
-
-// RedisOptions parses a redis:// or rediss:// URL (user, password and database included). The client
-// honours context deadlines, which the locks rely on: without it go-redis waits out its own timeouts on a
-// stalled server.
-func RedisOptions(url string) (*redis.Options, error) {
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	opts.ContextTimeoutEnabled = true
-	if opts.TLSConfig != nil && opts.TLSConfig.MinVersion == 0 {
-		opts.TLSConfig.MinVersion = tls.VersionTLS12
-	}
-	return opts, nil
-}
-
-// RedisURLs parses a comma-separated list of Redis URLs; empty gives none.
-func RedisURLs(list string) ([]*redis.Options, error) {
-	var out []*redis.Options
-	for _, u := range strings.Split(list, ",") {
-		if u = strings.TrimSpace(u); u == "" {
-			continue
-		}
-		opts, err := RedisOptions(u)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %w", u, err)
-		}
-		out = append(out, opts)
-	}
-	return out, nil
-}

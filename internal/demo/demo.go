@@ -18,6 +18,7 @@ import (
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/redisproc"
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -25,6 +26,7 @@ import (
 type Config struct {
 	Redis        string // auto | server | embedded; REDIS_URL set wins
 	RedisURL     string
+	TLS          config.TLSFiles // of a rediss:// REDIS_URL
 	Workers      int
 	Concurrency  int
 	Orders       int
@@ -36,7 +38,8 @@ type Config struct {
 
 // Flags defines the demo's settings on s.
 func Flags(s *config.Set, c *Config) {
-	s.String(&c.RedisURL, "REDIS_URL", "", "use this Redis instead of starting one")
+	s.URL(&c.RedisURL, "REDIS_URL", "", "use this Redis instead of starting one")
+	config.TLSFlags(s, &c.TLS)
 	s.String(&c.Redis, "redis", "auto", "without REDIS_URL: server (a redis-server child process), embedded (in-process miniredis) or auto (server when installed)")
 	s.Int(&c.Workers, "workers", 3, "worker instances")
 	s.Int(&c.Concurrency, "concurrency", 8, "consumers per worker")
@@ -52,7 +55,14 @@ func (c Config) Validate() error {
 	if c.Workers < 1 || c.Concurrency < 1 {
 		return errors.New("--workers and --concurrency must be at least 1")
 	}
-	return nil
+	if c.RedisURL == "" && c.TLS != (config.TLSFiles{}) {
+		return errors.New("REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE apply to a rediss:// REDIS_URL; " +
+			"without REDIS_URL the demo runs a Redis of its own, without TLS")
+	}
+	if c.RedisURL == "" {
+		return nil
+	}
+	return (stream.Config{RedisURL: c.RedisURL, TLS: c.TLS}).ValidateRedis()
 }
 
 // Run runs the demo, printing to out. It returns an error when the consistency check fails.
@@ -118,13 +128,14 @@ func (ws *workers) stop() error {
 func (c Config) worker(url string, i int) worker.Config {
 	wc := worker.DefaultConfig()
 	wc.RedisURL, wc.Name, wc.Concurrency = url, fmt.Sprintf("demo-%d", i), c.Concurrency
+	wc.TLS = c.TLS
 	return wc
 }
 
 // producer is the configuration of the scenario's producer: it seeds the stock and waits for every outcome.
 func (c Config) producer(url string) producer.Config {
 	pc := producer.DefaultConfig()
-	pc.RedisURL = url
+	pc.RedisURL, pc.TLS = url, c.TLS
 	pc.Orders, pc.SKUs, pc.SeedStock, pc.Distribution = c.Orders, c.SKUs, c.Stock, c.Distribution
 	pc.Wait, pc.Timeout = true, c.Timeout
 	return pc
@@ -143,7 +154,7 @@ func report(out io.Writer, sum *producer.Summary, took time.Duration) error {
 // startRedis returns the URL of the Redis to use and how to stop it, saying which one it is.
 func startRedis(cfg Config, out io.Writer) (url string, stop func(), err error) {
 	if cfg.RedisURL != "" {
-		fmt.Fprintf(out, "Redis: %s (from REDIS_URL)\n", cfg.RedisURL)
+		fmt.Fprintf(out, "Redis: %s (from REDIS_URL)\n", config.RedactURL(cfg.RedisURL))
 		return cfg.RedisURL, func() {}, nil
 	}
 	switch redisMode(cfg.Redis) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/stockctl"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 
@@ -23,8 +24,12 @@ type composeFile struct {
 		Environment map[string]string `yaml:"environment"`
 		Ports       []string          `yaml:"ports"`
 		Profiles    []string          `yaml:"profiles"`
+		Volumes     []string          `yaml:"volumes"`
 		DependsOn   map[string]any    `yaml:"depends_on"`
-		Deploy      struct {
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
+		Deploy struct {
 			Replicas int `yaml:"replicas"`
 		} `yaml:"deploy"`
 	} `yaml:"services"`
@@ -46,7 +51,9 @@ func settings(define func(*config.Set)) map[string]bool {
 // otelVars are the OpenTelemetry variables the binaries honour (internal/otelsetup).
 var otelVars = regexp.MustCompile(`^OTEL_(SERVICE_NAME|RESOURCE_ATTRIBUTES|TRACES_EXPORTER|METRICS_EXPORTER|EXPORTER_OTLP_[A-Z_]+|TRACES_SAMPLER(_ARG)?|BSP_[A-Z_]+)$`)
 
-func TestComposeMatchesTheCode(t *testing.T) {
+// readCompose parses compose.yaml.
+func readCompose(t *testing.T) composeFile {
+	t.Helper()
 	b, err := os.ReadFile("../../compose.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +62,17 @@ func TestComposeMatchesTheCode(t *testing.T) {
 	if err := yaml.Unmarshal(b, &c); err != nil {
 		t.Fatalf("compose.yaml does not parse: %v", err)
 	}
+	return c
+}
+
+func TestComposeMatchesTheCode(t *testing.T) {
+	c := readCompose(t)
 	workerEnv := settings(func(s *config.Set) { var c worker.Config; worker.Flags(s, &c) })
 	producerEnv := settings(func(s *config.Set) { var c producer.Config; producer.Flags(s, &c) })
+	stockctlEnv := map[string]bool{}
+	for _, p := range stockctl.Settings() {
+		stockctlEnv[p.Env] = p.Env != ""
+	}
 
 	for _, name := range []string{"redis", "jaeger", "worker", "producer", "worker-redlock"} {
 		if _, ok := c.Services[name]; !ok {
@@ -83,6 +99,11 @@ func TestComposeMatchesTheCode(t *testing.T) {
 				t.Errorf("producer does not run the producer: %v", svc.Entrypoint)
 			}
 			checkFlags(t, svc.Command, producerFlags())
+		case name == "stockctl":
+			reads = stockctlEnv
+			if len(svc.Entrypoint) == 0 || svc.Entrypoint[0] != "/usr/local/bin/stockctl" {
+				t.Errorf("stockctl does not run stockctl: %v", svc.Entrypoint)
+			}
 		default:
 			continue
 		}

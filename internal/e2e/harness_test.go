@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/childproc"
+	"github.com/stockflow/stockflow/internal/history"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/redistest"
 )
@@ -54,6 +55,30 @@ func binaries(t *testing.T) (worker, producer string) {
 		t.Fatal(bin.err)
 	}
 	return bin.worker, bin.producer
+}
+
+var brokenFence struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// brokenFenceWorker builds the worker with the stockflow_brokenfence tag: its stock writes skip the
+// fencing check, the deliberately broken variant the history checker must catch.
+func brokenFenceWorker(t *testing.T) string {
+	t.Helper()
+	binaries(t)
+	brokenFence.once.Do(func() {
+		brokenFence.path = filepath.Join(filepath.Dir(bin.worker), "worker-brokenfence")
+		cmd := exec.Command("go", "build", "-tags", "stockflow_brokenfence", "-o", brokenFence.path, "../../cmd/worker")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			brokenFence.err = fmt.Errorf("go build -tags stockflow_brokenfence: %v\n%s", err, out)
+		}
+	})
+	if brokenFence.err != nil {
+		t.Fatal(brokenFence.err)
+	}
+	return brokenFence.path
 }
 
 // proc is a running worker process.
@@ -96,8 +121,16 @@ func startWorker(t *testing.T, s *redistest.Server, name string, extra ...string
 // printed when the test failed.
 func startWorkerArgs(t *testing.T, s *redistest.Server, name string, args []string, extra ...string) *proc {
 	t.Helper()
-	worker, _ := binaries(t)
-	cmd := exec.Command(worker, args...)
+	return startWorkerBin(t, "", s, name, args, extra...)
+}
+
+// startWorkerBin is startWorkerArgs with the worker binary at path ("": the normal build).
+func startWorkerBin(t *testing.T, path string, s *redistest.Server, name string, args []string, extra ...string) *proc {
+	t.Helper()
+	if path == "" {
+		path, _ = binaries(t)
+	}
+	cmd := exec.Command(path, args...)
 	cmd.Env = append(append(os.Environ(), testEnv(s)...), append([]string{"WORKER_NAME=" + name}, extra...)...)
 	child, err := childproc.Start(cmd, filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
@@ -147,11 +180,17 @@ func (p *proc) logText() string { return p.Log() }
 // cannot run, but not when its consistency check fails (the caller asserts on the summary).
 func produce(t *testing.T, s *redistest.Server, args ...string) *producer.Summary {
 	t.Helper()
+	return produceEnv(t, []string{"REDIS_URL=" + s.URL()}, args...)
+}
+
+// produceEnv is produce with the environment entries env (REDIS_URL among them).
+func produceEnv(t *testing.T, env []string, args ...string) *producer.Summary {
+	t.Helper()
 	_, prod := binaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prod, append([]string{"--wait", "--json", "--wait-timeout", "90s"}, args...)...)
-	cmd.Env = append(os.Environ(), "REDIS_URL="+s.URL())
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -166,6 +205,27 @@ func produce(t *testing.T, s *redistest.Server, args ...string) *producer.Summar
 		t.Fatal("producer exited 0 although its consistency check failed")
 	}
 	return &sum
+}
+
+// recording is the history file of a test's workers (FAULT_HISTORY_FILE), checked by internal/history.
+type recording struct{ path string }
+
+func newRecording(t *testing.T) *recording {
+	return &recording{path: filepath.Join(t.TempDir(), "history.jsonl")}
+}
+
+// env is the worker setting that records into the file.
+func (r *recording) env() string { return "FAULT_HISTORY_FILE=" + r.path }
+
+// verify checks the recorded history (linearizable stock per SKU, fencing) from the stock the producer's
+// run started with.
+func (r *recording) verify(t *testing.T, sum *producer.Summary) {
+	t.Helper()
+	initial := map[string]int64{}
+	for sku, s := range sum.SKUs {
+		initial[sku] = s.Initial
+	}
+	history.Verify(t, []string{r.path}, initial)
 }
 
 // assertConsistent fails the test with the summary's problems.

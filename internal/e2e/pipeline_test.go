@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/history"
 	"github.com/stockflow/stockflow/internal/redistest"
 )
 
@@ -72,7 +74,8 @@ func TestZipfMixIsConsistent(t *testing.T) {
 
 func TestCrashingWorkers(t *testing.T) {
 	s := redistest.Start(t)
-	workers := []*proc{startWorker(t, s, "c0"), startWorker(t, s, "c1"), startWorker(t, s, "c2")}
+	rec := newRecording(t)
+	workers := []*proc{startWorker(t, s, "c0", rec.env()), startWorker(t, s, "c1", rec.env()), startWorker(t, s, "c2", rec.env())}
 	stop := make(chan struct{})
 	chaos := make(chan int)
 	go func() {
@@ -87,7 +90,7 @@ func TestCrashingWorkers(t *testing.T) {
 			i := rand.IntN(len(workers))
 			workers[i].signal(syscall.SIGKILL)
 			kills++
-			workers[i] = startWorker(t, s, fmt.Sprintf("c%d", n))
+			workers[i] = startWorker(t, s, fmt.Sprintf("c%d", n), rec.env())
 		}
 	}()
 	sum := produce(t, s, "--orders", "20000", "--skus", "50", "--distribution", "zipf", "--seed-stock", "300",
@@ -99,6 +102,7 @@ func TestCrashingWorkers(t *testing.T) {
 		t.Fatalf("only %d workers killed: the test did not exercise crashes", kills)
 	}
 	assertConsistent(t, sum) // includes: reserved stock equals the reserved outcomes (nothing decremented twice)
+	rec.verify(t, sum)       // and every operation, also those cut short by a kill, fits one serial order
 }
 
 func TestPausedHolderIsFenced(t *testing.T) {
@@ -108,7 +112,8 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	// Worker A holds each write back for 4 s after taking the lock: long enough to be paused past its
 	// 1 s lease while it holds the lock, with its write still to come (checked below: on a loaded machine
 	// the pause could come late).
-	a := startWorker(t, s, "a", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "FAULT_DELAY_WRITE=4s")
+	rec := newRecording(t)
+	a := startWorker(t, s, "a", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "FAULT_DELAY_WRITE=4s", rec.env())
 	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +126,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	// B takes the lock once A's lease ran out, and writes with a newer token. It reads its own stream:
 	// Redis would hand an entry of the shared stream to one of A's consumers, blocked in XREADGROUP
 	// while their process is stopped.
-	startWorker(t, s, "b", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "ORDERS_STREAM=orders-b")
+	startWorker(t, s, "b", "LOCK_LEASE=1s", "LOCK_WAIT=10s", "CLAIM_IDLE=60s", "ORDERS_STREAM=orders-b", rec.env())
 	xaddOrderTo(t, rdb, "orders-b", "o-b", "P", 1)
 	waitFor(t, 10*time.Second, "worker b reserved o-b", func() bool {
 		return rdb.Exists(ctx, "order:{P}:o-b").Val() == 1
@@ -140,6 +145,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	if stock["available"] != "8" || stock["reserved"] != "2" {
 		t.Fatalf("stock %v, want available 8 reserved 2: each order reserved exactly once", stock)
 	}
+	history.Verify(t, []string{rec.path}, map[string]int64{"P": 10})
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -225,14 +231,16 @@ func TestForeignAndBadEntries(t *testing.T) {
 
 func TestRedisRestartMidRun(t *testing.T) {
 	s := redistest.Start(t, redistest.WithPersistence())
-	startWorker(t, s, "w0")
-	startWorker(t, s, "w1")
+	rec := newRecording(t)
+	startWorker(t, s, "w0", rec.env())
+	startWorker(t, s, "w1", rec.env())
 	go func() {
 		time.Sleep(2 * time.Second)
 		s.Restart()
 	}()
 	sum := produce(t, s, "--orders", "12000", "--skus", "20", "--seed-stock", "500", "--rate", "3000")
 	assertConsistent(t, sum)
+	rec.verify(t, sum)
 }
 
 func TestSIGTERMUnderLoad(t *testing.T) {
@@ -331,41 +339,83 @@ func TestStaleHolderIsRefusedBeforeTheNewHolderWrites(t *testing.T) {
 }
 
 func testStaleHolderIsRefused(t *testing.T, redlock bool) {
-	s := redistest.Start(t)
-	rdb, locks := s.Client(), s.Client()
-	ctx := context.Background()
-	env := []string{"LOCK_LEASE=1s", "CLAIM_IDLE=60s"}
-	refusal := "below the lock's current token"
-	if redlock {
-		masters := redistest.StartN(t, 3)
-		env = append(env, "REDLOCK_URLS="+strings.Join([]string{masters[0].URL(), masters[1].URL(), masters[2].URL()}, ","))
-		locks, refusal = masters[0].Client(), "below the stored fence"
-	}
-	a := startWorker(t, s, "a", append(env, "LOCK_WAIT=20s", "FAULT_DELAY_WRITE=3s")...)
-	if err := rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	xaddOrder(t, rdb, "o-a", "P", 1)
-	waitFor(t, 10*time.Second, "worker a holds the lock", lockHeldBy(locks, "P", "a:"))
-	a.pause()
-	// B takes the lock once A's lease ran out, and holds its own write back 10 s.
-	startWorker(t, s, "b", append(env, "LOCK_WAIT=10s", "ORDERS_STREAM=orders-b", "FAULT_DELAY_WRITE=10s")...)
-	xaddOrderTo(t, rdb, "orders-b", "o-b", "P", 1)
-	waitFor(t, 10*time.Second, "worker b holds the lock", lockHeldBy(locks, "P", "b:"))
-	if !a.stopped() {
-		t.Fatal("worker a was running again before the test resumed it")
-	}
-	a.signal(syscall.SIGCONT)
-	waitFor(t, 8*time.Second, "worker a's write is refused", func() bool { return strings.Contains(a.logText(), refusal) })
+	sc := startStaleHolder(t, redlock, "")
+	ctx, rdb := context.Background(), sc.rdb
+	waitFor(t, 8*time.Second, "worker a's write is refused", func() bool { return strings.Contains(sc.a.logText(), sc.refusal) })
 	stock, _ := rdb.HGetAll(ctx, "stock:{P}").Result()
 	if rdb.Exists(ctx, "order:{P}:o-b").Val() != 0 || stock["available"] != "10" {
 		t.Fatalf("stock %v, o-b decided %v when a's write was refused: b must not have written yet, nor a",
 			stock, rdb.Exists(ctx, "order:{P}:o-b").Val() == 1)
 	}
+	sc.bothDecided(t)
+	history.Verify(t, []string{sc.rec.path}, map[string]int64{"P": 10})
+}
+
+// The history checker catches a broken fence: the same run with a worker built to send its writes
+// unfenced (as if the store's fencing check were off) keeps the stock exact, each write being atomic,
+// but A's stale write is accepted after B got its token, and the fencing check must say so.
+func TestHistoryCheckerCatchesABrokenFence(t *testing.T) {
+	sc := startStaleHolder(t, false, brokenFenceWorker(t))
+	sc.bothDecided(t)
+	h, err := history.Load(sc.rec.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := history.Check(h, map[string]int64{"P": 10}, 0)
+	t.Logf("the broken variant's report:\n%s", r)
+	if r.OK() || len(r.Violations) == 0 {
+		raw, _ := os.ReadFile(sc.rec.path)
+		t.Fatalf("the history checker passed a run whose stale write was accepted; the history:\n%s", raw)
+	}
+	if v := r.Violations[0]; v.Rule != history.StaleToken || v.Write.Worker != "a" || v.Newer.Worker != "b" {
+		t.Fatalf("first violation %s, want worker a's write accepted after worker b's acquisition", v)
+	}
+}
+
+// staleHolder: worker A holds the lock of P and is paused past its lease with its write still to come;
+// worker B takes the lock and holds its own write back 10 s; then A is resumed. Both record their history.
+type staleHolder struct {
+	rdb     *redis.Client
+	a       *proc
+	refusal string // what A logs when its write is refused
+	rec     *recording
+}
+
+// startStaleHolder sets the scene and resumes A; workerBin is the binary of A ("": the normal build).
+func startStaleHolder(t *testing.T, redlock bool, workerBin string) *staleHolder {
+	s := redistest.Start(t)
+	sc := &staleHolder{rdb: s.Client(), refusal: "below the lock's current token", rec: newRecording(t)}
+	locks, ctx := sc.rdb, context.Background()
+	env := []string{"LOCK_LEASE=1s", "CLAIM_IDLE=60s", sc.rec.env()}
+	if redlock {
+		masters := redistest.StartN(t, 3)
+		env = append(env, "REDLOCK_URLS="+strings.Join([]string{masters[0].URL(), masters[1].URL(), masters[2].URL()}, ","))
+		locks, sc.refusal = masters[0].Client(), "below the stored fence"
+	}
+	sc.a = startWorkerBin(t, workerBin, s, "a", nil, append(env, "LOCK_WAIT=20s", "FAULT_DELAY_WRITE=3s")...)
+	if err := sc.rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	xaddOrder(t, sc.rdb, "o-a", "P", 1)
+	waitFor(t, 10*time.Second, "worker a holds the lock", lockHeldBy(locks, "P", "a:"))
+	sc.a.pause()
+	startWorker(t, s, "b", append(env, "LOCK_WAIT=10s", "ORDERS_STREAM=orders-b", "FAULT_DELAY_WRITE=10s")...)
+	xaddOrderTo(t, sc.rdb, "orders-b", "o-b", "P", 1)
+	waitFor(t, 10*time.Second, "worker b holds the lock", lockHeldBy(locks, "P", "b:"))
+	if !sc.a.stopped() {
+		t.Fatal("worker a was running again before the test resumed it")
+	}
+	sc.a.signal(syscall.SIGCONT)
+	return sc
+}
+
+// bothDecided waits for both orders and checks that each reserved exactly once.
+func (sc *staleHolder) bothDecided(t *testing.T) {
+	ctx := context.Background()
 	waitFor(t, 40*time.Second, "both orders decided", func() bool {
-		return rdb.Exists(ctx, "order:{P}:o-a").Val() == 1 && rdb.Exists(ctx, "order:{P}:o-b").Val() == 1
+		return sc.rdb.Exists(ctx, "order:{P}:o-a").Val() == 1 && sc.rdb.Exists(ctx, "order:{P}:o-b").Val() == 1
 	})
-	stock, _ = rdb.HGetAll(ctx, "stock:{P}").Result()
+	stock, _ := sc.rdb.HGetAll(ctx, "stock:{P}").Result()
 	if stock["available"] != "8" || stock["reserved"] != "2" {
 		t.Fatalf("stock %v, want available 8 reserved 2: each order reserved exactly once", stock)
 	}

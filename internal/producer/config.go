@@ -121,12 +121,8 @@ func (c *Config) validateDistribution() error {
 	return nil
 }
 
-func (c *Config) validateRedisURL() error {
-	if _, err := config.RedisOptions(c.RedisURL); err != nil {
-		return fmt.Errorf("invalid REDIS_URL: %w", err)
-	}
-	return nil
-}
+// validateRedisURL checks REDIS_URL and the TLS files.
+func (c *Config) validateRedisURL() error { return c.Config.ValidateRedis() }
 
 // validateRunID picks a run id when none is set, and checks that the last order's id is a valid one.
 func (c *Config) validateRunID() error {

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -21,7 +20,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts, _ := config.RedisOptions(cfg.RedisURL)
+	opts, _ := cfg.RedisOptions()
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	r := &run{cfg: cfg, rdb: rdb, store: inventory.New(rdb), skus: cfg.skus(), progress: progress,

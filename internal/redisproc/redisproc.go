@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/childproc"
+	"github.com/stockflow/stockflow/internal/netns"
 )
 
 // ProcessMarker appears in the process title of every server this package starts.
@@ -44,6 +45,15 @@ type Options struct {
 	// Persist turns on append-only persistence with fsync on every write, so data written before a Kill
 	// or Restart is there again after the restart.
 	Persist bool
+	// Host runs the server in a network namespace of its own (partition tests), listening on the host's
+	// address at port 6379; nil: the test's namespace, on a free loopback port.
+	Host *netns.Host
+	// TLS serves TLS only: no plain port (port 0), tls-port on Addr, with these files; nil: plain TCP.
+	TLS *TLS
+	// ACLFile is the server's ACL file (--aclfile): the users it lists are the only ones. The server's own
+	// checks, and URL, log in as User with Password, whom the file must enable.
+	ACLFile        string
+	User, Password string
 }
 
 // Server is one redis-server process.
@@ -78,9 +88,6 @@ func Start(opts Options) (*Server, error) {
 	}
 	return s, nil
 }
-
-// URL is the server's redis:// URL, database 0.
-func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 
 // Kill sends SIGKILL and waits until the process is gone. Connections are refused afterwards.
 func (s *Server) Kill() {
@@ -153,6 +160,10 @@ func (s *Server) killLocked() {
 func (s *Server) launchOnFreePort() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.opts.Host != nil { // a namespace of its own: every port is free
+		s.Addr = net.JoinHostPort(s.opts.Host.IP, "6379")
+		return s.launchLocked()
+	}
 	var err error
 	for range startAttempts {
 		if s.Addr, err = childproc.FreeAddr(); err == nil {
@@ -165,12 +176,16 @@ func (s *Server) launchOnFreePort() error {
 }
 
 func (s *Server) launchLocked() error {
-	child, err := childproc.Start(exec.Command(s.bin, s.args()...), filepath.Join(s.opts.Dir, "redis.log"))
+	cmd := exec.Command(s.bin, s.args()...)
+	if s.opts.Host != nil {
+		cmd = s.opts.Host.Command(s.bin, s.args()...)
+	}
+	child, err := childproc.Start(cmd, filepath.Join(s.opts.Dir, "redis.log"))
 	if err != nil {
 		return err
 	}
 	s.child = child
-	if err := waitReady(child, s.Addr); err != nil {
+	if err := s.waitReady(child); err != nil {
 		s.killLocked()
 		return fmt.Errorf("redis-server on %s: %w; log tail:\n%s", s.Addr, err, strings.Join(child.LogTail(10), "\n"))
 	}
@@ -178,19 +193,21 @@ func (s *Server) launchLocked() error {
 }
 
 // args run a server in the foreground on s.Addr, logging to stdout (the child's log file), with
-// persistence only when asked.
+// persistence only when asked, and the listener (listenArgs) and users (aclArgs) of the options.
 func (s *Server) args() []string {
 	host, port, _ := net.SplitHostPort(s.Addr)
 	appendonly := "no"
 	if s.opts.Persist {
 		appendonly = "yes"
 	}
-	return []string{
-		"--port", port, "--bind", host, "--dir", s.opts.Dir, "--logfile", "",
+	args := []string{
+		"--bind", host, "--dir", s.opts.Dir, "--logfile", "",
 		"--daemonize", "no", "--protected-mode", "no", "--save", "",
 		"--appendonly", appendonly, "--appendfsync", "always",
 		"--proc-title-template", "{title} {listen-addr} " + title(),
 	}
+	args = append(args, s.listenArgs(port)...)
+	return append(args, s.aclArgs()...)
 }
 
 // title is ProcessMarker, followed by the test run it belongs to when STOCKFLOW_TEST_RUN names one
@@ -202,9 +219,14 @@ func title() string {
 	return ProcessMarker
 }
 
-// waitReady waits until the server answers PING.
-func waitReady(child *childproc.Process, addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+// waitReady waits until the server answers PING, over TLS and logged in as User when so configured.
+func (s *Server) waitReady(child *childproc.Process) error {
+	opts, err := s.ClientOptions()
+	if err != nil {
+		return err
+	}
+	opts.MaxRetries, opts.DialTimeout = -1, 200*time.Millisecond
+	c := redis.NewClient(opts)
 	defer c.Close()
 	ctx, cancel := context.WithTimeoutCause(context.Background(), startTimeout, fmt.Errorf("not ready after %v", startTimeout))
 	defer cancel()

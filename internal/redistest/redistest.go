@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/netns"
 	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
@@ -23,6 +24,29 @@ type Option func(*redisproc.Options)
 // WithPersistence turns on append-only persistence with fsync on every write, so data written before a
 // Kill or Restart is there again after the restart.
 func WithPersistence() Option { return func(o *redisproc.Options) { o.Persist = true } }
+
+// OnHost runs the server in host's network namespace (see NewHost), at host.IP:6379.
+func OnHost(host *netns.Host) Option { return func(o *redisproc.Options) { o.Host = host } }
+
+// NewHost builds a network namespace for partition tests (netns.Host), removed when the test ends (after
+// the servers started on it, which are stopped first). It skips the test where namespaces cannot be
+// built (not root, no ip command), saying why.
+func NewHost(t testing.TB) *netns.Host {
+	t.Helper()
+	if err := netns.Available(); err != nil {
+		t.Skipf("partition test skipped: %v", err)
+	}
+	h, err := netns.New()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := h.Close(); err != nil {
+			t.Errorf("redistest: %v", err)
+		}
+	})
+	return h
+}
 
 // Server is one redis-server process of a test.
 type Server struct {
@@ -55,10 +79,15 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 	return servers
 }
 
-// Client returns a new go-redis client for the server, closed when the test ends. It honours context
-// deadlines (ContextTimeoutEnabled): without that, go-redis waits out its own timeouts on a paused server.
+// Client returns a new go-redis client for the server (over TLS and logged in when the server is set up
+// so), closed when the test ends. It honours context deadlines (ContextTimeoutEnabled): without that,
+// go-redis waits out its own timeouts on a paused server.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	opts, err := s.ClientOptions()
+	if err != nil {
+		s.t.Fatalf("redistest: %v", err)
+	}
+	c := redis.NewClient(opts)
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }

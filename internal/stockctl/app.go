@@ -7,7 +7,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/inventory"
 )
 
@@ -30,12 +29,13 @@ func newApp(o *options, stdout io.Writer) (*app, error) {
 	return &app{opts: o, rdb: rdb, masters: newClients(masters), store: inventory.New(rdb), stdout: stdout}, nil
 }
 
-// redisOptions reads REDIS_URL and REDLOCK_URLS.
+// redisOptions reads the TLS files, REDIS_URL and REDLOCK_URLS.
 func (o *options) redisOptions() (streams *redis.Options, masters []*redis.Options, err error) {
-	if streams, err = config.RedisOptions(o.RedisURL); err != nil {
-		return nil, nil, fmt.Errorf("invalid REDIS_URL: %w", err)
+	if err = o.ValidateRedis(); err != nil {
+		return nil, nil, err
 	}
-	if masters, err = config.RedisURLs(o.redlockURLs); err != nil {
+	streams, _ = o.RedisOptions()
+	if masters, err = o.TLS.RedisURLs(o.redlockURLs); err != nil {
 		return nil, nil, fmt.Errorf("invalid REDLOCK_URLS: %w", err)
 	}
 	return streams, masters, nil

@@ -14,9 +14,10 @@
 //	stockctl consumers prune [--idle D] [--dry-run]
 //	                                            delete idle consumers that have no pending entries
 //
-// Settings are those of the worker (REDIS_URL, ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM,
-// CONSUMER_GROUP, REDLOCK_URLS), each an environment variable and a flag; the flag wins. --json prints
-// machine output, --timeout bounds the command (default 10s). Flags may come before or after the command.
+// Settings are those of the worker (REDIS_URL, REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE, REDIS_TLS_KEY_FILE,
+// ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM, CONSUMER_GROUP, REDLOCK_URLS), each an environment
+// variable and a flag; the flag wins. --json prints machine output, --timeout bounds the command (default
+// 10s). Flags may come before or after the command.
 //
 // Exit codes:
 //

@@ -38,12 +38,12 @@ type options struct {
 }
 
 // globalFlags apply to every command.
-var globalFlags = []string{"redis-url", "orders-stream", "results-stream", "poison-stream", "consumer-group",
-	"redlock-urls", "json", "timeout"}
+var globalFlags = []string{"redis-url", "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file",
+	"orders-stream", "results-stream", "poison-stream", "consumer-group", "redlock-urls", "json", "timeout"}
 
 func defineFlags(set *config.Set, o *options) {
 	stream.Flags(set, &o.Config)
-	set.String(&o.redlockURLs, "REDLOCK_URLS", "", "comma-separated Redis URLs of independent masters the locks are taken on (lock shows each)")
+	set.URLList(&o.redlockURLs, "REDLOCK_URLS", "", "comma-separated Redis URLs of independent masters the locks are taken on (lock shows each)")
 	set.Bool(&o.json, "json", "print JSON instead of text")
 	set.Duration(&o.timeout, "timeout", DefaultTimeout, "longest time the command may take")
 	set.Int(&o.limit, "limit", DefaultLimit, "pending, poison list: most entries shown")

@@ -11,6 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
@@ -55,6 +57,9 @@ type Config struct {
 	// this long after the lock was taken and then sent even if the lease was lost meanwhile, as a write
 	// stuck in a stalled network or a paused process would be. The fencing token is what must refuse it.
 	FaultDelayWrite time.Duration
+	// FaultHistoryFile is for the fault tests, empty in production: every lock acquisition and stock
+	// operation is appended to it for internal/history's checker.
+	FaultHistoryFile string
 	// OutcomeTTL is how long an order's recorded outcome (its idempotency record) is kept.
 	OutcomeTTL time.Duration
 	// StreamRetention is how long entries stay in the orders stream once every group has them; it must be
@@ -95,7 +100,7 @@ func DefaultConfig() Config {
 func Flags(s *config.Set, c *Config) {
 	d := DefaultConfig()
 	stream.Flags(s, &c.Config)
-	s.String(&c.RedlockURLs, "REDLOCK_URLS", d.RedlockURLs, "comma-separated Redis URLs of independent masters: take locks with Redlock on them (stock stays on REDIS_URL)")
+	s.URLList(&c.RedlockURLs, "REDLOCK_URLS", d.RedlockURLs, "comma-separated Redis URLs of independent masters: take locks with Redlock on them (stock stays on REDIS_URL)")
 	s.String(&c.Name, "WORKER_NAME", d.Name, "name of this worker; its consumers are <name>-<i>")
 	s.Int(&c.Concurrency, "WORKER_CONCURRENCY", d.Concurrency, "consumers (messages in flight) per process")
 	s.Duration(&c.LockLease, "LOCK_LEASE", d.LockLease, "lease of a SKU lock; the watchdog renews it every third of it while held")
@@ -103,7 +108,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Duration(&c.ClaimIdle, "CLAIM_IDLE", d.ClaimIdle, "how long a pending order of a dead consumer waits before another worker claims it")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", d.ShutdownTimeout, "on SIGTERM, how long in-flight orders may take to finish")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", d.MetricsAddr, "listen address for /metrics, /healthz and /readyz (empty: off)")
-	s.Var((*secret)(&c.MetricsToken), "METRICS_TOKEN", "bearer token that /metrics requires, at least 16 characters (empty: none); /healthz and /readyz stay open")
+	s.Secret(&c.MetricsToken, "METRICS_TOKEN", "bearer token that /metrics requires, at least 16 characters (empty: none); /healthz and /readyz stay open")
 	s.String(&c.PprofAddr, "PPROF_ADDR", d.PprofAddr, "listen address for /debug/pprof/ only (empty: off); without a host (:6060) it listens on 127.0.0.1 only")
 	s.Bool(&c.TraceRedis, "TRACE_REDIS_COMMANDS", "with tracing on, add a span per Redis command (no arguments); at full load it costs more than tracing itself (see Numbers)")
 	s.Duration(&c.OutcomeTTL, "OUTCOME_TTL", d.OutcomeTTL, "how long the outcome of an order is kept for idempotency; also how long an unused SKU's fencing counter lives")
@@ -114,6 +119,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.MaxAttempts, "MAX_ATTEMPTS", d.MaxAttempts, "deliveries of an order that fails permanently (or whose worker dies) before it goes to the poison stream")
 	s.Bool(&c.AllowEviction, "ALLOW_EVICTION", "run even when Redis may evict keys (maxmemory-policy other than noeviction): evicted outcome records mean double reservations")
 	s.Duration(&c.FaultDelayWrite, "FAULT_DELAY_WRITE", 0, "chaos tests only: hold each stock write this long after taking the lock, then send it even if the lease was lost")
+	s.String(&c.FaultHistoryFile, "FAULT_HISTORY_FILE", "", "fault tests only: append every lock acquisition and stock operation to this file (JSON lines) for the history checker")
 }
 
 // Validate reports every setting that cannot work, by name.
@@ -136,7 +142,10 @@ func (c Config) Validate() error {
 }
 
 func (c Config) validateRedlock() error {
-	urls, err := config.RedisURLs(c.RedlockURLs)
+	if c.TLS.Validate() != nil {
+		return nil // reported under the TLS setting's own name
+	}
+	urls, err := c.RedlockOptions()
 	if err != nil {
 		return fmt.Errorf("invalid REDLOCK_URLS: %w", err)
 	}
@@ -145,6 +154,10 @@ func (c Config) validateRedlock() error {
 	}
 	return nil
 }
+
+// RedlockOptions are the client options of the REDLOCK_URLS masters, with the TLS files; none without
+// Redlock.
+func (c Config) RedlockOptions() ([]*redis.Options, error) { return c.TLS.RedisURLs(c.RedlockURLs) }
 
 // validateLifetime checks the settings that bound what Redis keeps over time.
 func (c Config) validateLifetime() error {
@@ -177,13 +190,6 @@ func (c Config) validateEndpoints() error {
 			"contains white space (a line break at the end of the secret's file?), which a bearer token cannot hold"),
 	)
 }
-
-// secret is a string setting whose value is never printed: the flag package shows a flag's value (here the
-// environment's) as its default in -h and in the usage text after a bad flag, which lands in the logs.
-type secret string
-
-func (s *secret) Set(v string) error { *s = secret(v); return nil }
-func (*secret) String() string       { return "" }
 
 func between(v, lo, hi int) bool { return lo <= v && v <= hi }
 

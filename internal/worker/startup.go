@@ -14,12 +14,13 @@ import (
 // errEvicting refuses a Redis that may evict keys.
 var errEvicting = errors.New("worker: Redis may evict keys")
 
-// prepare runs before the first message: it waits until Redis answers, refuses one that may evict keys,
-// and creates the consumer group if it does not exist.
+// prepare runs before the first message: it waits until Redis answers, refuses a user without the
+// worker's permissions and a Redis that may evict keys, and creates the consumer group if it does not
+// exist.
 func (w *Worker) prepare(ctx context.Context) error {
 	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
 		err := w.prepareOnce(ctx)
-		if err == nil || errors.Is(err, errEvicting) {
+		if err == nil || errors.Is(err, errEvicting) || errors.Is(err, errPermission) {
 			return err
 		}
 		w.logger.Warn("waiting for Redis", "err", err, "in", backoff.String())
@@ -32,6 +33,9 @@ func (w *Worker) prepare(ctx context.Context) error {
 }
 
 func (w *Worker) prepareOnce(ctx context.Context) error {
+	if err := w.checkPermissions(ctx); err != nil {
+		return err
+	}
 	if err := w.checkEviction(ctx, true); err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/history"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
@@ -41,7 +41,9 @@ type Worker struct {
 	}
 	router   *message.Router
 	results  message.Publisher
+	store    *inventory.Store
 	reserver *handlers.Reserver
+	history  *history.Recorder         // FAULT_HISTORY_FILE; nil: not recording
 	lock     message.HandlerMiddleware // nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
@@ -97,6 +99,9 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 }
 
 func (w *Worker) build(opts Options) error {
+	if err := w.openHistory(); err != nil {
+		return err
+	}
 	if err := w.connect(opts.Tracing); err != nil {
 		return err
 	}
@@ -117,7 +122,7 @@ func (w *Worker) build(opts Options) error {
 
 // connect creates the clients: one for the handlers, one for the subscribers' reads.
 func (w *Worker) connect(tracing bool) error {
-	redisOpts, _ := config.RedisOptions(w.cfg.RedisURL)
+	redisOpts, _ := w.cfg.RedisOptions()
 	w.rdb = redis.NewClient(redisOpts)
 	subOpts := *redisOpts
 	subOpts.PoolSize = 2*w.cfg.Concurrency + 4 // a read and a claim per consumer
@@ -156,7 +161,7 @@ func (w *Worker) setLocker(opts Options) error {
 func (w *Worker) newLocker() (err error) {
 	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
 	cfg := lockmw.Config{Lease: w.cfg.LockLease, MaxWait: w.cfg.LockWait, Logger: w.logger, TokenTTL: w.cfg.OutcomeTTL}
-	urls, _ := config.RedisURLs(w.cfg.RedlockURLs)
+	urls, _ := w.cfg.RedlockOptions()
 	if len(urls) == 0 {
 		w.locker, err = lockmw.NewReentrant(w.rdb, cfg)
 		return err
@@ -179,7 +184,12 @@ func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
 	if err != nil {
 		return err
 	}
-	w.reserver = &handlers.Reserver{Store: inventory.New(w.rdb, w.storeOptions()...),
+	w.store = inventory.New(w.rdb, w.storeOptions()...)
+	var store handlers.Store = w.store
+	if w.history != nil {
+		store = recordingStore{w.store, w.history}
+	}
+	w.reserver = &handlers.Reserver{Store: store,
 		Results: stream.Publisher{Publisher: w.results}, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name}
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
@@ -249,6 +259,9 @@ func (w *Worker) last() message.HandlerFunc {
 	if w.cfg.FaultDelayWrite > 0 {
 		h = delayWrite(w.cfg.FaultDelayWrite)(h)
 	}
+	if w.history != nil {
+		h = w.recordHold(h)
+	}
 	if w.lock != nil && !w.fenceCounterAtStore() {
 		h = w.raiseFence(h)
 	}
@@ -276,7 +289,7 @@ func (w *Worker) raiseFence(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		if err := w.reserver.Store.RaiseFence(msg.Context(), o.SKU, lease.Token()); err != nil {
+		if err := w.store.RaiseFence(msg.Context(), o.SKU, lease.Token()); err != nil {
 			return nil, fmt.Errorf("order %s: %w", o.OrderID, err)
 		}
 		return h(msg)
@@ -358,6 +371,9 @@ func (w *Worker) Close() {
 		_ = w.locker.Close()
 	}
 	w.closeClients()
+	if err := w.history.Close(); err != nil {
+		w.logger.Error("history file", "err", err)
+	}
 }
 
 func (w *Worker) closeClients() {

@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/history"
+	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw"
+)
+
+// The fault tests' recording (FAULT_HISTORY_FILE): every lock acquisition and every stock operation of the
+// worker is appended to the file (internal/history), whose checker then proves the run linearizable and
+// correctly fenced. Off in production: the recorder is nil and the wrappers are not installed.
+
+// fenceCheckOff is set only in the deliberately broken build (brokenfence.go): writes are sent unfenced
+// but recorded with their tokens, as if the store's fencing check were off.
+var fenceCheckOff bool
+
+// recordingStore records each Reserve's invocation before it and its outcome after it.
+type recordingStore struct {
+	*inventory.Store
+	rec *history.Recorder
+}
+
+func (s recordingStore) Reserve(ctx context.Context, o inventory.Order, fence int64) (inventory.Outcome, error) {
+	call := s.rec.Invoke(history.Reserve, o.SKU, o.ID, o.Quantity, fence)
+	sent := fence
+	if fenceCheckOff {
+		sent = 0
+	}
+	out, err := s.Store.Reserve(ctx, o, sent)
+	if err != nil {
+		call.Fail(err)
+	} else {
+		call.Return(out)
+	}
+	return out, err
+}
+
+var _ handlers.Store = recordingStore{}
+
+// recordHold records the message's lock hold: acquired when the handler starts (with Redlock after the
+// stock's fence was raised, so the time is when the store knows the token), released when it returns.
+func (w *Worker) recordHold(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		lease, ok := lockmw.LeaseFrom(msg.Context())
+		if !ok || lease.Token() == 0 {
+			return h(msg)
+		}
+		owner, now := w.cfg.Name+":"+msg.UUID, time.Now()
+		w.history.Acquired(lease.Key(), owner, lease.Token(), now.Add(-lockmw.StatsOf(lease).Waited), now)
+		defer func() { w.history.Released(lease.Key(), owner, lease.Token(), time.Now()) }()
+		return h(msg)
+	}
+}
+
+// openHistory opens the history file when FAULT_HISTORY_FILE names one.
+func (w *Worker) openHistory() (err error) {
+	if w.cfg.FaultHistoryFile != "" {
+		w.history, err = history.Open(w.cfg.FaultHistoryFile, w.cfg.Name)
+	}
+	return err
+}

@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/lockmw"
+)
+
+// errPermission stops a worker whose Redis user lacks a permission it needs: without the check it would
+// start, and then fail every order.
+var errPermission = errors.New("worker: missing Redis permission")
+
+//go:embed permissions.lua
+var permissionsLua string
+
+var permissionsScript = redis.NewScript(permissionsLua)
+
+// The probe's keys: of a SKU named "probe", in the layout the README documents. Checking a command does
+// not run it.
+const (
+	probeStock   = "stock:{probe}"
+	probeRecord  = "order:{probe}:probe"
+	probeLock    = "lock:{probe}"
+	probeChannel = "redisson_lock__channel:" + probeLock
+	probeLatch   = "redisson_unlock_latch:" + probeLock + ":probe"
+)
+
+// checkPermissions asks each Redis whether the worker's user may run what the worker will run (its
+// commands on its keys, streams and channels), before the first order: on REDIS_URL the streams, the stock
+// and, without Redlock, the locks; on each Redlock master the locks (a master that does not answer is
+// skipped, as Redlock tolerates a minority). It returns errPermission naming the first refusal.
+func (w *Worker) checkPermissions(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	commands := w.streamCommands()
+	if len(w.lockRDB) == 0 {
+		commands = append(commands, lockCommands()...)
+	}
+	if err := w.checkCommands(ctx, w.rdb, "REDIS_URL", commands); err != nil {
+		return err
+	}
+	for _, c := range w.lockRDB {
+		err := w.checkCommands(ctx, c, "REDLOCK_URLS master "+c.Options().Addr, lockCommands())
+		if errors.Is(err, errPermission) {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCommands reports the first of commands that the user of c may not run.
+func (w *Worker) checkCommands(ctx context.Context, c *redis.Client, which string, commands [][]string) error {
+	argv := make([]any, len(commands))
+	for i, cmd := range commands {
+		argv[i] = strings.Join(cmd, "\n")
+	}
+	user := cmp.Or(c.Options().Username, "default")
+	refused, err := permissionsScript.Run(ctx, c, nil, argv...).Int()
+	switch {
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		return fmt.Errorf("%w: %s user %q may not run scripts (EVALSHA, EVAL): %w", errPermission, which, user, err)
+	case err != nil:
+		return fmt.Errorf("%s: checking the user's permissions: %w", which, err)
+	case refused < 0:
+		w.logger.Warn("cannot check the Redis user's permissions (Redis before 7.0)", "redis", which)
+	case refused > 0:
+		return fmt.Errorf("%w: %s user %q may not run %s (NOPERM); give it the worker's ACL (deploy/users.acl)",
+			errPermission, which, user, strings.Join(commands[refused-1], " "))
+	}
+	return nil
+}
+
+// streamCommands are the commands the worker runs on REDIS_URL besides the locks', with the keys they
+// touch: the orders stream and its group (read, claim, ack, trim, poison), the results and poison streams,
+// the stock hash and the outcome records (the stock scripts), and the fencing counter the stock script
+// reads.
+func (w *Worker) streamCommands() [][]string {
+	o, g := w.cfg.OrdersStream, w.cfg.ConsumerGroup
+	return [][]string{
+		{"XREADGROUP", "GROUP", g, "probe", "COUNT", "1", "STREAMS", o, ">"},
+		{"XCLAIM", o, g, "probe", "0", "0-1"}, {"XPENDING", o, g}, {"XACK", o, g, "0-1"},
+		{"XDEL", o, "0-1"}, {"XTRIM", o, "MINID", "0"}, {"XLEN", o}, {"XRANGE", o, "-", "+"},
+		{"XINFO", "GROUPS", o}, {"XGROUP", "CREATE", o, g, "$", "MKSTREAM"},
+		{"XADD", w.cfg.ResultsStream, "*", "payload", "probe"}, {"XADD", w.cfg.PoisonStream, "*", "payload", "probe"},
+		{"MULTI"}, {"EXEC"},
+		{"HMGET", probeStock, "available"}, {"HGET", probeStock, "fence"}, {"HINCRBY", probeStock, "available", "1"},
+		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},
+		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", lockmw.TokenKey("probe")},
+	}
+}
+
+// lockCommands are the commands of the locks, where they live, with their keys and channel.
+func lockCommands() [][]string {
+	token := lockmw.TokenKey("probe")
+	return [][]string{
+		{"EXISTS", probeLock}, {"HEXISTS", probeLock, "probe"}, {"HINCRBY", probeLock, "probe", "1"},
+		{"HSET", probeLock, "probe", "1"}, {"PEXPIRE", probeLock, "1"}, {"PTTL", probeLock}, {"DEL", probeLock},
+		{"INCR", token}, {"GET", token}, {"SET", token, "1"}, {"PEXPIRE", token, "1"},
+		{"GET", probeLatch}, {"SET", probeLatch, "1", "PX", "1"},
+		{"PUBLISH", probeChannel, "0"}, {"SUBSCRIBE", probeChannel},
+		// The release script names the channel among its keys (as Redisson's does): the ACL checks it as a
+		// key too.
+		{"EVALSHA", strings.Repeat("0", 40), "3", probeLock, probeChannel, probeLatch},
+	}
+}
