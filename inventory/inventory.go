@@ -91,7 +91,7 @@ func WithOutcomeTTL(d time.Duration) Option {
 // SKU, named by counter (a key in the SKU's slot, on the same Redis as the stock): a token below the counter
 // is refused (ErrStaleFence) as soon as a newer holder has its token, before that holder writes. Without
 // it a stale token is refused only once a newer one has written. Only for a lock whose counter lives on
-// the stock's Redis (lockmw.Reentrant on the same server; not Redlock, whose counters are on its masters).
+// the stock's Redis (rlock.Reentrant on the same server; not Redlock, whose counters are on its masters).
 func WithFenceCounter(counter func(sku string) string) Option {
 	return func(s *Store) { s.fenceCounter = counter }
 }

@@ -12,24 +12,28 @@ import (
 
 const scope = "github.com/stockflow/stockflow/inventory"
 
-// Span and metric attributes.
+// Attributes of the stock spans and of the orders counter, the same keys on both. The semantic conventions
+// have none for stock, so they are ours, under stockflow.stock.
 const (
-	attrSKU      = attribute.Key("stock.sku")
-	attrQuantity = attribute.Key("stock.quantity")
-	attrFence    = attribute.Key("stock.fence")
-	attrStatus   = attribute.Key("stock.outcome")
-	attrReason   = attribute.Key("stock.reason")
-	attrReplayed = attribute.Key("stock.replayed")
+	AttrSKU      = attribute.Key("stockflow.stock.sku")
+	AttrQuantity = attribute.Key("stockflow.stock.quantity")
+	AttrFence    = attribute.Key("stockflow.stock.fence")    // the fencing token the write came with
+	AttrOutcome  = attribute.Key("stockflow.stock.outcome")  // reserved | rejected (Status)
+	AttrReason   = attribute.Key("stockflow.stock.reason")   // why rejected (Reason), "" when reserved
+	AttrReplayed = attribute.Key("stockflow.stock.replayed") // the outcome recorded the first time
 )
+
+// SpanReserve is the name of the span of Reserve.
+const SpanReserve = "stock reserve"
 
 // orders counts decided orders by outcome; no per-SKU attribute, which would grow without bound.
 var orders, _ = otel.Meter(scope).Int64Counter("stockflow.orders",
 	metric.WithDescription("Orders decided by the stock script, by outcome (replays included, marked replayed)."))
 
-// traceReserve runs reserve inside a "stock reserve" span and counts its outcome.
+// traceReserve runs reserve inside a SpanReserve span and counts its outcome.
 func traceReserve(ctx context.Context, o Order, fence int64, reserve func(context.Context) (Outcome, error)) (Outcome, error) {
-	ctx, span := otel.Tracer(scope).Start(ctx, "stock reserve", trace.WithAttributes(
-		attrSKU.String(o.SKU), attrQuantity.Int64(o.Quantity), attrFence.Int64(fence)))
+	ctx, span := otel.Tracer(scope).Start(ctx, SpanReserve, trace.WithAttributes(
+		AttrSKU.String(o.SKU), AttrQuantity.Int64(o.Quantity), AttrFence.Int64(fence)))
 	defer span.End()
 	out, err := reserve(ctx)
 	if err != nil {
@@ -37,8 +41,8 @@ func traceReserve(ctx context.Context, o Order, fence int64, reserve func(contex
 		span.SetStatus(codes.Error, "reserve failed")
 		return out, err
 	}
-	attrs := []attribute.KeyValue{attrStatus.String(string(out.Status)), attrReason.String(string(out.Reason)),
-		attrReplayed.Bool(out.Replayed)}
+	attrs := []attribute.KeyValue{AttrOutcome.String(string(out.Status)), AttrReason.String(string(out.Reason)),
+		AttrReplayed.Bool(out.Replayed)}
 	span.SetAttributes(attrs...)
 	orders.Add(ctx, 1, metric.WithAttributes(attrs...))
 	return out, nil

@@ -9,14 +9,16 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // Middleware takes a lock around a Watermill handler: it acquires the lock of the message's key, runs the
-// handler under the lease's context (cancelled with ErrLockLost if the lock is lost) and releases the lock
-// afterwards, also when the handler fails or panics.
+// handler under the lease's context (cancelled with rlock.ErrLockLost if the lock is lost) and releases the
+// lock afterwards, also when the handler fails or panics.
 type Middleware struct {
 	// Locker takes the locks. Required.
-	Locker Locker
+	Locker rlock.Locker
 	// Key returns the lock key of a message. Required. An error is returned by the handler as is.
 	Key func(msg *message.Message) (string, error)
 	// Instance names this process in lock owners: a handler run owns its lock as
@@ -24,9 +26,6 @@ type Middleware struct {
 	// re-enters it, while a second delivery of the same message (a claim while the first still runs)
 	// waits its turn. Optional.
 	Instance string
-	// OnAcquired, if set, is called after each acquisition attempt (lease nil on failure), for spans
-	// and metrics.
-	OnAcquired func(ctx context.Context, key string, lease Lease, err error)
 
 	runs atomic.Uint64
 }
@@ -34,8 +33,8 @@ type Middleware struct {
 type leaseKey struct{}
 
 // LeaseFrom returns the lease the middleware holds for the message whose context is ctx.
-func LeaseFrom(ctx context.Context) (Lease, bool) {
-	lease, ok := ctx.Value(leaseKey{}).(Lease)
+func LeaseFrom(ctx context.Context) (rlock.Lease, bool) {
+	lease, ok := ctx.Value(leaseKey{}).(rlock.Lease)
 	return lease, ok
 }
 
@@ -69,16 +68,13 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix 
 	}
 	orig := msg.Context()
 	owner := prefix + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
-	lease, err := m.Locker.Acquire(WithOwner(orig, owner), key)
-	if m.OnAcquired != nil {
-		m.OnAcquired(orig, key, lease, err)
-	}
+	lease, err := m.Locker.Acquire(rlock.WithOwner(orig, owner), key)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", key, err)
 	}
 	defer func() {
 		if rerr := releaseRun(msg, orig, lease); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("unlock %s: %w", key, rerr))
+			err = withUnlockError(err, key, rerr)
 		}
 	}()
 	msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
@@ -87,11 +83,19 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix 
 
 // releaseRun gives the message its context back and releases the lease; a lease that was lost or expired
 // is no error here.
-func releaseRun(msg *message.Message, orig context.Context, lease Lease) error {
+func releaseRun(msg *message.Message, orig context.Context, lease rlock.Lease) error {
 	msg.SetContext(orig) // a retry must not start from a released lease's context
 	// The release must not inherit a cancelled message context: it frees the key for others.
-	if err := lease.Release(context.WithoutCancel(orig)); !errors.Is(err, ErrNotHeld) {
+	if err := lease.Release(context.WithoutCancel(orig)); !errors.Is(err, rlock.ErrNotHeld) {
 		return err
 	}
 	return nil
+}
+
+// withUnlockError adds a failed release to the handler's outcome, on one line.
+func withUnlockError(err error, key string, rerr error) error {
+	if err == nil {
+		return fmt.Errorf("unlock %s: %w", key, rerr)
+	}
+	return fmt.Errorf("%w; unlock %s: %w", err, key, rerr)
 }

@@ -11,11 +11,16 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 func TestMiddleware(t *testing.T) {
 	s := redistest.Start(t)
-	l := newLocker(t, s, Config{})
+	l, err := rlock.NewReentrant(s.Client(), rlock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
 	mw := &Middleware{Locker: l, Key: func(msg *message.Message) (string, error) { return string(msg.Payload), nil }}
 	ctx := context.Background()
 	held := func() int64 {

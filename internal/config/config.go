@@ -6,18 +6,23 @@ package config
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Set is a flag set whose flags also read an environment variable.
+// Set is a flag set whose flags also read an environment variable. Besides its settings it has --version,
+// which prints the build's version (Version) and makes Parse return ErrVersion.
 type Set struct {
 	*flag.FlagSet
-	env    func(string) (string, bool)
-	errs   []error
-	params []Param
+	env          func(string) (string, bool)
+	errs         []error
+	params       []Param
+	placeholders map[string]string // by flag name: what -h shows for the value
+	showVersion  bool
+	versionOut   io.Writer
 }
 
 // Param describes one setting, for help and documentation.
@@ -26,6 +31,9 @@ type Param struct {
 	Flag    string
 	Default string
 	Usage   string
+	// Placeholder names the value in help: "url" in "--redis-url url"; "" for a boolean flag, which takes
+	// none. See Var for where it comes from.
+	Placeholder string
 }
 
 // NewSet returns a set named like the binary, reading the environment through env (os.LookupEnv when nil).
@@ -33,8 +41,11 @@ func NewSet(name string, env func(string) (string, bool)) *Set {
 	if env == nil {
 		env = os.LookupEnv
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	return &Set{FlagSet: fs, env: env}
+	s := &Set{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), env: env,
+		placeholders: map[string]string{}, versionOut: os.Stdout}
+	s.FlagSet.BoolVar(&s.showVersion, "version", false, "print the version and commit of this build, and exit")
+	s.FlagSet.Usage = s.usage
+	return s
 }
 
 // FlagName is the flag of an environment variable: REDIS_URL -> redis-url.
@@ -42,14 +53,21 @@ func FlagName(env string) string { return strings.ReplaceAll(strings.ToLower(env
 
 // Var defines a setting. A name in capitals (REDIS_URL) is an environment variable, with a flag derived
 // from it (--redis-url) that overrides it; a lower-case name (orders) is a flag only.
+//
+// Help names the value with a placeholder, as the flag package does: the first back-quoted word of usage
+// ("comma-separated `skus` to use") is the placeholder and loses its quotes; without one, it comes from the
+// kind of value and the name (see placeholderOf): "url", "duration", "n", "file", "addr", ...
 func (s *Set) Var(value flag.Value, name, usage string) {
+	placeholder, usage := placeholderOf(value, name, usage)
 	if strings.ToUpper(name) != name {
-		s.params = append(s.params, Param{Flag: "--" + name, Default: value.String(), Usage: usage})
+		s.placeholders[name] = placeholder
+		s.params = append(s.params, Param{Flag: "--" + name, Default: value.String(), Usage: usage, Placeholder: placeholder})
 		s.FlagSet.Var(value, name, usage)
 		return
 	}
 	env, flagName := name, FlagName(name)
-	s.params = append(s.params, Param{Env: env, Flag: "--" + flagName, Default: value.String(), Usage: usage})
+	s.placeholders[flagName] = placeholder
+	s.params = append(s.params, Param{Env: env, Flag: "--" + flagName, Default: value.String(), Usage: usage, Placeholder: placeholder})
 	if v, ok := s.env(env); ok {
 		if err := value.Set(v); err != nil {
 			s.errs = append(s.errs, fmt.Errorf("invalid %s %s: %v", env, shown(value, v), err))
@@ -88,12 +106,24 @@ func (s *Set) Float(p *float64, name string, def float64, usage string) {
 }
 
 // Parse parses args after the environment; it reports the first bad value, naming its variable or flag.
+// After -h it returns flag.ErrHelp (the usage is printed), after --version ErrVersion (the version is
+// printed), whatever the environment holds.
 func (s *Set) Parse(args []string) error {
+	if err := s.FlagSet.Parse(args); err != nil {
+		return err
+	}
+	if s.showVersion {
+		fmt.Fprintln(s.versionOut, Version(s.Name()))
+		return ErrVersion
+	}
 	if len(s.errs) > 0 {
 		return s.errs[0]
 	}
-	return s.FlagSet.Parse(args)
+	return nil
 }
+
+// SetVersionOutput sets where --version prints the version; standard output by default.
+func (s *Set) SetVersionOutput(w io.Writer) { s.versionOut = w }
 
 // Params lists the settings defined so far.
 func (s *Set) Params() []Param { return s.params }

@@ -6,12 +6,22 @@ import (
 	"os"
 )
 
-// Logger logs text to a terminal and JSON otherwise (to a log collector).
+// Logger logs text to a terminal and JSON otherwise (to a log collector). Durations are written as Go
+// writes them ("3s", "1.5ms") in both: slog's JSON handler would write nanoseconds (3000000000).
 func Logger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{ReplaceAttr: durationAsString}
 	if IsTerminal(w) {
-		return slog.New(slog.NewTextHandler(w, nil))
+		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, nil))
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationAsString is a slog ReplaceAttr that writes a time.Duration as its String ("3s").
+func durationAsString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // IsTerminal tells whether w is a terminal (for progress bars and human-readable logs).

@@ -53,12 +53,18 @@ func (t TLSFiles) RedisOptions(url string) (*redis.Options, error) {
 		return nil, redactError(err, url)
 	}
 	opts.ContextTimeoutEnabled = true
+	// No CLIENT SETINFO on connect (Redis 7.2+): the least-privilege users may not run it, and it is noise.
+	opts.DisableIdentity = true
 	if opts.TLSConfig == nil {
 		if set := t.names(); len(set) > 0 {
 			return nil, fmt.Errorf("%s set, but the URL %s is not rediss://: the TLS settings apply to rediss:// URLs only "+
 				"(use rediss://, or unset them)", strings.Join(set, " and "), RedactURL(url))
 		}
 		return opts, nil
+	}
+	if opts.TLSConfig.InsecureSkipVerify {
+		return nil, fmt.Errorf("the URL %s turns certificate checking off (skip_verify): not allowed; give the CA "+
+			"that signed the server's certificate with %s instead", RedactURL(url), EnvTLSCAFile)
 	}
 	opts.TLSConfig.MinVersion = max(opts.TLSConfig.MinVersion, tls.VersionTLS12)
 	m, err := t.load()
@@ -72,7 +78,7 @@ func (t TLSFiles) RedisOptions(url string) (*redis.Options, error) {
 // RedisURLs parses a comma-separated list of Redis URLs as RedisOptions does; empty gives none.
 func (t TLSFiles) RedisURLs(list string) ([]*redis.Options, error) {
 	var out []*redis.Options
-	for _, u := range strings.Split(list, ",") {
+	for _, u := range splitURLs(list) {
 		if u = strings.TrimSpace(u); u == "" {
 			continue
 		}

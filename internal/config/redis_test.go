@@ -74,6 +74,8 @@ func TestTLSFilesRefused(t *testing.T) {
 		{"the files in swapped places", config.TLSFiles{CertFile: certs.ClientKeyFile, KeyFile: certs.ClientCertFile}, url, "invalid REDIS_TLS_CERT_FILE"},
 		{"a redis:// URL", config.TLSFiles{CAFile: certs.CAFile}, "redis://u:hunter2@127.0.0.1:1/0",
 			"REDIS_TLS_CA_FILE set, but the URL redis://u:xxxxx@127.0.0.1:1/0 is not rediss://"},
+		{"skip_verify in the URL", config.TLSFiles{CAFile: certs.CAFile}, url + "?skip_verify=true",
+			"turns certificate checking off (skip_verify): not allowed"},
 		{"a redis:// URL with a client certificate", config.TLSFiles{CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile}, "redis://h/0",
 			"REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE set"},
 	} {
@@ -99,6 +101,10 @@ func TestRedisOptionsErrorsHideThePassword(t *testing.T) {
 		"redis://u:hunter2/x@h:1/0", // an unescaped / in the password
 		"redis://u:hunter2@h:1/0?bogus=1",
 		"http://u:hunter2@h:1/0",
+		// A password that parses as a port and a path or a query: url.Parse succeeds without user info.
+		"redis://worker:/hunter2@redis:6379",
+		"redis://worker:42?hunter2@redis:6379/0",
+		"redis://worker:?hunter2@redis:6379/0",
 	} {
 		_, err := config.RedisOptions(url)
 		if err == nil || strings.Contains(err.Error(), "hunter2") {
@@ -108,5 +114,18 @@ func TestRedisOptionsErrorsHideThePassword(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("RedisURLs with %s: %v, want an error without the password", url, err)
 		}
+	}
+}
+
+// A comma in a password is part of it: the list is split only where a new URL starts, so the password is
+// neither cut in two nor shown.
+func TestRedisURLsWithACommaInAPassword(t *testing.T) {
+	const list = "redis://w:hunter,2@a:1/0,redis://w:x@b:1/0"
+	opts, err := config.RedisURLs(list)
+	if err != nil || len(opts) != 2 || opts[0].Password != "hunter,2" || opts[1].Addr != "b:1" {
+		t.Fatalf("RedisURLs(%q) = %v, %v; want two URLs, the first with the password hunter,2", list, opts, err)
+	}
+	if got := config.RedactURLs(list); got != "redis://w:xxxxx@a:1/0,redis://w:xxxxx@b:1/0" {
+		t.Fatalf("RedactURLs = %q", got)
 	}
 }

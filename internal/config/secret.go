@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"flag"
 	"net/url"
 	"strconv"
@@ -87,11 +86,25 @@ func RedactURL(raw string) string {
 
 // RedactURLs redacts each URL of a comma-separated list, as RedactURL does.
 func RedactURLs(list string) string {
-	urls := strings.Split(list, ",")
+	urls := splitURLs(list)
 	for i, u := range urls {
 		urls[i] = RedactURL(u)
 	}
 	return strings.Join(urls, ",")
+}
+
+// splitURLs splits a comma-separated list of URLs at the commas that start a new URL: a piece without
+// "://" belongs to the one before (a comma in its password), so the password is neither cut nor shown.
+func splitURLs(list string) []string {
+	var urls []string
+	for _, piece := range strings.Split(list, ",") {
+		if t := strings.TrimSpace(piece); len(urls) > 0 && t != "" && !strings.Contains(t, "://") {
+			urls[len(urls)-1] += "," + piece
+			continue
+		}
+		urls = append(urls, piece)
+	}
+	return urls
 }
 
 // redactedError is an error whose message had a URL's password taken out; errors.Is and errors.As still
@@ -104,19 +117,13 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// redactError takes the password of raw out of err's message. A URL that did not parse loses the detail
-// of the parse error when it holds an "@": the detail may quote a piece of a password.
+// redactError keeps the password of raw out of err's message: the error of a URL with user info ("@")
+// loses its detail, which may quote a piece of the password however the URL was split (a password with
+// a "/" or "?" parses as a port and a path: "invalid database number: \"TopSecret@redis:6379\"").
 func redactError(err error, raw string) error {
-	var parse *url.Error
-	if errors.As(err, &parse) && strings.Contains(raw, "@") {
-		return &redactedError{msg: "not a valid URL (" + RedactURL(raw) + "): percent-encode the reserved characters " +
-			"(: / @ ? # %) of a user name or password", err: err}
+	if !strings.Contains(raw, "@") {
+		return err
 	}
-	msg := strings.ReplaceAll(err.Error(), raw, RedactURL(raw))
-	if u, perr := url.Parse(raw); perr == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, Redacted)
-		}
-	}
-	return &redactedError{msg: msg, err: err}
+	return &redactedError{msg: "not a valid Redis URL (" + RedactURL(raw) + "): check the database number and the " +
+		"options, and percent-encode the reserved characters (: / @ ? # %) of a user name or password", err: err}
 }

@@ -40,13 +40,13 @@ type Config struct {
 func Flags(s *config.Set, c *Config) {
 	s.URL(&c.RedisURL, "REDIS_URL", "", "use this Redis instead of starting one")
 	config.TLSFlags(s, &c.TLS)
-	s.String(&c.Redis, "redis", "auto", "without REDIS_URL: server (a redis-server child process), embedded (in-process miniredis) or auto (server when installed)")
+	s.String(&c.Redis, "redis", "auto", "without REDIS_URL, the Redis to start (`mode`): server (a redis-server child process), embedded (in-process miniredis) or auto (server when installed)")
 	s.Int(&c.Workers, "workers", 3, "worker instances")
 	s.Int(&c.Concurrency, "concurrency", 8, "consumers per worker")
 	s.Int(&c.Orders, "orders", 6000, "orders to publish")
 	s.Int(&c.SKUs, "skus", 20, "SKUs")
 	s.Int(&c.Stock, "stock", 200, "stock of each SKU")
-	s.String(&c.Distribution, "distribution", "hot", "uniform, zipf or hot (half of the orders on SKU-0)")
+	s.String(&c.Distribution, "distribution", "hot", "`distribution` of the orders over the SKUs: uniform, zipf or hot (half of the orders on SKU-0)")
 	s.Duration(&c.Timeout, "timeout", 2*time.Minute, "give up waiting for outcomes after this long")
 }
 

@@ -207,15 +207,33 @@ func produceEnv(t *testing.T, env []string, args ...string) *producer.Summary {
 	return &sum
 }
 
-// recording is the history file of a test's workers (FAULT_HISTORY_FILE), checked by internal/history.
-type recording struct{ path string }
+// recording is the history directory of a test's workers (FAULT_HISTORY_DIR: a file per process), checked
+// by internal/history.
+type recording struct{ dir string }
 
-func newRecording(t *testing.T) *recording {
-	return &recording{path: filepath.Join(t.TempDir(), "history.jsonl")}
+func newRecording(t *testing.T) *recording { return &recording{dir: t.TempDir()} }
+
+// env is the worker setting that records into the directory.
+func (r *recording) env() string { return "FAULT_HISTORY_DIR=" + r.dir }
+
+// files are the history files recorded so far.
+func (r *recording) files(t *testing.T) []string {
+	files, err := filepath.Glob(filepath.Join(r.dir, "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
-// env is the worker setting that records into the file.
-func (r *recording) env() string { return "FAULT_HISTORY_FILE=" + r.path }
+// text is everything recorded so far, for waiting on an event and for failure messages.
+func (r *recording) text(t *testing.T) string {
+	var b strings.Builder
+	for _, f := range r.files(t) {
+		raw, _ := os.ReadFile(f)
+		b.Write(raw)
+	}
+	return b.String()
+}
 
 // verify checks the recorded history (linearizable stock per SKU, fencing) from the stock the producer's
 // run started with.
@@ -225,7 +243,7 @@ func (r *recording) verify(t *testing.T, sum *producer.Summary) {
 	for sku, s := range sum.SKUs {
 		initial[sku] = s.Initial
 	}
-	history.Verify(t, []string{r.path}, initial)
+	history.Verify(t, r.files(t), initial)
 }
 
 // assertConsistent fails the test with the summary's problems.

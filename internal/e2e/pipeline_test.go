@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -145,7 +144,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	if stock["available"] != "8" || stock["reserved"] != "2" {
 		t.Fatalf("stock %v, want available 8 reserved 2: each order reserved exactly once", stock)
 	}
-	history.Verify(t, []string{rec.path}, map[string]int64{"P": 10})
+	history.Verify(t, rec.files(t), map[string]int64{"P": 10})
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
@@ -318,7 +317,7 @@ func TestConsoleTraceExporter(t *testing.T) {
 	if err, ok := w.exited(10 * time.Second); !ok || err != nil {
 		t.Fatalf("worker exit: %v (exited %v)", err, ok)
 	}
-	for _, span := range []string{`"Name":"orders process"`, `"Name":"lock acquire"`, `"Name":"stock reserve"`} {
+	for _, span := range []string{`"Name":"process orders"`, `"Name":"lock acquire"`, `"Name":"stock reserve"`} {
 		if !strings.Contains(w.logText(), span) {
 			t.Fatalf("worker printed no span %s with OTEL_TRACES_EXPORTER=console", span)
 		}
@@ -348,7 +347,7 @@ func testStaleHolderIsRefused(t *testing.T, redlock bool) {
 			stock, rdb.Exists(ctx, "order:{P}:o-b").Val() == 1)
 	}
 	sc.bothDecided(t)
-	history.Verify(t, []string{sc.rec.path}, map[string]int64{"P": 10})
+	history.Verify(t, sc.rec.files(t), map[string]int64{"P": 10})
 }
 
 // The history checker catches a broken fence: the same run with a worker built to send its writes
@@ -357,15 +356,14 @@ func testStaleHolderIsRefused(t *testing.T, redlock bool) {
 func TestHistoryCheckerCatchesABrokenFence(t *testing.T) {
 	sc := startStaleHolder(t, false, brokenFenceWorker(t))
 	sc.bothDecided(t)
-	h, err := history.Load(sc.rec.path)
+	h, err := history.Load(sc.rec.files(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := history.Check(h, map[string]int64{"P": 10}, 0)
 	t.Logf("the broken variant's report:\n%s", r)
 	if r.OK() || len(r.Violations) == 0 {
-		raw, _ := os.ReadFile(sc.rec.path)
-		t.Fatalf("the history checker passed a run whose stale write was accepted; the history:\n%s", raw)
+		t.Fatalf("the history checker passed a run whose stale write was accepted; the history:\n%s", sc.rec.text(t))
 	}
 	if v := r.Violations[0]; v.Rule != history.StaleToken || v.Write.Worker != "a" || v.Newer.Worker != "b" {
 		t.Fatalf("first violation %s, want worker a's write accepted after worker b's acquisition", v)
@@ -402,6 +400,11 @@ func startStaleHolder(t *testing.T, redlock bool, workerBin string) *staleHolder
 	startWorker(t, s, "b", append(env, "LOCK_WAIT=10s", "ORDERS_STREAM=orders-b", "FAULT_DELAY_WRITE=10s")...)
 	xaddOrderTo(t, sc.rdb, "orders-b", "o-b", "P", 1)
 	waitFor(t, 10*time.Second, "worker b holds the lock", lockHeldBy(locks, "P", "b:"))
+	// B's handler has started only once its acquisition is recorded (with Redlock after it raised the
+	// stock's fence): resuming A before that would race B's fence, and the test would prove nothing.
+	waitFor(t, 10*time.Second, "worker b recorded its acquisition", func() bool {
+		return strings.Contains(sc.rec.text(t), `"event":"acquired","worker":"b"`)
+	})
 	if !sc.a.stopped() {
 		t.Fatal("worker a was running again before the test resumed it")
 	}

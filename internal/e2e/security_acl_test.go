@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // The workers, the producer and stockctl run with the least-privilege users of deploy/users.acl, as
@@ -79,7 +79,7 @@ func TestACLRefusesWhatAUserMayNot(t *testing.T) {
 		return c
 	}
 	producerUser, workerUser := client("producer"), client("worker")
-	locker, err := lockmw.NewReentrant(producerUser, lockmw.Config{})
+	locker, err := rlock.NewReentrant(producerUser, rlock.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

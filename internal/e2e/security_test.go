@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/redistest"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // tlsEnv are the TLS settings of a client of certs' servers: their CA and, with clientCert, the client
@@ -102,11 +102,11 @@ func TestTLSRedlockMasters(t *testing.T) {
 	assertConsistent(t, sum)
 	ctx := context.Background()
 	for i, m := range masters {
-		if n, err := m.Client().Exists(ctx, lockmw.TokenKey("SKU-0")).Result(); err != nil || n != 1 {
+		if n, err := m.Client().Exists(ctx, rlock.TokenKey("SKU-0")).Result(); err != nil || n != 1 {
 			t.Errorf("master %d has no fencing counter of SKU-0 (%d, %v): the locks were not taken on it", i, n, err)
 		}
 	}
-	if n := s.Client().Exists(ctx, lockmw.TokenKey("SKU-0")).Val(); n != 0 {
+	if n := s.Client().Exists(ctx, rlock.TokenKey("SKU-0")).Val(); n != 0 {
 		t.Error("the stock Redis has a fencing counter: the worker locked there, not on the Redlock masters")
 	}
 }
@@ -178,7 +178,8 @@ func TestSecurityNoSecretsInHelpOrErrors(t *testing.T) {
 		{"stockctl -h", buildStockctl(t), nil, []string{"-h"}, 0, "REDIS_URL"},
 		{"two Redlock masters", worker, []string{"REDLOCK_URLS=redis://l:hunter2-lock@h:2/0,redis://l:hunter2-lock@h:3/0"}, nil, 2, "invalid REDLOCK_URLS"},
 		{"a URL that does not parse", worker, []string{"REDIS_URL=redis://u:hunter2/x@h:1/0"}, nil, 2, "invalid REDIS_URL"},
-		{"a bad database", worker, []string{"REDIS_URL=redis://u:hunter2-redis@h:1/x"}, nil, 2, "invalid database number"},
+		{"a bad database", worker, []string{"REDIS_URL=redis://u:hunter2-redis@h:1/x"}, nil, 2, "not a valid Redis URL (redis://u:xxxxx@h:1/x): check the database number"},
+		{"a password that parses as a path", worker, []string{"REDIS_URL=redis://worker:/hunter2-redis@h:6379"}, nil, 2, "not a valid Redis URL (redis://worker:xxxxx@h:6379)"},
 		{"stockctl with a bad database", buildStockctl(t), []string{"REDIS_URL=redis://u:hunter2-redis@h:1/x"}, []string{"stock", "SKU-1"}, 2, "invalid REDIS_URL"},
 		{"a certificate without its key", worker, []string{tlsURL, "REDIS_TLS_CERT_FILE=" + certs.ClientCertFile}, nil, 2, "REDIS_TLS_CERT_FILE: set without REDIS_TLS_KEY_FILE"},
 		{"a key without its certificate", prod, []string{tlsURL, "REDIS_TLS_KEY_FILE=" + certs.ClientKeyFile}, nil, 2, "REDIS_TLS_KEY_FILE: set without REDIS_TLS_CERT_FILE"},

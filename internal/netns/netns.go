@@ -41,7 +41,8 @@ func Available() error {
 	return nil
 }
 
-// New builds a host. Names and addresses carry the process id, so concurrent test binaries do not collide:
+// New builds a host. Names and addresses carry the process id, so concurrent test binaries rarely collide
+// (address blocks repeat for pids 512 apart, or past 32 hosts per binary; names never do):
 // namespace sf<pid>n<k> (prefixed with sf-run<id>- when STOCKFLOW_TEST_RUN names the test run), links
 // sf<pid>h<k> and sf<pid>p<k>, addresses from 10.233.0.0/16 in /30 blocks.
 func New() (*Host, error) {

@@ -7,9 +7,15 @@
 //	OTEL_METRICS_EXPORTER = otlp | console | prometheus | none   default none
 //	OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf | grpc), ...
 //	OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG      read by the SDK (default parentbased_always_on)
+//	OTEL_METRICS_EXEMPLAR_FILTER = trace_based | always_on | always_off   read by the SDK (default trace_based)
 //
 // With nothing set, nothing is exported and no exporter goroutine runs: the global providers stay the
 // no-op ones, and trace context is still passed on from message to message.
+//
+// Metrics, when exported, include the Go runtime's (go.goroutine.count, go.memory.used, ...: the contrib
+// runtime instrumentation). Measurements taken in the context of a sampled span carry it as an exemplar
+// (trace_based), so a bucket of the lock wait histogram leads to a trace that waited; /metrics shows the
+// exemplars to a scraper that asks for OpenMetrics (Prometheus does), and adds the process_* series.
 package otelsetup
 
 import (
@@ -19,8 +25,10 @@ import (
 	"os"
 
 	prom "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/contrib/instrumentation/runtime"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
@@ -32,19 +40,26 @@ import (
 
 // Telemetry is the set-up of one process.
 type Telemetry struct {
-	// Metrics serves the Prometheus text format, nil unless asked for.
+	// Metrics serves /metrics: the Prometheus text format, or OpenMetrics with exemplars to a scraper that
+	// asks for it; nil unless asked for.
 	Metrics http.Handler
 	// Tracing: spans are exported (OTEL_TRACES_EXPORTER is set and not none).
 	Tracing  bool
 	shutdown []func(context.Context) error
+	readers  []sdkmetric.Reader // more metric readers (the tests')
 }
 
 // Setup installs the global tracer and meter providers configured by the environment, and the W3C trace
 // context propagator. With prometheus, Metrics serves every metric for a /metrics endpoint. Shutdown
 // flushes what is buffered.
 func Setup(ctx context.Context, service string, prometheus bool) (*Telemetry, error) {
+	return setup(ctx, service, prometheus, nil)
+}
+
+// setup is Setup with more metric readers, which install a meter provider even with nothing configured.
+func setup(ctx context.Context, service string, prometheus bool, readers []sdkmetric.Reader) (*Telemetry, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	t := &Telemetry{}
+	t := &Telemetry{readers: readers}
 	if err := t.setup(ctx, service, prometheus); err != nil {
 		return nil, errors.Join(err, t.Shutdown(ctx)) // a tracer provider may be installed already
 	}
@@ -84,8 +99,8 @@ func (t *Telemetry) setupTracing(ctx context.Context, res *resource.Resource) er
 	return nil
 }
 
-// setupMetrics installs an SDK meter provider when OTEL_METRICS_EXPORTER names an exporter or prometheus
-// is asked for.
+// setupMetrics installs an SDK meter provider, with the Go runtime metrics, when OTEL_METRICS_EXPORTER
+// names an exporter or prometheus is asked for.
 func (t *Telemetry) setupMetrics(ctx context.Context, res *resource.Resource, prometheus bool) error {
 	readers, err := t.metricReaders(ctx, prometheus)
 	if err != nil || len(readers) == 0 {
@@ -94,13 +109,16 @@ func (t *Telemetry) setupMetrics(ctx context.Context, res *resource.Resource, pr
 	mp := sdkmetric.NewMeterProvider(append(readers, sdkmetric.WithResource(res))...)
 	otel.SetMeterProvider(mp)
 	t.shutdown = append(t.shutdown, mp.Shutdown)
-	return nil
+	return runtime.Start(runtime.WithMeterProvider(mp))
 }
 
 // metricReaders are the reader OTEL_METRICS_EXPORTER names, if any, and with prometheus the one that
 // Metrics serves.
 func (t *Telemetry) metricReaders(ctx context.Context, prometheus bool) ([]sdkmetric.Option, error) {
 	readers, err := envMetricReader(ctx)
+	for _, r := range t.readers {
+		readers = append(readers, sdkmetric.WithReader(r))
+	}
 	if err != nil || !prometheus {
 		return readers, err
 	}
@@ -119,14 +137,19 @@ func envMetricReader(ctx context.Context) ([]sdkmetric.Option, error) {
 	return []sdkmetric.Option{sdkmetric.WithReader(reader)}, nil
 }
 
-// prometheusReader makes a Prometheus exporter on a registry of its own, which Metrics serves.
+// prometheusReader makes a Prometheus exporter on a registry of its own, with the process_* series (CPU,
+// memory, file descriptors of the process), which Metrics serves.
 func (t *Telemetry) prometheusReader() (sdkmetric.Reader, error) {
 	reg := prom.NewRegistry()
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
 	exp, err := promexporter.New(promexporter.WithRegisterer(reg))
 	if err != nil {
 		return nil, err
 	}
-	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	// Exemplars exist only in OpenMetrics: the handler speaks it to a scraper that asks for it.
+	t.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 	return exp, nil
 }
 

@@ -8,22 +8,21 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	prom "github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockflow/stockflow/internal/config"
@@ -31,7 +30,7 @@ import (
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/inventory"
 )
 
 // unsetOTel clears the OTEL_ variables of the environment for the test.
@@ -44,24 +43,30 @@ func unsetOTel(t *testing.T) {
 	}
 }
 
-// meters is the meter provider of the test process. The instruments of lockmw, inventory, stream and
-// the worker are package variables, made from the global meter provider before any test runs, and
-// OpenTelemetry ties them to the first provider set: a test that set its own would see no measurements
-// when it ran after another that set one, or a second time (-count=2). TestMain sets this one first;
-// a test compares what it collects before and after its run.
+// meters is the meter provider of the test process, set up as the worker's (Prometheus on /metrics, the
+// runtime metrics), plus a manual reader. The instruments of lockmw, inventory, stream and the worker are
+// package variables, made from the global meter provider before any test runs, and OpenTelemetry ties
+// them to the first provider set: a test that set its own would see no measurements when it ran after
+// another that set one, or a second time (-count=2). TestMain sets this one first; a test compares what
+// it collects before and after its run.
 var meters struct {
-	reader   *sdkmetric.ManualReader
-	registry *prom.Registry
+	reader  *sdkmetric.ManualReader
+	handler http.Handler // what the worker binary serves on /metrics
 }
 
 func TestMain(m *testing.M) {
-	meters.reader, meters.registry = sdkmetric.NewManualReader(), prom.NewRegistry()
-	promExp, err := promexporter.New(promexporter.WithRegisterer(meters.registry))
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "OTEL_") {
+			os.Unsetenv(k)
+		}
+	}
+	meters.reader = sdkmetric.NewManualReader()
+	tel, err := otelsetup.SetupWithReader(context.Background(), "test", meters.reader)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(meters.reader), sdkmetric.WithReader(promExp)))
+	meters.handler = tel.Metrics
 	os.Exit(m.Run())
 }
 
@@ -142,7 +147,7 @@ func TestOneTracePerOrder(t *testing.T) {
 	cfg.MetricsAddr = freeAddr(t)
 	cfg.TraceRedis = true
 	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
-		worker.Options{Metrics: promhttp.HandlerFor(meters.registry, promhttp.HandlerOpts{}), Tracing: true})
+		worker.Options{Metrics: meters.handler, Tracing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,31 +204,36 @@ func TestOneTracePerOrder(t *testing.T) {
 	traces, redisSpans := 0, 0
 	for _, sp := range ended {
 		switch sp.Name() {
-		case "orders publish":
+		case "send orders":
 			traces++
+			checkMessaging(t, sp, trace.SpanKindProducer, semconv.MessagingOperationName("send"),
+				semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName("orders"))
 		case "lock acquire":
 			acquires = append(acquires, sp)
-			checkParent(t, sp, byID, "orders process")
-			for _, k := range []string{"lock.key", "lock.mode", "lock.wait.seconds", "lock.attempts", "lock.reentry", "lock.fencing_token", "lock.result"} {
+			checkParent(t, sp, byID, "process orders")
+			for _, k := range []string{"stockflow.lock.key", "stockflow.lock.mode", "stockflow.lock.wait.seconds", "stockflow.lock.attempts", "stockflow.lock.reentry", "stockflow.lock.fencing_token", "stockflow.lock.result"} {
 				if _, ok := attr(sp, k); !ok {
 					t.Fatalf("lock acquire span lacks %s: %v", k, sp.Attributes())
 				}
 			}
 		case "stock reserve":
-			checkParent(t, sp, byID, "orders process")
-			for _, k := range []string{"stock.sku", "stock.quantity", "stock.outcome", "stock.fence"} {
-				if _, ok := attr(sp, k); !ok {
+			checkParent(t, sp, byID, "process orders")
+			for _, k := range []attribute.Key{inventory.AttrSKU, inventory.AttrQuantity, inventory.AttrOutcome, inventory.AttrFence} {
+				if _, ok := attr(sp, string(k)); !ok {
 					t.Fatalf("stock reserve span lacks %s: %v", k, sp.Attributes())
 				}
 			}
-		case "order-results publish":
-			checkParent(t, sp, byID, "orders process")
-		case "orders process":
+		case "send order-results":
+			checkParent(t, sp, byID, "process orders")
+			checkMessaging(t, sp, trace.SpanKindProducer, semconv.MessagingOperationName("send"),
+				semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName("order-results"))
+		case "process orders":
 			// The producer's span is the parent, across processes in real life: found by trace context.
-			checkParent(t, sp, byID, "orders publish")
-			if v, _ := attr(sp, "messaging.destination.name"); v.AsString() != "orders" {
-				t.Fatalf("process span destination %v", v)
-			}
+			checkParent(t, sp, byID, "send orders")
+			checkMessaging(t, sp, trace.SpanKindConsumer, semconv.MessagingOperationName("process"),
+				semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName("orders"),
+				semconv.MessagingConsumerGroupName(cfg.ConsumerGroup))
+			checkProcess(t, sp)
 		}
 		if v, ok := attr(sp, "db.system"); ok && v.AsString() == "redis" {
 			redisSpans++
@@ -250,12 +260,12 @@ func TestOneTracePerOrder(t *testing.T) {
 	if hist.Count != uint64(len(acquires)) {
 		t.Fatalf("histogram count %d, lock acquisitions %d", hist.Count, len(acquires))
 	}
-	wantBuckets := make([]uint64, len(lockmw.WaitBuckets)+1)
+	wantBuckets := make([]uint64, len(hist.Bounds)+1)
 	waited := 0
 	for _, sp := range acquires {
-		v, _ := attr(sp, "lock.wait.seconds")
+		v, _ := attr(sp, "stockflow.lock.wait.seconds")
 		i := 0
-		for i < len(lockmw.WaitBuckets) && v.AsFloat64() > lockmw.WaitBuckets[i] {
+		for i < len(hist.Bounds) && v.AsFloat64() > hist.Bounds[i] {
 			i++
 		}
 		wantBuckets[i]++
@@ -289,6 +299,37 @@ func checkParent(t *testing.T, sp sdktrace.ReadOnlySpan, byID map[trace.SpanID]s
 	parent, ok := byID[sp.Parent().SpanID()]
 	if !ok || parent.Name() != want || parent.SpanContext().TraceID() != sp.SpanContext().TraceID() {
 		t.Fatalf("span %q: parent %v, want %q in the same trace", sp.Name(), sp.Parent().SpanID(), want)
+	}
+}
+
+// checkMessaging fails unless the span is of the kind and has the attributes of a messaging span on a
+// Redis stream: want, messaging.system and the server's address.
+func checkMessaging(t *testing.T, sp sdktrace.ReadOnlySpan, kind trace.SpanKind, want ...attribute.KeyValue) {
+	t.Helper()
+	if sp.SpanKind() != kind {
+		t.Fatalf("span %q is of kind %v, want %v", sp.Name(), sp.SpanKind(), kind)
+	}
+	for _, kv := range append(want, semconv.MessagingSystemKey.String("redis"), semconv.ServerAddress("127.0.0.1")) {
+		if v, ok := attr(sp, string(kv.Key)); !ok || v != kv.Value {
+			t.Fatalf("span %q: %s = %v, want %v (attributes %v)", sp.Name(), kv.Key, v.Emit(), kv.Value.Emit(), sp.Attributes())
+		}
+	}
+	if _, ok := attr(sp, string(semconv.ServerPortKey)); !ok {
+		t.Fatalf("span %q has no %s", sp.Name(), semconv.ServerPortKey)
+	}
+}
+
+// checkProcess fails unless a process span names the stream entry (its ID) and the consumer, and links to
+// the span that sent the message, its parent.
+func checkProcess(t *testing.T, sp sdktrace.ReadOnlySpan) {
+	t.Helper()
+	id, _ := attr(sp, string(semconv.MessagingMessageIDKey))
+	client, _ := attr(sp, string(semconv.MessagingClientIDKey))
+	if !regexp.MustCompile(`^\d+-\d+$`).MatchString(id.AsString()) || !strings.HasPrefix(client.AsString(), "t-") {
+		t.Fatalf("process span: message id %q, client id %q; want a stream entry id and a consumer of worker t", id.AsString(), client.AsString())
+	}
+	if l := sp.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != sp.Parent().SpanID() {
+		t.Fatalf("process span links %v, want one to its parent, the send span", l)
 	}
 }
 

@@ -60,15 +60,15 @@ func Flags(s *config.Set, c *Config) {
 	stream.Flags(s, &c.Config)
 	s.Int(&c.Orders, "orders", d.Orders, "orders to publish")
 	s.Int(&c.SKUs, "skus", d.SKUs, "number of SKUs, named SKU-0 .. SKU-<n-1>")
-	s.String(&c.SKUList, "sku-list", d.SKUList, "comma-separated SKUs to use instead of --skus")
+	s.String(&c.SKUList, "sku-list", d.SKUList, "comma-separated `skus` to use instead of --skus")
 	s.Int(&c.Quantity, "quantity", d.Quantity, "quantity of each order")
-	s.String(&c.Distribution, "distribution", d.Distribution, "how orders spread over SKUs: uniform, zipf, or hot (half on the first SKU)")
+	s.String(&c.Distribution, "distribution", d.Distribution, "`distribution` of the orders over the SKUs: uniform, zipf, or hot (half on the first SKU)")
 	s.Float(&c.Rate, "rate", d.Rate, "orders per second (0: as fast as possible)")
 	s.Int(&c.SeedStock, "seed-stock", d.SeedStock, "set each SKU's available stock to this first (-1: leave it)")
 	s.Bool(&c.Wait, "wait", "wait for every outcome, print a summary and check consistency")
 	s.Duration(&c.Timeout, "wait-timeout", d.Timeout, "with --wait: how long to wait for the outcomes")
 	s.Bool(&c.JSON, "json", "print the summary as JSON")
-	s.String(&c.RunID, "run-id", d.RunID, "prefix of the order ids (default: random)")
+	s.String(&c.RunID, "run-id", d.RunID, "`prefix` of the order ids (default: random)")
 }
 
 // Validate reports the first bad setting, by name. An empty RunID gets a random one.

@@ -37,7 +37,7 @@ func (r *run) publish(ctx context.Context) (map[string]placedOrder, error) {
 	p := &publisher{
 		cfg:    r.cfg,
 		skus:   r.skus,
-		pub:    stream.Publisher{Publisher: wpub}, // a trace per order, carried to the workers in the metadata
+		pub:    stream.Publisher{Publisher: wpub, Server: stream.ServerAttributes(r.rdb)}, // a trace per order, to the workers
 		bar:    newBar(r.progress, "published", r.cfg.Orders),
 		placed: make(map[string]placedOrder, r.cfg.Orders),
 	}

@@ -80,8 +80,9 @@ func printUsage(w io.Writer, set *config.Set) {
 	}
 	fmt.Fprint(w, "\nFlags (a setting with an env variable reads it; the flag wins):\n")
 	for _, p := range set.Params() {
-		fmt.Fprintf(w, "  %s (%sdefault %q)\n        %s\n", p.Flag, envNote(p), p.Default, p.Usage)
+		fmt.Fprintf(w, "  %s (%sdefault %q)\n        %s\n", strings.TrimSpace(p.Flag+" "+p.Placeholder), envNote(p), p.Default, p.Usage)
 	}
+	fmt.Fprint(w, "  --version\n        print the version and commit of this build, and exit\n")
 	fmt.Fprint(w, `
 Exit codes:
   0  success

@@ -10,7 +10,7 @@ import (
 	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stockctl"
 	"github.com/stockflow/stockflow/inventory"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 type lockJSON struct {
@@ -39,11 +39,11 @@ func TestLockShowsHolderCounterAndFence(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	locker := must(lockmw.NewReentrant(e.rdb, lockmw.Config{}))
+	locker := must(rlock.NewReentrant(e.rdb, rlock.Config{}))
 	t.Cleanup(func() { _ = locker.Close() })
 	wantCode(t, e.run("stock", "set", "SKU-1", "10"), stockctl.ExitOK)
 
-	owner := lockmw.WithOwner(ctx, "worker-a:order-1")
+	owner := rlock.WithOwner(ctx, "worker-a:order-1")
 	lease := must(locker.Acquire(owner, "SKU-1"))
 	reentry := must(locker.Acquire(owner, "SKU-1"))
 	if _, err := inventory.New(e.rdb).Reserve(lease.Context(), inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, lease.Token()); err != nil {
@@ -59,8 +59,8 @@ func TestLockShowsHolderCounterAndFence(t *testing.T) {
 	if len(n.Holders) != 1 || n.Holders[0].Owner != "worker-a:order-1" || n.Holders[0].Holds != 2 {
 		t.Fatalf("holders = %+v, want worker-a:order-1 holding 2", n.Holders)
 	}
-	if n.LeaseMS <= 0 || n.LeaseMS > lockmw.DefaultLease.Milliseconds() {
-		t.Fatalf("lease remaining %d ms, want 0 < lease <= %v", n.LeaseMS, lockmw.DefaultLease)
+	if n.LeaseMS <= 0 || n.LeaseMS > rlock.DefaultLease.Milliseconds() {
+		t.Fatalf("lease remaining %d ms, want 0 < lease <= %v", n.LeaseMS, rlock.DefaultLease)
 	}
 	if n.Counter == nil || *n.Counter != lease.Token() || got.Fence != lease.Token() || len(got.Warnings) != 0 {
 		t.Fatalf("counter %v, fence %d, warnings %q; want both %d and no warning", n.Counter, got.Fence, got.Warnings, lease.Token())
@@ -114,11 +114,11 @@ func TestLockWithRedlockShowsEveryMaster(t *testing.T) {
 	for i, m := range masters {
 		clients[i], urls[i] = m.Client(), m.URL()
 	}
-	locker := must(lockmw.NewRedlock(clients, lockmw.Config{}))
+	locker := must(rlock.NewRedlock(clients, rlock.Config{}))
 	t.Cleanup(func() { _ = locker.Close() })
 	ctx := context.Background()
 	wantCode(t, e.run("stock", "set", "SKU-1", "10"), stockctl.ExitOK)
-	lease := must(locker.Acquire(lockmw.WithOwner(ctx, "owner-r"), "SKU-1"))
+	lease := must(locker.Acquire(rlock.WithOwner(ctx, "owner-r"), "SKU-1"))
 	if _, err := inventory.New(e.rdb).Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, lease.Token()); err != nil {
 		t.Fatal(err)
 	}

@@ -47,8 +47,8 @@ func defineFlags(set *config.Set, o *options) {
 	set.Bool(&o.json, "json", "print JSON instead of text")
 	set.Duration(&o.timeout, "timeout", DefaultTimeout, "longest time the command may take")
 	set.Int(&o.limit, "limit", DefaultLimit, "pending, poison list: most entries shown")
-	set.Var(&o.ids, "id", "poison replay: id of a poison entry to replay (repeatable)")
-	set.String(&o.reasonContains, "reason-contains", "", "poison replay: replay the entries whose poison_reason contains this text")
+	set.Var(&o.ids, "id", "poison replay: `id` of a poison entry to replay (repeatable)")
+	set.String(&o.reasonContains, "reason-contains", "", "poison replay: replay the entries whose poison_reason contains this `text`")
 	set.Bool(&o.all, "all", "poison replay: replay every poison entry")
 	set.Bool(&o.dryRun, "dry-run", "poison replay, consumers prune: show what would be done, write nothing")
 	set.Duration(&o.idle, "idle", DefaultPruneIdle, "consumers prune: delete consumers idle longer than this (and without pending entries)")
@@ -58,7 +58,11 @@ func defineFlags(set *config.Set, o *options) {
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o := &options{given: map[string]bool{}}
 	set := newFlagSet(o)
+	set.SetVersionOutput(stdout)
 	words, err := splitArgs(set, args)
+	if errors.Is(err, config.ErrVersion) { // printed
+		return ExitOK
+	}
 	if errors.Is(err, flag.ErrHelp) || slices.Equal(words, []string{"help"}) {
 		printUsage(stdout, set)
 		return ExitOK

@@ -1,17 +1,23 @@
 package stream
 
 // Traces and metrics of the streams, on the OpenTelemetry API alone (no SDK, no exporters: see
-// internal/otelsetup for those).
+// internal/otelsetup for those). The spans follow the OpenTelemetry messaging conventions (semconv
+// v1.43.0): a producer span "send <stream>" per published message, a consumer span "process <stream>" per
+// handled one, named "{messaging.operation.name} {messaging.destination.name}".
 
 import (
 	"context"
+	"net"
+	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -31,17 +37,38 @@ func PoisonReason(r string) metric.MeasurementOption {
 }
 
 // Tracer is the tracer of the stockflow binaries.
-func Tracer() trace.Tracer { return otel.Tracer("github.com/stockflow/stockflow") }
+func Tracer() trace.Tracer {
+	return otel.Tracer("github.com/stockflow/stockflow", trace.WithSchemaURL(semconv.SchemaURL))
+}
 
-// Messaging attributes (OpenTelemetry semantic conventions for messaging).
+// System is the messaging.system of the streams. The conventions name no value for Redis Streams; "redis"
+// is what OpenTelemetry's Redis instrumentations use for the database.
+var System = semconv.MessagingSystemKey.String("redis")
+
+// Operations of the messaging spans (messaging.operation.name), the first word of their names.
 const (
-	MessagingSystem = attribute.Key("messaging.system")
-	Destination     = attribute.Key("messaging.destination.name")
-	Operation       = attribute.Key("messaging.operation.type")
-	MessageID       = attribute.Key("messaging.message.id")
-	ConsumerGroup   = attribute.Key("messaging.consumer.group.name")
-	ClientID        = attribute.Key("messaging.client.id")
+	OperationSend    = "send"
+	OperationProcess = "process"
 )
+
+// SpanName is the name of a messaging span: "{operation} {destination}", such as "process orders".
+func SpanName(operation, destination string) string { return operation + " " + destination }
+
+// ServerAttributes are server.address and server.port of the Redis a client talks to, for the messaging
+// spans; none for a client of several servers (a cluster).
+func ServerAttributes(rdb redis.UniversalClient) []attribute.KeyValue {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return nil
+	}
+	addr := c.Options().Addr
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil { // a Unix socket's path
+		return []attribute.KeyValue{semconv.ServerAddress(addr)}
+	}
+	p, _ := strconv.Atoi(port)
+	return []attribute.KeyValue{semconv.ServerAddress(host), semconv.ServerPort(p)}
+}
 
 // Inject writes the trace context of ctx into the message metadata (W3C traceparent).
 func Inject(ctx context.Context, msg *message.Message) {
@@ -53,23 +80,63 @@ func Extract(ctx context.Context, msg *message.Message) context.Context {
 	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(msg.Metadata))
 }
 
-// Publisher traces every publish with a producer span and passes the trace context on in the metadata.
-type Publisher struct{ message.Publisher }
+// Fail records err on span the way the conventions ask: error.type, the error as an event, status Error.
+func Fail(span trace.Span, err error) {
+	span.SetAttributes(semconv.ErrorType(err))
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// Consumer is one consumer of a group, as the spans of the messages it processes name it.
+type Consumer struct {
+	Stream, Group, Name string
+	// Server is the address of the Redis it reads from (ServerAttributes); nil: unknown.
+	Server []attribute.KeyValue
+}
+
+// StartProcess starts the consumer span of processing msg, "process <stream>", under ctx. The span that
+// sent the message (its traceparent) is its parent, so one trace runs from publish to outcome, and its
+// link, as the conventions ask of a process span.
+func (c Consumer) StartProcess(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
+	ctx = Extract(ctx, msg)
+	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationProcess),
+		semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName(c.Stream),
+		semconv.MessagingConsumerGroupName(c.Group), semconv.MessagingClientID(c.Name),
+		semconv.MessagingMessageID(msg.UUID)}, c.Server...)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+	if sent := trace.SpanContextFromContext(ctx); sent.IsRemote() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sent}))
+	}
+	return Tracer().Start(ctx, SpanName(OperationProcess, c.Stream), opts...)
+}
+
+// Publisher traces every publish with a producer span, "send <topic>", and passes the trace context on in
+// the metadata.
+type Publisher struct {
+	message.Publisher
+	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
+	Server []attribute.KeyValue
+}
 
 func (p Publisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, msg := range msgs {
-		ctx, span := Tracer().Start(msg.Context(), topic+" publish", trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(MessagingSystem.String("redis"), Destination.String(topic), Operation.String("send")))
-		Inject(ctx, msg)
-		err := p.Publisher.Publish(topic, msg)
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-		if err != nil {
+		if err := p.publish(topic, msg); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (p Publisher) publish(topic string, msg *message.Message) error {
+	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationSend),
+		semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic)}, p.Server...)
+	ctx, span := Tracer().Start(msg.Context(), SpanName(OperationSend, topic),
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	defer span.End()
+	Inject(ctx, msg)
+	err := p.Publisher.Publish(topic, msg)
+	if err != nil {
+		Fail(span, err)
+	}
+	return err
 }

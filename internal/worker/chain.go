@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockflow/stockflow/handlers"
@@ -24,7 +23,9 @@ import (
 //
 //	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ decode ▶ ack ▶ lock ▶ reserve
 //
-// (with Redlock: lock ▶ raiseFence ▶ reserve, see Worker.raiseFence).
+// and inside reserve (Worker.last), in this order: raiseFence (for a lock whose fencing counters are not on
+// the stock's Redis: Redlock, or an embedder's locker) ▶ recordHold and delayWrite (fault tests only) ▶ the
+// order handler.
 //
 // Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
 // back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
@@ -67,11 +68,8 @@ func (c *consumer) chain(lock message.HandlerMiddleware, h message.HandlerFunc) 
 func (c *consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
-		ctx, span := stream.Tracer().Start(stream.Extract(orig, msg), c.stream+" process",
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(stream.MessagingSystem.String("redis"), stream.Destination.String(c.stream),
-				stream.Operation.String("process"), stream.MessageID.String(msg.UUID),
-				stream.ConsumerGroup.String(c.group), stream.ClientID.String(c.name)))
+		ctx, span := stream.Consumer{Stream: c.stream, Group: c.group, Name: c.name,
+			Server: stream.ServerAttributes(c.rdb)}.StartProcess(orig, msg)
 		inFlight.Add(ctx, 1)
 		c.busy.Store(time.Now().UnixNano())
 		defer func() {
@@ -83,8 +81,7 @@ func (c *consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 		msg.SetContext(ctx)
 		msgs, err := h(msg)
 		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, "handling failed")
+			stream.Fail(span, err)
 		}
 		return msgs, err
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // Defaults of the settings.
@@ -57,9 +57,9 @@ type Config struct {
 	// this long after the lock was taken and then sent even if the lease was lost meanwhile, as a write
 	// stuck in a stalled network or a paused process would be. The fencing token is what must refuse it.
 	FaultDelayWrite time.Duration
-	// FaultHistoryFile is for the fault tests, empty in production: every lock acquisition and stock
-	// operation is appended to it for internal/history's checker.
-	FaultHistoryFile string
+	// FaultHistoryDir is for the fault tests, empty in production: every lock acquisition and stock
+	// operation is appended to a file of this process in it (<name>-<pid>.jsonl) for internal/history.
+	FaultHistoryDir string
 	// OutcomeTTL is how long an order's recorded outcome (its idempotency record) is kept.
 	OutcomeTTL time.Duration
 	// StreamRetention is how long entries stay in the orders stream once every group has them; it must be
@@ -83,7 +83,7 @@ func DefaultConfig() Config {
 		Config:          stream.DefaultConfig(),
 		Name:            host + "-" + strconv.Itoa(os.Getpid()),
 		Concurrency:     DefaultConcurrency,
-		LockLease:       lockmw.DefaultLease,
+		LockLease:       rlock.DefaultLease,
 		LockWait:        DefaultLockWait,
 		ClaimIdle:       DefaultClaimIdle,
 		ShutdownTimeout: DefaultShutdownTimeout,
@@ -119,7 +119,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.MaxAttempts, "MAX_ATTEMPTS", d.MaxAttempts, "deliveries of an order that fails permanently (or whose worker dies) before it goes to the poison stream")
 	s.Bool(&c.AllowEviction, "ALLOW_EVICTION", "run even when Redis may evict keys (maxmemory-policy other than noeviction): evicted outcome records mean double reservations")
 	s.Duration(&c.FaultDelayWrite, "FAULT_DELAY_WRITE", 0, "chaos tests only: hold each stock write this long after taking the lock, then send it even if the lease was lost")
-	s.String(&c.FaultHistoryFile, "FAULT_HISTORY_FILE", "", "fault tests only: append every lock acquisition and stock operation to this file (JSON lines) for the history checker")
+	s.String(&c.FaultHistoryDir, "FAULT_HISTORY_DIR", "", "fault tests only: append every lock acquisition and stock operation to a file of this process in this directory (JSON lines) for the history checker")
 }
 
 // Validate reports every setting that cannot work, by name.
@@ -129,7 +129,7 @@ func (c Config) Validate() error {
 		c.validateRedlock(),
 		config.CheckNotEmpty("WORKER_NAME", c.Name),
 		config.Check(between(c.Concurrency, 1, 1024), "WORKER_CONCURRENCY", c.Concurrency, "want 1..1024"),
-		config.Check(c.LockLease >= lockmw.MinLease, "LOCK_LEASE", c.LockLease, fmt.Sprintf("want at least %v", lockmw.MinLease)),
+		config.Check(c.LockLease >= rlock.MinLease, "LOCK_LEASE", c.LockLease, fmt.Sprintf("want at least %v", rlock.MinLease)),
 		config.Check(c.LockWait > 0, "LOCK_WAIT", c.LockWait, "must be positive"),
 		// The entries a consumer has read ahead wait behind the one it handles, which may wait LOCK_WAIT
 		// for its lock: a shorter CLAIM_IDLE hands them to another worker while this one is merely waiting.

@@ -2,6 +2,9 @@ package worker
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -10,10 +13,12 @@ import (
 	"github.com/stockflow/stockflow/internal/history"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
-// The fault tests' recording (FAULT_HISTORY_FILE): every lock acquisition and every stock operation of the
-// worker is appended to the file (internal/history), whose checker then proves the run linearizable and
+// The fault tests' recording (FAULT_HISTORY_DIR): every lock acquisition and every stock operation of the
+// worker is appended to a file of its own (one per process: a process killed mid-write cannot tear another's
+// line) (internal/history), whose checker then proves the run linearizable and
 // correctly fenced. Off in production: the recorder is nil and the wrappers are not installed.
 
 // fenceCheckOff is set only in the deliberately broken build (brokenfence.go): writes are sent unfenced
@@ -52,16 +57,17 @@ func (w *Worker) recordHold(h message.HandlerFunc) message.HandlerFunc {
 			return h(msg)
 		}
 		owner, now := w.cfg.Name+":"+msg.UUID, time.Now()
-		w.history.Acquired(lease.Key(), owner, lease.Token(), now.Add(-lockmw.StatsOf(lease).Waited), now)
+		w.history.Acquired(lease.Key(), owner, lease.Token(), now.Add(-rlock.StatsOf(lease).Waited), now)
 		defer func() { w.history.Released(lease.Key(), owner, lease.Token(), time.Now()) }()
 		return h(msg)
 	}
 }
 
-// openHistory opens the history file when FAULT_HISTORY_FILE names one.
+// openHistory opens the process's history file when FAULT_HISTORY_DIR names a directory.
 func (w *Worker) openHistory() (err error) {
-	if w.cfg.FaultHistoryFile != "" {
-		w.history, err = history.Open(w.cfg.FaultHistoryFile, w.cfg.Name)
+	if dir := w.cfg.FaultHistoryDir; dir != "" {
+		path := filepath.Join(dir, fmt.Sprintf("%s-%d.jsonl", w.cfg.Name, os.Getpid()))
+		w.history, err = history.Open(path, w.cfg.Name)
 	}
 	return err
 }

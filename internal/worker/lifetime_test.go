@@ -17,7 +17,7 @@ import (
 	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 func TestLifetimeSettingsValidate(t *testing.T) {
@@ -54,8 +54,8 @@ func TestClassify(t *testing.T) {
 		{"a WRONGTYPE reply is permanent", redisReply("WRONGTYPE Operation against a key holding the wrong kind of value"), permanent},
 		{"a script runtime error is permanent", redisReply("ERR user_script:14: Expected value but found invalid token"), permanent},
 		{"a stale fence is transient", &inventory.StaleFenceError{Stored: 3}, transient},
-		{"a lock wait over is transient", errors.Join(lockmw.ErrNotObtained, context.DeadlineExceeded), transient},
-		{"a lost lease is transient", lockmw.ErrLockLost, transient},
+		{"a lock wait over is transient", errors.Join(rlock.ErrNotObtained, context.DeadlineExceeded), transient},
+		{"a lost lease is transient", rlock.ErrLockLost, transient},
 		{"Redis out of memory is transient", redisReply("OOM command not allowed when used memory > 'maxmemory'."), transient},
 		{"out of memory inside a script is transient", redisReply("OOM command not allowed when used memory > 'maxmemory'. script: 3f1e, on @user_script:34."), transient},
 		{"a read-only replica inside a script is transient", redisReply("READONLY You can't write against a read only replica. script: 3f1e, on @user_script:1."), transient},
@@ -240,7 +240,7 @@ func TestPoisonReasonNamesTheCause(t *testing.T) {
 			t.Errorf("poisonReason(%v) = %q, want %q", tc.err, reason, tc.want)
 		}
 	}
-	if reason, _ := poisonReason(lockmw.ErrLockLost); reason != "" {
+	if reason, _ := poisonReason(rlock.ErrLockLost); reason != "" {
 		t.Errorf("a lost lock poisons (%q): it must be retried", reason)
 	}
 }

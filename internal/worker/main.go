@@ -12,16 +12,17 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // LockerFlags lets a main choose the locker: it defines its flags on the set and returns what picks the
 // locker once they are parsed (a nil locker: the one the settings describe).
-type LockerFlags func(*config.Set) func(Config) (lockmw.Locker, error)
+type LockerFlags func(*config.Set) func(Config) (rlock.Locker, error)
 
 // Main is the main function of a worker process (cmd/worker, the bench's worker): it reads the settings
 // from args and the environment, sets up telemetry and runs the worker until SIGINT or SIGTERM. It returns
-// the exit code: 0 after a clean shutdown or -h, 2 for a bad setting or a failed run. lockers may be nil.
+// the exit code: 0 after a clean shutdown, -h or --version (config.ErrVersion is a flag.ErrHelp), 2 for a
+// bad setting or a failed run. lockers may be nil.
 func Main(name string, args []string, lockers LockerFlags) int {
 	err := runMain(name, args, lockers)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
@@ -35,7 +36,7 @@ func runMain(name string, args []string, lockers LockerFlags) error {
 	cfg := DefaultConfig()
 	set := config.NewSet(name, nil)
 	Flags(set, &cfg)
-	pickLocker := func(Config) (lockmw.Locker, error) { return nil, nil }
+	pickLocker := func(Config) (rlock.Locker, error) { return nil, nil }
 	if lockers != nil {
 		pickLocker = lockers(set)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // errPermission stops a worker whose Redis user lacks a permission it needs: without the check it would
@@ -89,17 +89,19 @@ func (w *Worker) streamCommands() [][]string {
 		{"XCLAIM", o, g, "probe", "0", "0-1"}, {"XPENDING", o, g}, {"XACK", o, g, "0-1"},
 		{"XDEL", o, "0-1"}, {"XTRIM", o, "MINID", "0"}, {"XLEN", o}, {"XRANGE", o, "-", "+"},
 		{"XINFO", "GROUPS", o}, {"XGROUP", "CREATE", o, g, "$", "MKSTREAM"},
+		// Watermill's subscribers delete the group's consumers idle for long with nothing pending, every 5 min.
+		{"XINFO", "CONSUMERS", o, g}, {"XGROUP", "DELCONSUMER", o, g, "probe"},
 		{"XADD", w.cfg.ResultsStream, "*", "payload", "probe"}, {"XADD", w.cfg.PoisonStream, "*", "payload", "probe"},
 		{"MULTI"}, {"EXEC"},
 		{"HMGET", probeStock, "available"}, {"HGET", probeStock, "fence"}, {"HINCRBY", probeStock, "available", "1"},
 		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},
-		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", lockmw.TokenKey("probe")},
+		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", rlock.TokenKey("probe")},
 	}
 }
 
 // lockCommands are the commands of the locks, where they live, with their keys and channel.
 func lockCommands() [][]string {
-	token := lockmw.TokenKey("probe")
+	token := rlock.TokenKey("probe")
 	return [][]string{
 		{"EXISTS", probeLock}, {"HEXISTS", probeLock, "probe"}, {"HINCRBY", probeLock, "probe", "1"},
 		{"HSET", probeLock, "probe", "1"}, {"PEXPIRE", probeLock, "1"}, {"PTTL", probeLock}, {"DEL", probeLock},

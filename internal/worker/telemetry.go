@@ -1,6 +1,10 @@
 package worker
 
 import (
+	"errors"
+
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -32,3 +36,34 @@ var (
 	failureTransient = metric.WithAttributeSet(attribute.NewSet(attribute.String("failure", "transient")))
 	failurePermanent = metric.WithAttributeSet(attribute.NewSet(attribute.String("failure", "permanent")))
 )
+
+// Pool names (pool.name) of the worker's Redis clients in the connection pool metrics; a Redlock master's
+// is "redlock " and its address.
+const (
+	poolMain        = "main"        // stock, locks, outcomes, poison, acks
+	poolSubscribers = "subscribers" // the consumers' reads
+)
+
+// instrumentPools reports the connection pools of the worker's Redis clients (redisotel's
+// db.client.connections.* metrics, by pool.name) until stopPoolMetrics.
+func (w *Worker) instrumentPools() error {
+	w.pools = make(chan struct{})
+	clients := map[string]*redis.Client{poolMain: w.rdb, poolSubscribers: w.subRDB}
+	for _, c := range w.lockRDB {
+		clients["redlock "+c.Options().Addr] = c
+	}
+	var errs []error
+	for name, c := range clients {
+		errs = append(errs, redisotel.InstrumentMetrics(c, redisotel.WithPoolName(name),
+			redisotel.WithSemConvCompliantMetrics(true), redisotel.WithCloseChan(w.pools)))
+	}
+	return errors.Join(errs...)
+}
+
+// stopPoolMetrics stops what instrumentPools started.
+func (w *Worker) stopPoolMetrics() {
+	if w.pools != nil {
+		close(w.pools)
+		w.pools = nil
+	}
+}

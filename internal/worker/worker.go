@@ -23,6 +23,7 @@ import (
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // errShutdownTimeout ends the orders still in flight when SHUTDOWN_TIMEOUT has passed.
@@ -36,14 +37,14 @@ type Worker struct {
 	subRDB  *redis.Client   // the subscribers' reads
 	lockRDB []*redis.Client // Redlock masters
 	locker  interface {
-		lockmw.Locker
+		rlock.Locker
 		Close() error
 	}
 	router   *message.Router
 	results  message.Publisher
 	store    *inventory.Store
 	reserver *handlers.Reserver
-	history  *history.Recorder         // FAULT_HISTORY_FILE; nil: not recording
+	history  *history.Recorder         // FAULT_HISTORY_DIR; nil: not recording
 	lock     message.HandlerMiddleware // nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
@@ -57,6 +58,7 @@ type Worker struct {
 	// readsFailing is since when the consumers' reads have been failing (unix ns), 0 while they succeed.
 	readsFailing atomic.Int64
 	gauges       metric.Registration
+	pools        chan struct{} // closed to stop the connection pool metrics (instrumentPools)
 }
 
 // keepOpen hides Close from Watermill, which closes the client it is given; the worker closes its clients.
@@ -69,18 +71,18 @@ type Options struct {
 	Metrics http.Handler // served on /metrics; nil: not served
 	Tracing bool         // spans are exported: the Redis client may be instrumented
 	// Locker replaces the locker the settings describe: another lock library (the bench), or NoLock.
-	Locker lockmw.Locker
+	Locker rlock.Locker
 }
 
 // NoLock as Options.Locker runs the handler without the lock middleware, unfenced: only the stock
 // script's atomicity protects the stock. For measuring what the lock costs; never in production.
-var NoLock lockmw.Locker = noLock{}
+var NoLock rlock.Locker = noLock{}
 
 type noLock struct{}
 
-func (noLock) Acquire(context.Context, string) (lockmw.Lease, error) { return nil, errNoLock }
+func (noLock) Acquire(context.Context, string) (rlock.Lease, error) { return nil, errNoLock }
 
-func (noLock) TryAcquire(context.Context, string) (lockmw.Lease, error) { return nil, errNoLock }
+func (noLock) TryAcquire(context.Context, string) (rlock.Lease, error) { return nil, errNoLock }
 
 var errNoLock = errors.New("worker: NoLock takes no locks")
 
@@ -106,6 +108,9 @@ func (w *Worker) build(opts Options) error {
 		return err
 	}
 	if err := w.setLocker(opts); err != nil {
+		return err
+	}
+	if err := w.instrumentPools(); err != nil {
 		return err
 	}
 	wmLogger := watermill.NewSlogLogger(w.logger)
@@ -160,10 +165,10 @@ func (w *Worker) setLocker(opts Options) error {
 // newLocker builds the locker the settings describe: Redlock over REDLOCK_URLS, or Reentrant on REDIS_URL.
 func (w *Worker) newLocker() (err error) {
 	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
-	cfg := lockmw.Config{Lease: w.cfg.LockLease, MaxWait: w.cfg.LockWait, Logger: w.logger, TokenTTL: w.cfg.OutcomeTTL}
+	cfg := rlock.Config{Lease: w.cfg.LockLease, MaxWait: w.cfg.LockWait, Logger: w.logger, TokenTTL: w.cfg.OutcomeTTL}
 	urls, _ := w.cfg.RedlockOptions()
 	if len(urls) == 0 {
-		w.locker, err = lockmw.NewReentrant(w.rdb, cfg)
+		w.locker, err = rlock.NewReentrant(w.rdb, cfg)
 		return err
 	}
 	var clients []redis.UniversalClient
@@ -172,7 +177,7 @@ func (w *Worker) newLocker() (err error) {
 		w.lockRDB = append(w.lockRDB, c)
 		clients = append(clients, c)
 	}
-	w.locker, err = lockmw.NewRedlock(clients, cfg)
+	w.locker, err = rlock.NewRedlock(clients, cfg)
 	return err
 }
 
@@ -189,8 +194,8 @@ func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
 	if w.history != nil {
 		store = recordingStore{w.store, w.history}
 	}
-	w.reserver = &handlers.Reserver{Store: store,
-		Results: stream.Publisher{Publisher: w.results}, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name}
+	w.reserver = &handlers.Reserver{Store: store, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name,
+		Results: stream.Publisher{Publisher: w.results, Server: stream.ServerAttributes(w.rdb)}}
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
 }
@@ -202,7 +207,7 @@ func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
 func (w *Worker) storeOptions() []inventory.Option {
 	opts := []inventory.Option{inventory.WithOutcomeTTL(w.cfg.OutcomeTTL)}
 	if w.fenceCounterAtStore() {
-		opts = append(opts, inventory.WithFenceCounter(lockmw.TokenKey))
+		opts = append(opts, inventory.WithFenceCounter(rlock.TokenKey))
 	}
 	return opts
 }
@@ -252,7 +257,7 @@ func (w *Worker) last() message.HandlerFunc {
 		}
 		var lock handlers.Lock
 		if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
-			lock = handlers.Lock{Token: lease.Token(), Waited: lockmw.StatsOf(lease).Waited}
+			lock = handlers.Lock{Token: lease.Token(), Waited: rlock.StatsOf(lease).Waited}
 		}
 		return nil, w.reserver.Reserve(msg.Context(), o, lock)
 	}
@@ -271,7 +276,7 @@ func (w *Worker) last() message.HandlerFunc {
 // fenceCounterAtStore: the lock's fencing counters live on the stock's Redis, where the stock script
 // compares with them (storeOptions).
 func (w *Worker) fenceCounterAtStore() bool {
-	_, reentrant := w.locker.(*lockmw.Reentrant)
+	_, reentrant := w.locker.(*rlock.Reentrant)
 	return reentrant
 }
 
@@ -367,6 +372,7 @@ func (w *Worker) Close() {
 	if w.gauges != nil {
 		_ = w.gauges.Unregister()
 	}
+	w.stopPoolMetrics()
 	if w.locker != nil {
 		_ = w.locker.Close()
 	}

@@ -15,17 +15,17 @@ import (
 	"github.com/stockflow/stockflow/bench/internal/redsynclock"
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/worker"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 func main() {
 	os.Exit(worker.Main("benchworker", os.Args[1:], lockFlag))
 }
 
-func lockFlag(set *config.Set) func(worker.Config) (lockmw.Locker, error) {
+func lockFlag(set *config.Set) func(worker.Config) (rlock.Locker, error) {
 	var lock string
 	set.String(&lock, "lock", "on", "on: stockflow's lock; off: no lock; redsync: redsync's mutex with its defaults")
-	return func(cfg worker.Config) (lockmw.Locker, error) {
+	return func(cfg worker.Config) (rlock.Locker, error) {
 		switch lock {
 		case "on":
 			return nil, nil

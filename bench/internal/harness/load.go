@@ -12,7 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // load is one timed run: every locker (a simulated process) runs perLocker goroutines that take the lock,
@@ -193,7 +193,7 @@ func increment(ctx context.Context, rdb *redis.Client, key string) error {
 func notObtained(err error) bool {
 	var taken *redsync.ErrTaken
 	var nodeTaken *redsync.ErrNodeTaken
-	return errors.Is(err, lockmw.ErrNotObtained) || errors.Is(err, redsync.ErrFailed) ||
+	return errors.Is(err, rlock.ErrNotObtained) || errors.Is(err, redsync.ErrFailed) ||
 		errors.As(err, &taken) || errors.As(err, &nodeTaken) || errors.Is(err, redislock.ErrNotObtained) ||
 		errors.Is(err, context.DeadlineExceeded)
 }

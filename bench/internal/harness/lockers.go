@@ -12,7 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // A locker is one lock implementation under test as one process holds it: its own Redis clients and,
@@ -37,11 +37,11 @@ const peerTTL = 8 * time.Second
 func stockflowReentrant() contender {
 	return contender{name: "stockflow", new: func(addrs []string) (locker, error) {
 		rdb := newClient(addrs[0])
-		l, err := lockmw.NewReentrant(rdb, lockmw.Config{})
+		l, err := rlock.NewReentrant(rdb, rlock.Config{})
 		if err != nil {
 			return nil, err
 		}
-		return &lockmwLocker{l: l, closeL: l.Close, clients: []*redis.Client{rdb}}, nil
+		return &rlockLocker{l: l, closeL: l.Close, clients: []*redis.Client{rdb}}, nil
 	}}
 }
 
@@ -52,21 +52,21 @@ func stockflowRedlock() contender {
 		for i, c := range clients {
 			universal[i] = c
 		}
-		l, err := lockmw.NewRedlock(universal, lockmw.Config{})
+		l, err := rlock.NewRedlock(universal, rlock.Config{})
 		if err != nil {
 			return nil, err
 		}
-		return &lockmwLocker{l: l, closeL: l.Close, clients: clients}, nil
+		return &rlockLocker{l: l, closeL: l.Close, clients: clients}, nil
 	}}
 }
 
-type lockmwLocker struct {
-	l       lockmw.Locker
+type rlockLocker struct {
+	l       rlock.Locker
 	closeL  func() error
 	clients []*redis.Client
 }
 
-func (s *lockmwLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
+func (s *rlockLocker) lock(ctx context.Context, key string) (func(context.Context) error, error) {
 	lease, err := s.l.Acquire(ctx, key)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (s *lockmwLocker) lock(ctx context.Context, key string) (func(context.Conte
 	return lease.Release, nil
 }
 
-func (s *lockmwLocker) close() { _ = s.closeL(); closeAll(s.clients) }
+func (s *rlockLocker) close() { _ = s.closeL(); closeAll(s.clients) }
 
 // redsyncDefaults is redsync with its documented defaults (8 s expiry, 32 tries, 50-250 ms between them),
 // over one pool per address (Redlock when there are several).

@@ -45,7 +45,7 @@ func (c Config) notePid(pid int, cmdline string) {
 }
 
 // newClient is the client every contender gets: go-redis defaults, context deadlines honoured (as
-// lockmw asks of its clients).
+// rlock asks of its clients).
 func newClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 }

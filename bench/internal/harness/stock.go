@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/inventory"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // stockSKU is the one SKU every strategy sells.
@@ -41,7 +41,7 @@ type stockStrategy struct {
 // for the lock strategy) the strategies sell from.
 type appServers struct {
 	clients []*redis.Client
-	lockers []*lockmw.Reentrant
+	lockers []*rlock.Reentrant
 }
 
 func newAppServers(addr string, n int) (*appServers, error) {
@@ -49,7 +49,7 @@ func newAppServers(addr string, n int) (*appServers, error) {
 	for range n {
 		c := newClient(addr)
 		a.clients = append(a.clients, c)
-		l, err := lockmw.NewReentrant(c, lockmw.Config{})
+		l, err := rlock.NewReentrant(c, rlock.Config{})
 		if err != nil {
 			a.close()
 			return nil, err

@@ -1,4 +1,4 @@
-// Package redsynclock adapts go-redsync/redsync to lockmw.Locker, so the worker can run with redsync's
+// Package redsynclock adapts go-redsync/redsync to rlock.Locker, so the worker can run with redsync's
 // mutex in place of stockflow's lock (the end-to-end comparison of the bench harness).
 //
 // It keeps redsync's behaviour and defaults (8 s expiry, 32 tries 50-250 ms apart): no reentrancy, no
@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // Locker takes redsync mutexes named "redsync:lock:{key}".
@@ -22,23 +22,23 @@ type Locker struct {
 	opts []redsync.Option
 }
 
-var _ lockmw.Locker = (*Locker)(nil)
+var _ rlock.Locker = (*Locker)(nil)
 
 // New returns a Locker over rs; opts are passed to every mutex (none: redsync's defaults).
 func New(rs *redsync.Redsync, opts ...redsync.Option) *Locker { return &Locker{rs: rs, opts: opts} }
 
 // Acquire locks key, retrying as redsync does, until it holds the mutex, its tries are used up or ctx
-// ends: then the error wraps lockmw.ErrNotObtained.
-func (l *Locker) Acquire(ctx context.Context, key string) (lockmw.Lease, error) {
+// ends: then the error wraps rlock.ErrNotObtained.
+func (l *Locker) Acquire(ctx context.Context, key string) (rlock.Lease, error) {
 	return l.acquire(ctx, key, false)
 }
 
 // TryAcquire is one attempt.
-func (l *Locker) TryAcquire(ctx context.Context, key string) (lockmw.Lease, error) {
+func (l *Locker) TryAcquire(ctx context.Context, key string) (rlock.Lease, error) {
 	return l.acquire(ctx, key, true)
 }
 
-func (l *Locker) acquire(ctx context.Context, key string, once bool) (lockmw.Lease, error) {
+func (l *Locker) acquire(ctx context.Context, key string, once bool) (rlock.Lease, error) {
 	start := time.Now()
 	m := l.rs.NewMutex("redsync:lock:{"+key+"}", l.opts...)
 	lock := m.LockContext
@@ -46,7 +46,7 @@ func (l *Locker) acquire(ctx context.Context, key string, once bool) (lockmw.Lea
 		lock = m.TryLockContext
 	}
 	if err := lock(ctx); err != nil {
-		return nil, fmt.Errorf("%w: redsync %s: %w", lockmw.ErrNotObtained, key, errors.Join(err, ctx.Err()))
+		return nil, fmt.Errorf("%w: redsync %s: %w", rlock.ErrNotObtained, key, errors.Join(err, ctx.Err()))
 	}
 	// The lease context ends when the mutex's validity does: redsync has no watchdog.
 	lctx, cancel := context.WithDeadline(ctx, m.Until())
@@ -65,15 +65,22 @@ func (l *lease) Key() string              { return l.key }
 func (l *lease) Token() int64             { return 0 }
 func (l *lease) Context() context.Context { return l.ctx }
 
-// Stats makes lockmw.StatsOf report the wait, so outcome events carry lock_wait_ms as with stockflow.
-func (l *lease) Stats() lockmw.AcquireStats { return lockmw.AcquireStats{Waited: l.waited} }
+// Stats makes rlock.StatsOf report the wait, so outcome events carry lock_wait_ms as with stockflow.
+func (l *lease) Stats() rlock.AcquireStats { return rlock.AcquireStats{Waited: l.waited} }
+
+// Extend is not offered (errors.ErrUnsupported): redsync's Extend resets the mutex's expiry, but the lease's
+// context keeps the deadline of the acquisition.
+func (l *lease) Extend(context.Context, time.Duration) error { return errors.ErrUnsupported }
+
+// TTL is the mutex's validity by the local clock (redsync's Until).
+func (l *lease) TTL(context.Context) (time.Duration, error) { return time.Until(l.m.Until()), nil }
 
 func (l *lease) Release(ctx context.Context) error {
 	l.cancel()
 	ok, err := l.m.UnlockContext(ctx)
 	switch {
 	case errors.Is(err, redsync.ErrLockAlreadyExpired) || (err == nil && !ok):
-		return fmt.Errorf("%w: redsync %s", lockmw.ErrNotHeld, l.key)
+		return fmt.Errorf("%w: redsync %s", rlock.ErrNotHeld, l.key)
 	case err != nil:
 		return fmt.Errorf("redsync unlock %s: %w", l.key, err)
 	}

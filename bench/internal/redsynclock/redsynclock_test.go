@@ -10,7 +10,7 @@ import (
 
 	"github.com/stockflow/stockflow/bench/internal/redsynclock"
 	"github.com/stockflow/stockflow/internal/redistest"
-	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 func TestLeaseExcludesUntilReleased(t *testing.T) {
@@ -23,7 +23,7 @@ func TestLeaseExcludesUntilReleased(t *testing.T) {
 	if lease.Key() != "SKU-1" || lease.Token() != 0 {
 		t.Errorf("key %q token %d, want SKU-1 and 0 (unfenced)", lease.Key(), lease.Token())
 	}
-	if _, err := l.TryAcquire(ctx, "SKU-1"); !errors.Is(err, lockmw.ErrNotObtained) {
+	if _, err := l.TryAcquire(ctx, "SKU-1"); !errors.Is(err, rlock.ErrNotObtained) {
 		t.Fatalf("second holder: got %v, want ErrNotObtained", err)
 	}
 	if err := lease.Release(ctx); err != nil {
@@ -32,7 +32,7 @@ func TestLeaseExcludesUntilReleased(t *testing.T) {
 	if lease.Context().Err() == nil {
 		t.Error("the lease context is still live after Release")
 	}
-	if err := lease.Release(ctx); !errors.Is(err, lockmw.ErrNotHeld) {
+	if err := lease.Release(ctx); !errors.Is(err, rlock.ErrNotHeld) {
 		t.Errorf("second release: got %v, want ErrNotHeld", err)
 	}
 	again, err := l.TryAcquire(ctx, "SKU-1")

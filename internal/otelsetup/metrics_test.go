@@ -1,0 +1,238 @@
+package otelsetup_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/worker"
+)
+
+// runWorker runs a worker on s with /metrics served by the test process's handler (the binary's), until
+// the test ends.
+func runWorker(t *testing.T, s *redistest.Server, cfg worker.Config) {
+	t.Helper()
+	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.Options{Metrics: meters.handler, Tracing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// scrapeOpenMetrics scrapes /metrics as Prometheus does, asking for OpenMetrics, which alone carries
+// exemplars.
+func scrapeOpenMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Fatalf("/metrics answered %d %q to a scraper asking for OpenMetrics", resp.StatusCode, ct)
+	}
+	return string(b)
+}
+
+// sample is the value of the first sample of the series name whose labels contain every one of labels
+// (`pool_name="main"`).
+func sample(body, name string, labels ...string) (float64, bool) {
+	for line := range strings.Lines(body) {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		set, value, _ := strings.Cut(rest, "} ")
+		if rest[0] == ' ' {
+			set, value = "", rest[1:]
+		}
+		if !containsAll(set, labels) {
+			continue
+		}
+		value, _, _ = strings.Cut(strings.TrimSpace(value), " ")
+		f, err := strconv.ParseFloat(value, 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+var exemplar = regexp.MustCompile(`(?m)^stockflow_lock_wait_seconds_bucket\{.*\} \d+ # \{(.*)\} \S+`)
+
+// A bucket of the lock wait histogram on /metrics carries an exemplar naming the lock acquire span (and
+// its trace) of a wait it counted; /metrics also shows the Go runtime, the process and the Redis
+// connection pools.
+func TestLockWaitBucketsLinkToTheTraceThatWaited(t *testing.T) {
+	unsetOTel(t)
+	restoreGlobals(t)
+	spans := tracetest.NewSpanRecorder()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(spans)))
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	s := redistest.Start(t)
+	cfg := workerConfig(t, s)
+	cfg.MetricsAddr = freeAddr(t)
+	runWorker(t, s, cfg)
+
+	var pcfg producer.Config
+	pcfg.Config = cfg.Config
+	pcfg.Orders, pcfg.SKUList, pcfg.Quantity, pcfg.Distribution, pcfg.SeedStock = 20, "HOT", 1, "uniform", 100
+	pcfg.Wait, pcfg.Timeout = true, time.Minute
+	if sum, err := producer.Run(context.Background(), pcfg, nil); err != nil || !sum.Consistent {
+		t.Fatalf("producer: %v %+v", err, sum)
+	}
+	body := scrapeOpenMetrics(t, cfg.MetricsAddr)
+
+	acquires := map[string]bool{} // "trace id/span id" of the lock acquire spans
+	for _, sp := range spans.Ended() {
+		if sp.Name() == "lock acquire" {
+			acquires[sp.SpanContext().TraceID().String()+"/"+sp.SpanContext().SpanID().String()] = true
+		}
+	}
+	linked := 0
+	for _, m := range exemplar.FindAllStringSubmatch(body, -1) {
+		labels := map[string]string{}
+		for kv := range strings.SplitSeq(m[1], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			labels[k] = strings.Trim(v, `"`)
+		}
+		if acquires[labels["trace_id"]+"/"+labels["span_id"]] {
+			linked++
+		}
+	}
+	if len(acquires) != 20 || linked == 0 {
+		t.Fatalf("%d lock acquire spans; %d exemplars of stockflow_lock_wait_seconds name one of them, want some:\n%s",
+			len(acquires), linked, grep(body, "stockflow_lock_wait_seconds_bucket"))
+	}
+	t.Logf("%d buckets link to this test's lock acquire spans", linked)
+
+	checkSeries(t, body)
+}
+
+// checkSeries fails unless /metrics shows the runtime, process and connection pool series, the pools by name.
+func checkSeries(t *testing.T, body string) {
+	t.Helper()
+	for _, name := range []string{"go_goroutine_count", "go_memory_used_bytes", "go_memory_allocated_bytes_total",
+		"go_processor_limit", "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"} {
+		if v, ok := sample(body, name); !ok || v <= 0 {
+			t.Errorf("/metrics: %s = %v (found %v), want a positive value", name, v, ok)
+		}
+	}
+	// go-redis's default pool size for the main client; the subscribers' is sized for a read and a claim per
+	// consumer (8): 2*8+4.
+	for pool, size := range map[string]float64{"main": 10 * float64(runtime.GOMAXPROCS(0)), "subscribers": 20} {
+		if v, ok := sample(body, "db_client_connections_max", `pool_name="`+pool+`"`); !ok || v != size {
+			t.Errorf("/metrics: db_client_connections_max{pool_name=%q} = %v (found %v), want %v", pool, v, ok, size)
+		}
+		for _, state := range []string{"idle", "used"} {
+			if _, ok := sample(body, "db_client_connections_usage", `pool_name="`+pool+`"`, `state="`+state+`"`); !ok {
+				t.Errorf("/metrics lacks db_client_connections_usage{pool_name=%q,state=%q}", pool, state)
+			}
+		}
+	}
+	if _, ok := sample(body, "db_client_connections_use_time_milliseconds_count", `pool_name="main"`); !ok {
+		t.Error("/metrics lacks db_client_connections_use_time_milliseconds for the main pool")
+	}
+}
+
+// The backlog gauges show on /metrics what the group has: entries pending (delivered, not acked) and
+// not yet delivered, and the age of the oldest pending one; all back to 0 once the orders are done.
+func TestBacklogGaugesShowWhatTheGroupHolds(t *testing.T) {
+	unsetOTel(t)
+	s := redistest.Start(t)
+	cfg := workerConfig(t, s)
+	cfg.MetricsAddr = freeAddr(t)
+	// One consumer, each order held 300 ms, the backlog refreshed every second (STREAM_RETENTION/4).
+	cfg.Concurrency, cfg.FaultDelayWrite, cfg.StreamRetention = 1, 300*time.Millisecond, 4*time.Second
+	runWorker(t, s, cfg)
+	rdb, ctx := s.Client(), context.Background()
+	if err := rdb.HSet(ctx, "stock:{K}", "available", 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitMetrics(t, cfg.MetricsAddr, 5*time.Second, "the worker reports its empty group",
+		func(b backlog) bool { return b.pending+b.lag+b.age == 0 })
+	const orders = 10
+	for i := range orders {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload",
+			fmt.Sprintf(`{"order_id":"o-%d","sku":"K","quantity":1}`, i)}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The consumer reads a few entries ahead; the others wait undelivered.
+	waitMetrics(t, cfg.MetricsAddr, 3*time.Second, "orders both pending and undelivered while the first ones are handled",
+		func(b backlog) bool { return b.pending >= 1 && b.lag >= 1 && b.pending+b.lag <= orders && b.age > 0 })
+	waitMetrics(t, cfg.MetricsAddr, 10*time.Second, "nothing pending nor undelivered once the orders are done",
+		func(b backlog) bool { return b.pending+b.lag+b.age == 0 })
+	if n, _ := rdb.XLen(ctx, "order-results").Result(); n != orders {
+		t.Fatalf("%d outcomes for %d orders", n, orders)
+	}
+}
+
+type backlog struct {
+	found        bool
+	pending, lag float64
+	age          float64 // oldest pending, seconds
+	scraped      string
+}
+
+// waitMetrics scrapes /metrics until the backlog gauges satisfy ok, or fails after timeout.
+func waitMetrics(t *testing.T, addr string, timeout time.Duration, what string, ok func(backlog) bool) {
+	t.Helper()
+	var b backlog
+	var found bool
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		body := scrapeOpenMetrics(t, addr)
+		var p, l, a bool
+		b.pending, p = sample(body, "stockflow_messages_pending")
+		b.lag, l = sample(body, "stockflow_consumer_lag")
+		b.age, a = sample(body, "stockflow_messages_oldest_pending_age_seconds")
+		if found = p && l && a; found && ok(b) {
+			return
+		}
+	}
+	t.Fatalf("%s: not within %v; last pending %v, lag %v, oldest age %v (all three on /metrics: %v)", what, timeout, b.pending, b.lag, b.age, found)
+}
+
+func grep(body, prefix string) string {
+	var out []string
+	for line := range strings.Lines(body) {
+		if strings.HasPrefix(line, prefix) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "")
+}

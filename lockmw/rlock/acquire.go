@@ -1,0 +1,129 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// acquisition is one call of Acquire or TryAcquire, from the call until the lock is held or given up.
+type acquisition struct {
+	e   *engine
+	ctx context.Context // the caller's: the lease's context derives from it
+	// spanCtx is ctx with the acquisition's span: the wait is recorded under it, so an exemplar of the
+	// wait histogram points at this span.
+	spanCtx context.Context
+	// waitCtx is spanCtx ended at Config.MaxWait; the Redis calls made while acquiring use it.
+	waitCtx context.Context
+	cancel  context.CancelFunc // releases waitCtx
+	span    trace.Span
+	key     string
+	names   names
+	owner   string
+	wait    bool // Acquire, not TryAcquire
+	start   time.Time
+	stats   AcquireStats
+}
+
+func (e *engine) acquire(ctx context.Context, key string, wait bool) (Lease, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	a := e.begin(ctx, key, wait)
+	l, err := a.obtain()
+	a.end(l, err)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return l, nil
+}
+
+// begin starts the acquisition of key by the owner in ctx, and its span.
+func (e *engine) begin(ctx context.Context, key string, wait bool) *acquisition {
+	a := &acquisition{e: e, ctx: ctx, key: key, names: namesFor(key), wait: wait, start: time.Now()}
+	a.spanCtx, a.span = e.startAcquire(ctx, key)
+	a.owner = e.owner(ctx)
+	a.waitCtx, a.cancel = e.boundWait(a.spanCtx, wait)
+	return a
+}
+
+// boundWait bounds the wait of Acquire by Config.MaxWait.
+func (e *engine) boundWait(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
+	if !wait || e.cfg.MaxWait <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, e.cfg.MaxWait,
+		fmt.Errorf("waited the maximum of %v: %w", e.cfg.MaxWait, context.DeadlineExceeded))
+}
+
+// end releases the wait bound and records the outcome.
+func (a *acquisition) end(l *lease, err error) {
+	a.cancel()
+	a.endAcquire(l, err)
+}
+
+// obtain takes the lock: at once when it can, else after queueing behind this process's earlier waiters.
+func (a *acquisition) obtain() (*lease, error) {
+	if !a.skipsQueue() {
+		return a.waitInQueue()
+	}
+	res, err := a.try()
+	switch {
+	case err != nil:
+		return nil, err
+	case res.ok:
+		return a.newLease(res), nil
+	case !a.wait:
+		return nil, join(ErrNotObtained, res.err)
+	}
+	return a.waitInQueue()
+}
+
+// skipsQueue: a try never waits, a reentry never queues (its owner would wait for itself), and a key nobody
+// here waits for is tried at once; otherwise the caller queues behind this process's earlier waiters.
+func (a *acquisition) skipsQueue() bool {
+	return !a.wait || a.heldHere() || !a.e.queue.busy(a.names.channel)
+}
+
+// heldHere reports whether the owner holds the key through this process's watchdog.
+func (a *acquisition) heldHere() bool { return a.e.dog.get(a.key, a.owner) != nil }
+
+// try runs one acquire script.
+func (a *acquisition) try() (attempt, error) {
+	a.stats.Attempts++
+	res, err := a.e.be.acquire(a.waitCtx, a.names, a.owner, a.heldHere())
+	switch {
+	case err == nil:
+		return res, nil
+	case a.waitCtx.Err() != nil:
+		return attempt{}, notObtained(a.waitCtx)
+	}
+	return attempt{}, join(fmt.Errorf("rlock: acquire %s", a.key), err)
+}
+
+// newLease hands out the lease of a successful attempt, kept alive by the watchdog. Its context carries the
+// owner, so an acquisition under it re-enters.
+func (a *acquisition) newLease(res attempt) *lease {
+	a.stats.Waited = time.Since(a.start)
+	a.stats.Reentry = res.count > 1
+	ctx := a.ctx
+	if OwnerFrom(ctx) != a.owner {
+		ctx = WithOwner(ctx, a.owner)
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	l := &lease{e: a.e, key: a.key, ctx: lctx, cancel: cancel, stats: a.stats, acquired: time.Now()}
+	l.h = &hold{key: a.key, names: a.names, owner: a.owner, token: res.token, leases: []*lease{l}, valid: res.valid,
+		span: trace.SpanFromContext(a.ctx)}
+	a.e.dog.add(l, res.count == 1)
+	return l
+}
+
+func isNotObtained(err error) bool { return errors.Is(err, ErrNotObtained) }
+
+// notObtained is the error of an acquisition whose wait ended: ctx's error and its cause, each said once.
+func notObtained(ctx context.Context) error {
+	return join(ErrNotObtained, ctx.Err(), context.Cause(ctx))
+}

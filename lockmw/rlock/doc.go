@@ -1,0 +1,29 @@
+// Package rlock provides per-key distributed locks on Redis, with no messaging framework attached: import it
+// to lock anything; the Watermill middleware that takes these locks around handlers is the parent package,
+// lockmw.
+//
+// The name is Redisson's RLock, whose layout both lockers keep, so Java services using Redisson and Go
+// services using rlock exclude each other: Reentrant on a single Redis, and Redlock on a majority of
+// independent Redis masters (a quorum of RLocks, as Redisson's RedissonRedLock). They share one contract
+// (Locker, Lease):
+//
+//	lock:{KEY}                          hash: field = owner id, value = reentry count; PEXPIRE = lease
+//	redisson_lock__channel:lock:{KEY}   pub/sub: "0" is published when the lock is freed
+//	redisson_lock_token:lock:{KEY}      string: fencing counter, INCR on every fresh acquisition
+//
+// Locks are reentrant per owner: a lease's context carries its owner, so an Acquire under lease.Context()
+// (a nested call in the same unit of work) re-enters instead of waiting for itself; WithOwner names an
+// owner explicitly. They are kept alive by one watchdog per process while held, and fenced: every fresh
+// acquisition gets a strictly larger token, which the guarded store checks so a holder whose lease was
+// lost cannot overwrite newer work. A lease whose lock is lost cancels its context with cause ErrLockLost.
+// Waiters in one process queue first come first served, and only the head of each key's queue talks to
+// Redis; it is woken by the unlock message over the process's single pub/sub connection, with a fallback
+// retry at the holder's remaining lease in case a message is lost or the holder crashed.
+//
+// Errors read as one line ("rlock: lock not obtained: context deadline exceeded") and match every cause
+// with errors.Is and errors.As: ErrNotObtained with ctx.Err(), ErrQuorum with each master's *NodeError.
+//
+// Telemetry: a span per acquisition ("lock acquire") and the metrics stockflow.lock.wait, .hold and .lost,
+// with attributes under stockflow.lock.*, from Config.TracerProvider and Config.MeterProvider (the global
+// providers by default).
+package rlock

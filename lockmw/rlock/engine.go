@@ -1,0 +1,94 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// backend runs the lock scripts: on one Redis (Reentrant) or on a quorum of independent ones (Redlock).
+type backend interface {
+	// acquire runs one attempt. On failure it leaves nothing behind, as far as it can tell: an attempt
+	// whose outcome is unknown (cut off, no reply) is undone, except where owner already held the lock
+	// (held), whose count must not be touched.
+	acquire(ctx context.Context, n names, owner string, held bool) (attempt, error)
+	// release returns the holds left for owner, or -1 when owner does not hold the lock.
+	release(ctx context.Context, n names, owner, requestID string) (int64, error)
+	// renew makes each hold last at least lease from now (never shorter), and returns per hold: nil
+	// (renewed), ErrNotHeld (gone) or another error (outcome unknown).
+	renew(ctx context.Context, hs []*hold, lease time.Duration) []error
+	// ttl returns the remaining lease of owner's lock: ErrNotHeld when owner does not hold it.
+	ttl(ctx context.Context, n names, owner string) (time.Duration, error)
+	// raiseToken raises the fencing counter of n to at least token.
+	raiseToken(ctx context.Context, n names, token int64) error
+}
+
+// attempt is the outcome of one run of the acquire script (on a quorum, for Redlock).
+type attempt struct {
+	ok    bool
+	token int64
+	count int64         // holds of the owner after the attempt; 1 is a fresh acquisition, more a reentry
+	valid time.Time     // ok: the lease is safe until then (attempt start + lease - drift - elapsed)
+	pttl  time.Duration // !ok: when to try again at the latest (the holder's remaining lease); < 0 unknown
+	err   error         // !ok: why, when it was not just another holder (Redlock: no quorum)
+	// quiet: the attempt took and gave back part of the lock (Redlock minority), publishing unlock messages
+	// that would wake the waiters at once; they wait pttl instead, or they would collide again.
+	quiet bool
+}
+
+// engine is what both lockers share: owners, the local wait queue, unlock notifications and the watchdog.
+type engine struct {
+	mode      string // reentrant | redlock, for spans and metrics
+	tel       telemetry
+	cfg       Config
+	be        backend
+	instance  string
+	seq       atomic.Uint64
+	queue     *waitQueue
+	notifiers []*notifier
+	dog       *watchdog
+}
+
+// newEngine returns the engine of a locker; cfg has its defaults.
+func newEngine(mode string, cfg Config, be backend) (*engine, error) {
+	tel, err := newTelemetry(mode, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{mode: mode, tel: tel, cfg: cfg, be: be, instance: uuid.NewString(), queue: newWaitQueue()}
+	e.dog = &watchdog{
+		lease:        cfg.Lease,
+		renew:        be.renew,
+		holds:        make(map[holdKey]*hold),
+		onRenewError: e.renewalFailed,
+		onLost:       e.lockLost,
+	}
+	return e, nil
+}
+
+// owner returns the owner of an acquisition: the one in ctx, or a new one (instance id plus a counter, as
+// Redisson's "uuid:threadId").
+func (e *engine) owner(ctx context.Context) string {
+	if o := OwnerFrom(ctx); o != "" {
+		return o
+	}
+	return e.uniqueID()
+}
+
+// uniqueID is unique across processes without a syscall (unlike a random UUID per call).
+func (e *engine) uniqueID() string { return e.instance + ":" + strconv.FormatUint(e.seq.Add(1), 10) }
+
+// raiseToken raises the fencing counter of key to at least token (never lowers it).
+func (e *engine) raiseToken(ctx context.Context, key string, token int64) error {
+	if err := validateKey(key); err != nil {
+		return err
+	}
+	if err := e.be.raiseToken(ctx, namesFor(key), token); err != nil {
+		return join(fmt.Errorf("rlock: raise fencing counter of %s", key), err)
+	}
+	return nil
+}

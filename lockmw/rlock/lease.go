@@ -1,0 +1,131 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// errReleased is the cancel cause of a lease's context after its release.
+var errReleased = errors.New("rlock: lock released")
+
+// releaseTries is how often a release is sent before its outcome counts as unknown.
+const releaseTries = 3
+
+// lease is one hold handed to a caller.
+type lease struct {
+	e        *engine
+	key      string
+	h        *hold
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stats    AcquireStats
+	acquired time.Time
+	released atomic.Bool
+}
+
+func (l *lease) Key() string              { return l.key }
+func (l *lease) Token() int64             { return l.h.token }
+func (l *lease) Context() context.Context { return l.ctx }
+func (l *lease) Stats() AcquireStats      { return l.stats }
+
+// Release ends the lease here, then in Redis.
+func (l *lease) Release(ctx context.Context) error {
+	if !l.released.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
+	}
+	l.cancel(errReleased)
+	l.e.tel.hold.Record(ctx, time.Since(l.acquired).Seconds(), l.e.tel.attrs.mode)
+	// Whatever Redis answers, this process stops renewing first: a release that cannot be confirmed
+	// must let the lock expire rather than keep it alive forever, and a renewal racing the release
+	// must not report the lock lost.
+	if !l.e.dog.done(l) {
+		// The hold was lost and the owner holds the key again: the lock in Redis is the new hold's,
+		// which a release by owner id would take away.
+		return fmt.Errorf("%w: lease of %s was lost", ErrNotHeld, l.key)
+	}
+	return l.releaseInRedis(ctx)
+}
+
+// Extend makes the lock last at least d from now (see Lease.Extend).
+func (l *lease) Extend(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("rlock: extend %s by %v: want a positive duration", l.key, d)
+	}
+	if err := l.held(); err != nil {
+		return err
+	}
+	sent := time.Now()
+	err := l.e.be.renew(ctx, []*hold{l.h}, d)[0]
+	if err == nil {
+		l.e.dog.extend(l.h, sent.Add(d-drift(d)))
+		return nil
+	}
+	return l.failed("extend", err)
+}
+
+// TTL returns the lock's remaining lease in Redis (see Lease.TTL).
+func (l *lease) TTL(ctx context.Context) (time.Duration, error) {
+	if err := l.held(); err != nil {
+		return 0, err
+	}
+	ttl, err := l.e.be.ttl(ctx, l.h.names, l.h.owner)
+	if err != nil {
+		return 0, l.failed("ttl", err)
+	}
+	return ttl, nil
+}
+
+// held returns ErrNotHeld once the lease was released or its hold lost, without asking Redis: the owner
+// may hold the key again through a newer hold, which is not this lease's.
+func (l *lease) held() error {
+	switch {
+	case l.released.Load():
+		return fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
+	case !l.e.dog.kept(l.h):
+		return fmt.Errorf("%w: lease of %s was lost", ErrNotHeld, l.key)
+	}
+	return nil
+}
+
+// failed wraps the error of op; ErrNotHeld says the lock is gone, so the hold is lost at once, as the
+// watchdog would find at its next renewal.
+func (l *lease) failed(op string, err error) error {
+	if errors.Is(err, ErrNotHeld) {
+		l.e.dog.lose(l.h, err)
+	}
+	return join(fmt.Errorf("rlock: %s %s", op, l.key), err)
+}
+
+// releaseInRedis runs the release script, retrying a failed round trip with the same request id: the
+// unlock latch makes a retry whose first try did land return that result instead of taking a second
+// reentrant hold. (A retry of the last hold's release finds the lock gone; if the same owner took the lock
+// again in between, from another goroutine, that retry would release the new hold: owners are meant to be
+// used by one goroutine at a time, as the middleware's are.)
+func (l *lease) releaseInRedis(ctx context.Context) error {
+	requestID := l.e.uniqueID()
+	var err error
+	for try := range releaseTries {
+		var left int64
+		if left, err = l.e.be.release(ctx, l.h.names, l.h.owner, requestID); err == nil {
+			return l.releaseOutcome(left, try > 0)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
+	}
+	return join(fmt.Errorf("rlock: release %s", l.key), err)
+}
+
+// releaseOutcome reads the holds left after a release: -1 says the owner did not hold the lock.
+func (l *lease) releaseOutcome(left int64, retried bool) error {
+	if left < 0 && !retried {
+		return fmt.Errorf("%w: %s by %s (expired or taken away)", ErrNotHeld, l.h.names.lock, l.h.owner)
+	}
+	// On a retry, -1 says an earlier try whose reply was lost freed the lock (the last hold keeps no
+	// latch), or it expired meanwhile: either way this hold has ended.
+	return nil
+}

@@ -1,0 +1,295 @@
+package rlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrQuorum: fewer than a majority of the Redlock masters answered as needed. The per-node causes come
+// with it as *NodeError values (errors.As finds them).
+var ErrQuorum = errors.New("rlock: no quorum of Redis masters")
+
+// NodeError is the failure of one Redlock master.
+type NodeError struct {
+	Addr string // the master's address
+	Err  error
+}
+
+// Error says which master failed and how: "rlock: node 10.0.0.1:6379: i/o timeout".
+func (e *NodeError) Error() string {
+	return prefix + "node " + e.Addr + ": " + strings.TrimPrefix(e.Err.Error(), prefix)
+}
+
+// Unwrap returns the master's error, for errors.Is (context.DeadlineExceeded, ErrMasterSkipped).
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// Redlock is the lock on a majority of N independent Redis masters (the Redlock algorithm of redis.io), for
+// when one Redis is not trusted to keep a lock through a failover. Every master holds the same reentrant
+// hash in the Redisson layout, so the contract is Reentrant's: same leases, watchdog, reentrancy and
+// fencing.
+//
+// An acquisition runs the acquire script on all masters at once, each bounded by Config.NodeTimeout, and
+// succeeds with a majority and time left: validity = lease - elapsed - drift, drift = lease/100 + 2 ms.
+// Otherwise it is undone on every master that may hold it, including those that did not answer. A master
+// that failed to answer is skipped by acquisitions and releases for MasterCooldown while the others make a
+// majority (breakers), so a dead minority costs the node timeout about once a second rather than on every
+// call.
+//
+// Fencing: the token is the largest of the per-master counters in the majority, written back (raise only)
+// to a majority before the lease is handed out. Any two majorities share a master, so the next acquisition
+// reads a counter at least as high as every token handed out before and INCRs past it: tokens strictly
+// increase even when the majority changes. The limit: a master that restarts without its data (no
+// persistence, or fsync lost) forgets its counter, and if the masters that remember are then outside the
+// majority a token can repeat. Run the masters with appendonly yes and appendfsync always (or everysec,
+// accepting a one second window), or delay their restart by one lease as redis.io advises.
+type Redlock struct {
+	e     *engine
+	nodes redlockNodes
+}
+
+var _ Locker = (*Redlock)(nil)
+
+// NewRedlock returns a Redlock over clients, one per independent master (at least 3; an odd number, as an
+// even one tolerates no more failures than one master less). It opens one pub/sub connection per master.
+// The clients must honour context deadlines (redis.Options.ContextTimeoutEnabled) for NodeTimeout to work.
+// NewRedlock adds a hook to each client that skips a master for MasterCooldown after it failed to answer
+// (see ErrMasterSkipped): give it clients of its own.
+func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
+	if len(clients) < 3 {
+		return nil, fmt.Errorf("rlock: Redlock needs at least 3 independent Redis masters, got %d", len(clients))
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if len(clients)%2 == 0 {
+		cfg.Logger.Warn("rlock: Redlock over an even number of masters tolerates no more failures than one less",
+			"masters", len(clients))
+	}
+	nodes := redlockNodes{scripts: newScripts(cfg), clients: clients, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1}
+	b := newBreakers(len(clients), nodes.quorum)
+	for i, c := range clients {
+		c.AddHook(b.hook(i))
+	}
+	e, err := newEngine("redlock", cfg, nodes)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range clients {
+		e.notifiers = append(e.notifiers, newNotifier(c, e.queue.notify))
+	}
+	return &Redlock{e: e, nodes: nodes}, nil
+}
+
+// Acquire takes the lock of key on a majority of the masters, waiting until it is free, ctx is done or
+// Config.MaxWait passes. The owner is OwnerFrom(ctx), which a lease's Context carries: an owner that
+// already holds key re-enters at once, keeping its token. Without an owner each call is a new owner.
+// A failure wraps ErrNotObtained (with ctx.Err(), or ErrQuorum and the masters' *NodeError when too few
+// answered), ErrInvalidKey, or the error of a Redis call.
+func (r *Redlock) Acquire(ctx context.Context, key string) (Lease, error) {
+	return r.e.acquire(ctx, key, true)
+}
+
+// TryAcquire is Acquire without waiting: one round on the masters, ErrNotObtained when another owner
+// holds key (or too few masters answered: then with ErrQuorum).
+func (r *Redlock) TryAcquire(ctx context.Context, key string) (Lease, error) {
+	return r.e.acquire(ctx, key, false)
+}
+
+// RaiseToken raises the fencing counter of key to at least token (never lowers it) on a majority of the
+// masters, so the next fresh acquisition gets a larger token: see Reentrant.RaiseToken.
+func (r *Redlock) RaiseToken(ctx context.Context, key string, token int64) error {
+	return r.e.raiseToken(ctx, key, token)
+}
+
+// Close closes the pub/sub connections; the clients stay open.
+func (r *Redlock) Close() error {
+	var errs []error
+	for _, n := range r.e.notifiers {
+		errs = append(errs, n.close())
+	}
+	return join(errs...)
+}
+
+// redlockNodes runs the lock scripts on every master and counts the majority.
+type redlockNodes struct {
+	scripts
+	clients []redis.UniversalClient
+	timeout time.Duration // per call
+	quorum  int
+}
+
+// each runs f on every master at once, each call bounded by the node timeout, and waits for all.
+func (r redlockNodes) each(ctx context.Context, f func(ctx context.Context, i int, c redis.UniversalClient)) {
+	r.eachWithin(ctx, r.timeout, f)
+}
+
+// eachWithin is each with another bound per call.
+func (r redlockNodes) eachWithin(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int, c redis.UniversalClient)) {
+	var wg sync.WaitGroup
+	for i, c := range r.clients {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
+			defer cancel()
+			f(ctx, i, c)
+		})
+	}
+	wg.Wait()
+}
+
+func (r redlockNodes) nodeError(i int, err error) error {
+	return &NodeError{Addr: addrOf(r.clients[i]), Err: err}
+}
+
+// nodeErrors returns the failures in errs, one per master, as *NodeError.
+func (r redlockNodes) nodeErrors(errs []error) []error {
+	var failures []error
+	for i, err := range errs {
+		if err != nil {
+			failures = append(failures, r.nodeError(i, err))
+		}
+	}
+	return failures
+}
+
+func addrOf(c redis.UniversalClient) string {
+	if cl, ok := c.(*redis.Client); ok {
+		return cl.Options().Addr
+	}
+	return fmt.Sprintf("%v", c)
+}
+
+// joinFailures joins causes and the failures of the masters.
+func joinFailures(failures []error, causes ...error) error {
+	return join(append(causes, joinNodes(failures))...)
+}
+
+// raiseToken raises the fencing counter to at least token on every master; a majority must confirm.
+func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) error {
+	raised := make([]error, len(r.clients))
+	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
+		raised[i] = r.runRaiseToken(ctx, c, n, token)
+	})
+	if failures := r.nodeErrors(raised); len(r.clients)-len(failures) < r.quorum {
+		return joinFailures(failures, fmt.Errorf("%w: fencing counter not raised", ErrQuorum))
+	}
+	return nil
+}
+
+func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
+	lefts := make([]int64, len(r.clients))
+	errs := make([]error, len(r.clients))
+	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
+		lefts[i], errs[i] = r.runRelease(ctx, c, n, owner, requestID)
+	})
+	failures := r.nodeErrors(errs)
+	released, notHeld, left := countReleases(lefts, errs)
+	switch {
+	case released >= r.quorum:
+		// The masters that did not answer keep their copy until the lease ends unless told again; the
+		// latch makes a repeat of this request harmless where the first one landed.
+		if len(failures) > 0 {
+			go r.retryRelease(context.WithoutCancel(ctx), errs, n, owner, requestID)
+		}
+		return left, nil
+	case notHeld > len(r.clients)-r.quorum:
+		return -1, nil // no majority can hold it for owner
+	}
+	// Unknown on too many masters: the caller retries the same request.
+	return 0, joinFailures(failures, ErrQuorum)
+}
+
+// countReleases counts the masters that released a hold, with the most holds left among them, and those
+// where the owner held none.
+func countReleases(lefts []int64, errs []error) (released, notHeld int, left int64) {
+	for i, l := range lefts {
+		switch {
+		case errs[i] != nil: // unknown: counts for neither
+		case l >= 0:
+			released++
+			left = max(left, l)
+		default:
+			notHeld++
+		}
+	}
+	return released, notHeld, left
+}
+
+// retryRelease repeats a release request on the masters that did not answer it (errs), with a longer
+// timeout.
+func (r redlockNodes) retryRelease(ctx context.Context, errs []error, n names, owner, requestID string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, err := range errs {
+		if err != nil {
+			wg.Go(func() { _, _ = r.runRelease(ctx, r.clients[i], n, owner, requestID) })
+		}
+	}
+	wg.Wait()
+}
+
+func (r redlockNodes) renew(ctx context.Context, hs []*hold, lease time.Duration) []error {
+	perNode := make([][]error, len(r.clients))
+	// Renewals are not on anyone's critical path: a master may take a quarter of the watchdog's period to
+	// answer (at least the node timeout), so a slow round does not lose the lease, and a dead majority is
+	// still noticed within about one period.
+	r.eachWithin(ctx, max(r.timeout, r.lease/12), func(ctx context.Context, i int, c redis.UniversalClient) {
+		perNode[i] = renewAll(ctx, c, hs, lease)
+	})
+	out := make([]error, len(hs))
+	for h := range hs {
+		out[h] = r.renewedByMajority(perNode, h)
+	}
+	return out
+}
+
+// renewedByMajority reports whether a majority renewed hold h. With fewer the lease is lost at once:
+// waiting for its validity to run out would keep a holder working that cannot show a majority.
+func (r redlockNodes) renewedByMajority(perNode [][]error, h int) error {
+	errs := make([]error, len(perNode))
+	for i := range perNode {
+		errs[i] = perNode[i][h]
+	}
+	if failures := r.nodeErrors(errs); len(r.clients)-len(failures) < r.quorum {
+		return joinFailures(failures, ErrNotHeld, ErrQuorum)
+	}
+	return nil
+}
+
+// ttl returns how long a majority of the masters keep owner's lock: the majority-th longest remaining
+// lease among those that hold it. ErrNotHeld when no majority can hold it for owner.
+func (r redlockNodes) ttl(ctx context.Context, n names, owner string) (time.Duration, error) {
+	ttls := make([]time.Duration, len(r.clients))
+	errs := make([]error, len(r.clients))
+	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
+		ttls[i], errs[i] = runTTL(ctx, c, n, owner)
+	})
+	var held []time.Duration
+	notHeld := 0
+	for i, ttl := range ttls {
+		switch {
+		case errs[i] != nil:
+		case ttl < 0:
+			notHeld++
+		default:
+			held = append(held, ttl)
+		}
+	}
+	switch {
+	case len(held) >= r.quorum:
+		slices.Sort(held)
+		return held[len(held)-r.quorum], nil
+	case notHeld > len(r.clients)-r.quorum:
+		return 0, ErrNotHeld
+	}
+	return 0, joinFailures(r.nodeErrors(errs), ErrQuorum)
+}

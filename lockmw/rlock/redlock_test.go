@@ -1,0 +1,296 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+// newRedlock returns a Redlock with its own clients, as a separate process would have.
+func newRedlock(t testing.TB, servers []*redistest.Server, cfg Config) *Redlock {
+	t.Helper()
+	var clients []redis.UniversalClient
+	for _, s := range servers {
+		clients = append(clients, s.Client())
+	}
+	l, err := NewRedlock(clients, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestRedlockNeedsThreeMasters(t *testing.T) {
+	servers := redistest.StartN(t, 2)
+	_, err := NewRedlock([]redis.UniversalClient{servers[0].Client(), servers[1].Client()}, Config{})
+	if err == nil {
+		t.Fatal("Redlock over 2 masters accepted")
+	}
+}
+
+func TestRedlockMutualExclusion(t *testing.T) {
+	const lockers, goroutines, perGoroutine = 3, 16, 63 // 3,024 sections
+	servers := redistest.StartN(t, 5)
+	counter := servers[0].Client()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range lockers {
+		l := newRedlock(t, servers, Config{})
+		for range goroutines {
+			wg.Go(func() {
+				for range perGoroutine {
+					lease, err := l.Acquire(ctx, "hot")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if err := section(lease.Context(), counter, "counter"); err != nil {
+						t.Error(err)
+					}
+					if err := lease.Release(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if got, _ := counter.Get(ctx, "counter").Int(); got != lockers*goroutines*perGoroutine {
+		t.Fatalf("counter = %d after %d sections: mutual exclusion broken", got, lockers*goroutines*perGoroutine)
+	}
+}
+
+func TestRedlockSurvivesMinorityAndFailsWithoutQuorum(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	l := newRedlock(t, servers, Config{MaxWait: 300 * time.Millisecond})
+	ctx := context.Background()
+	acquireRelease := func() error {
+		lease, err := l.Acquire(ctx, "sku-1")
+		if err != nil {
+			return err
+		}
+		return lease.Release(ctx)
+	}
+
+	servers[0].Kill()
+	servers[1].Kill()
+	for range 5 {
+		if err := acquireRelease(); err != nil {
+			t.Fatalf("with 3 of 5 masters: %v", err)
+		}
+	}
+
+	servers[2].Kill()
+	start := time.Now()
+	_, err := l.Acquire(ctx, "sku-1")
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, ErrQuorum) {
+		t.Fatalf("with 2 of 5 masters: %v, want ErrNotObtained and ErrQuorum", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("failed after %v, want within the max wait (300ms) plus one attempt", took)
+	}
+	var nodeErr *NodeError
+	if !errors.As(err, &nodeErr) || nodeErr.Addr == "" {
+		t.Fatalf("no *NodeError in %v", err)
+	}
+	for _, s := range servers[3:] {
+		if n := s.Client().Exists(ctx, "lock:{sku-1}").Val(); n != 0 {
+			t.Fatalf("live master %s keeps a partial lock", s.Addr)
+		}
+	}
+
+	for _, s := range servers[:3] {
+		s.Restart()
+	}
+	if err := acquireRelease(); err != nil {
+		t.Fatalf("after the restarts: %v", err)
+	}
+}
+
+func TestRedlockPausedMasterCostsAtMostTheNodeTimeout(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	l := newRedlock(t, servers, Config{})
+	ctx := context.Background()
+	servers[4].Pause()
+	defer servers[4].Resume()
+	for i := range 5 {
+		start := time.Now()
+		lease, err := l.Acquire(ctx, "sku-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > DefaultNodeTimeout+100*time.Millisecond {
+			t.Fatalf("acquire %d took %v with one master paused, want <= node timeout %v + 100ms", i, took, DefaultNodeTimeout)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRedlockAttemptPastValidityIsUndone(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	// The majority answers only after the lease is over: it got the lock, but too late to use it.
+	l := newRedlock(t, servers, Config{Lease: 60 * time.Millisecond, NodeTimeout: time.Second})
+	ctx := context.Background()
+	for _, s := range servers[:3] {
+		s.Pause()
+	}
+	time.AfterFunc(150*time.Millisecond, func() {
+		for _, s := range servers[:3] {
+			s.Resume()
+		}
+	})
+	_, err := l.TryAcquire(ctx, "sku-1")
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, ErrQuorum) {
+		t.Fatalf("attempt past its validity: %v, want ErrNotObtained and ErrQuorum", err)
+	}
+	for _, s := range servers {
+		if n := s.Client().Exists(ctx, "lock:{sku-1}").Val(); n != 0 {
+			t.Fatalf("master %s keeps the lock of a failed attempt", s.Addr)
+		}
+	}
+}
+
+func TestRedlockFencingTokensIncreaseThroughRestarts(t *testing.T) {
+	servers := redistest.StartN(t, 5, redistest.WithPersistence())
+	// A short lease: a release that a restarting master missed leaves its copy until the lease ends.
+	l := newRedlock(t, servers, Config{Lease: 500 * time.Millisecond})
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var chaos sync.WaitGroup
+	restarts := 0
+	chaos.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(30 * time.Millisecond):
+			}
+			s := servers[rand.N(len(servers))]
+			s.Kill()
+			time.Sleep(20 * time.Millisecond)
+			s.Restart()
+			restarts++
+		}
+	})
+	var last int64
+	for i := range 500 {
+		lease, err := l.Acquire(ctx, "sku-1")
+		if err != nil {
+			close(stop)
+			chaos.Wait()
+			t.Fatalf("acquisition %d: %v", i, err)
+		}
+		if lease.Token() <= last {
+			close(stop)
+			chaos.Wait()
+			t.Fatalf("acquisition %d: token %d after %d", i, lease.Token(), last)
+		}
+		last = lease.Token()
+		_ = lease.Release(ctx) // may fail while a master restarts: the lock then expires
+	}
+	close(stop)
+	chaos.Wait()
+	if restarts < 5 {
+		t.Fatalf("only %d master restarts during the run: the test did not exercise changing majorities", restarts)
+	}
+	t.Logf("500 increasing tokens through %d master restarts", restarts)
+}
+
+func TestRedlockWatchdog(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	servers := redistest.StartN(t, 5)
+	l := newRedlock(t, servers, Config{Lease: lease})
+	ctx := context.Background()
+	lz := mustAcquire(t, l, ctx, "sku-1")
+	time.Sleep(3 * lease)
+	if err := lz.Context().Err(); err != nil {
+		t.Fatalf("lease ended while renewed: %v", context.Cause(lz.Context()))
+	}
+	for _, s := range servers {
+		if s.Client().PTTL(ctx, "lock:{sku-1}").Val() <= 0 {
+			t.Fatalf("master %s lost the lock while it was renewed", s.Addr)
+		}
+	}
+	killed := time.Now()
+	for _, s := range servers[:3] {
+		s.Kill()
+	}
+	select {
+	case <-lz.Context().Done():
+		if !errors.Is(context.Cause(lz.Context()), ErrLockLost) {
+			t.Fatalf("cause %v, want ErrLockLost", context.Cause(lz.Context()))
+		}
+		// The next renewal, at most one period later, finds no majority.
+		if took := time.Since(killed); took > lease/3+150*time.Millisecond {
+			t.Fatalf("lost %v after the majority died, want <= one renewal period (%v) + 150ms", took, lease/3)
+		}
+	case <-time.After(3 * lease):
+		t.Fatal("lease survived the loss of the majority")
+	}
+}
+
+// A nested (reentrant) Redlock acquire whose ctx is already cancelled must leave the outer hold alone. It
+// once ran undo() on every master, decrementing the OUTER hold (the reentry's scripts never ran): the lock
+// was deleted on all masters and another locker took it while the outer lease's context was still live.
+func TestRedlockCancelledReentryKeepsOuterHold(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	a := newRedlock(t, servers, Config{Lease: 6 * time.Second})
+	b := newRedlock(t, servers, Config{Lease: 6 * time.Second})
+	octx := WithOwner(context.Background(), "owner-A")
+	outer := mustAcquire(t, a, octx, "k")
+	defer outer.Release(context.Background())
+
+	cctx, cancel := context.WithCancel(octx)
+	cancel()
+	if _, err := a.Acquire(cctx, "k"); err == nil {
+		t.Fatal("acquire with cancelled ctx succeeded")
+	}
+	time.Sleep(50 * time.Millisecond)
+	for i, s := range servers {
+		n, _ := s.Client().Exists(context.Background(), "lock:{k}").Result()
+		t.Logf("node %d: lock exists=%d", i, n)
+	}
+	other, err := b.TryAcquire(context.Background(), "k")
+	if err == nil {
+		t.Errorf("SAFETY: second owner got the lock (token %d) while outer lease ctx err=%v (token %d)",
+			other.Token(), outer.Context().Err(), outer.Token())
+		_ = other.Release(context.Background())
+	}
+}
+
+// A Redlock waiter must not spin while the holder holds only a majority. It once did: every failed attempt
+// grabbed the free masters, undo() deleted them there and PUBLISHed "0", which woke this same waiter (and
+// every other process's head) at once.
+func TestRedlockWaiterDoesNotSpinOnItsOwnUndo(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := context.Background()
+	c3 := servers[2].Client()
+	// A foreign owner holds node 3 while A acquires, so A gets nodes 1 and 2 only (quorum 2 of 3).
+	c3.HSet(ctx, "lock:{k}", "foreign", 1)
+	c3.PExpire(ctx, "lock:{k}", 10*time.Second)
+	a := newRedlock(t, servers, Config{Lease: 6 * time.Second})
+	la := mustAcquire(t, a, ctx, "k")
+	defer la.Release(ctx)
+	c3.Del(ctx, "lock:{k}") // node 3 is free now (silently)
+
+	b := newRedlock(t, servers, Config{Lease: 6 * time.Second, MaxWait: time.Second})
+	before := evalshaCalls(t, c3)
+	_, err := b.Acquire(ctx, "k")
+	after := evalshaCalls(t, c3)
+	t.Logf("acquire err=%v; EVALSHA calls on node 3 during 1 s wait: %d", err != nil, after-before)
+	// Each failed attempt takes the free master and gives it back, publishing an unlock that wakes the
+	// waiter itself: it then retries after a random 20-100 ms (Redlock's random retry delay), not at once.
+	if after-before > 100 {
+		t.Errorf("waiter spun: %d script calls on one node in 1 s while the lock was held", after-before)
+	}
+}

@@ -1,0 +1,28 @@
+-- Release one hold of a reentrant lock (Redisson RLock unlock, with its unlock latch).
+-- KEYS[1] lock hash
+-- KEYS[2] unlock channel (message '0' wakes waiters, as Redisson's LockPubSub expects)
+-- KEYS[3] unlock latch: remembers this request's result while holds remain, so a release retried after a
+--         lost reply does not take a second hold away. The last hold needs none: a retry then finds the lock
+--         no longer held by ARGV[1], which the caller reads as released.
+-- ARGV[1] owner id
+-- ARGV[2] lease in milliseconds (for the holds that remain)
+-- ARGV[3] latch lifetime in milliseconds
+-- Returns the holds left for ARGV[1] (0: the lock is free), or -1 when ARGV[1] does not hold it.
+local done = redis.call('get', KEYS[3])
+if done then
+  return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return -1
+end
+local count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if count > 0 then
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then -- never shorten an extended lease
+    redis.call('pexpire', KEYS[1], ARGV[2])
+  end
+  redis.call('set', KEYS[3], count, 'px', ARGV[3])
+else
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '0')
+end
+return count

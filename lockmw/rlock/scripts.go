@@ -1,0 +1,136 @@
+package rlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua    string
+	acquireScript = redis.NewScript(acquireLua)
+
+	//go:embed release.lua
+	releaseLua    string
+	releaseScript = redis.NewScript(releaseLua)
+
+	//go:embed renew.lua
+	renewLua    string
+	renewScript = redis.NewScript(renewLua)
+
+	//go:embed raisetoken.lua
+	raiseTokenLua    string
+	raiseTokenScript = redis.NewScript(raiseTokenLua)
+
+	//go:embed forcerelease.lua
+	forceReleaseLua    string
+	forceReleaseScript = redis.NewScript(forceReleaseLua)
+
+	//go:embed ttl.lua
+	ttlLua    string
+	ttlScript = redis.NewScript(ttlLua)
+)
+
+// latchTTL is how long a release remembers its result for a retry of the same request.
+const latchTTL = 10 * time.Second
+
+// scripts runs the lock scripts on one server, with a locker's lease and fencing counter TTL. Both
+// backends use it: Reentrant on its one server, Redlock on each master.
+type scripts struct {
+	lease    time.Duration
+	tokenTTL time.Duration
+}
+
+func newScripts(cfg Config) scripts { return scripts{lease: cfg.Lease, tokenTTL: cfg.TokenTTL} }
+
+func (s scripts) runAcquire(ctx context.Context, c redis.Scripter, n names, owner string) ([]int64, error) {
+	return acquireScript.Run(ctx, c, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
+		s.tokenTTL.Milliseconds()).Int64Slice()
+}
+
+func (s scripts) runRelease(ctx context.Context, c redis.Scripter, n names, owner, requestID string) (int64, error) {
+	return releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
+		owner, s.lease.Milliseconds(), latchTTL.Milliseconds()).Int64()
+}
+
+func (s scripts) runRaiseToken(ctx context.Context, c redis.Scripter, n names, token int64) error {
+	return raiseTokenScript.Run(ctx, c, []string{n.token}, token, s.tokenTTL.Milliseconds()).Err()
+}
+
+// runTTL returns the remaining lease of owner's lock on one server; < 0 when owner does not hold it.
+func runTTL(ctx context.Context, c redis.Scripter, n names, owner string) (time.Duration, error) {
+	ms, err := ttlScript.Run(ctx, c, []string{n.lock}, owner).Int64()
+	if ms < 0 {
+		return -1, err
+	}
+	return time.Duration(ms) * time.Millisecond, err
+}
+
+// parseAttempt reads the reply of the acquire script.
+func parseAttempt(res []int64) (attempt, error) {
+	switch {
+	case len(res) == 3 && res[0] == 1:
+		return attempt{ok: true, token: res[1], count: res[2]}, nil
+	case len(res) == 2 && res[0] == 0:
+		return attempt{pttl: time.Duration(res[1]) * time.Millisecond}, nil
+	}
+	return attempt{}, fmt.Errorf("unexpected acquire reply %v", res)
+}
+
+// renewAll renews many holds on one server for at least lease, in one pipelined round trip.
+func renewAll(ctx context.Context, rdb redis.UniversalClient, hs []*hold, lease time.Duration) []error {
+	errs, noScript := renewPipelined(ctx, rdb, hs, lease)
+	if !noScript {
+		return errs
+	}
+	// The script cache was flushed (or the server restarted): load it and go again.
+	if err := renewScript.Load(ctx, rdb).Err(); err != nil {
+		return fill(errs, err)
+	}
+	errs, _ = renewPipelined(ctx, rdb, hs, lease)
+	return errs
+}
+
+// renewPipelined sends the renewals of hs in one pipeline. noScript reports that the server did not know
+// the script.
+func renewPipelined(ctx context.Context, rdb redis.UniversalClient, hs []*hold, lease time.Duration) (errs []error, noScript bool) {
+	cmds := make([]*redis.Cmd, len(hs))
+	pipe := rdb.Pipeline()
+	for i, h := range hs {
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{h.names.lock}, lease.Milliseconds(), h.owner)
+	}
+	_, _ = pipe.Exec(ctx)
+	errs = make([]error, len(hs))
+	for i, c := range cmds {
+		errs[i] = renewal(c)
+		noScript = noScript || redis.HasErrorPrefix(errs[i], "NOSCRIPT")
+	}
+	return errs, noScript
+}
+
+// renewal reads the reply of the renew script: nil (renewed), ErrNotHeld or the error.
+func renewal(c *redis.Cmd) error {
+	renewed, err := c.Int64()
+	switch {
+	case err != nil:
+		return err
+	case renewed == 0:
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// fill replaces the unknown outcomes in errs with err.
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		if errs[i] != nil && !errors.Is(errs[i], ErrNotHeld) {
+			errs[i] = err
+		}
+	}
+	return errs
+}

@@ -1,0 +1,116 @@
+package rlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Span and metric attributes. The key is the one given to Acquire ("SKU-1"), on spans and events alike.
+const (
+	attrKey      = attribute.Key("stockflow.lock.key")
+	attrMode     = attribute.Key("stockflow.lock.mode") // reentrant | redlock
+	attrWait     = attribute.Key("stockflow.lock.wait.seconds")
+	attrAttempts = attribute.Key("stockflow.lock.attempts")
+	attrReentry  = attribute.Key("stockflow.lock.reentry")
+	attrToken    = attribute.Key("stockflow.lock.fencing_token")
+	attrResult   = attribute.Key("stockflow.lock.result") // acquired | not_obtained | error
+)
+
+const scope = "github.com/stockflow/stockflow/lockmw/rlock"
+
+// waitBuckets are the bucket bounds of the wait and hold histograms, in seconds.
+var waitBuckets = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// telemetry is a locker's tracer and instruments, from Config's providers.
+type telemetry struct {
+	tracer     trace.Tracer
+	wait, hold metric.Float64Histogram
+	lost       metric.Int64Counter
+	attrs      metricAttrs
+}
+
+func newTelemetry(mode string, cfg Config) (telemetry, error) {
+	meter := cfg.MeterProvider.Meter(scope)
+	t := telemetry{tracer: cfg.TracerProvider.Tracer(scope), attrs: newMetricAttrs(mode)}
+	var errs [3]error
+	t.wait, errs[0] = meter.Float64Histogram("stockflow.lock.wait", metric.WithUnit("s"),
+		metric.WithDescription("Time from asking for a lock until holding it (or giving up)."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	t.hold, errs[1] = meter.Float64Histogram("stockflow.lock.hold", metric.WithUnit("s"),
+		metric.WithDescription("Time a lease was held, from acquisition to release."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	t.lost, errs[2] = meter.Int64Counter("stockflow.lock.lost",
+		metric.WithDescription("Leases lost: the watchdog found the lock gone or could not renew it in time."))
+	return t, join(errs[:]...)
+}
+
+// metricAttrs are the attribute sets of one lock mode, built once: building them per measurement costs
+// allocations on every acquisition.
+type metricAttrs struct {
+	mode                   metric.MeasurementOption
+	acquired, notObt, fail metric.MeasurementOption
+}
+
+func newMetricAttrs(mode string) metricAttrs {
+	with := func(result string) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(attrMode.String(mode), attrResult.String(result)))
+	}
+	return metricAttrs{
+		mode:     metric.WithAttributeSet(attribute.NewSet(attrMode.String(mode))),
+		acquired: with("acquired"), notObt: with("not_obtained"), fail: with("error"),
+	}
+}
+
+// startAcquire starts the span of one acquisition.
+func (e *engine) startAcquire(ctx context.Context, key string) (context.Context, trace.Span) {
+	ctx, span := e.tel.tracer.Start(ctx, "lock acquire")
+	if span.IsRecording() {
+		span.SetAttributes(attrKey.String(key), attrMode.String(e.mode))
+	}
+	return ctx, span
+}
+
+// endAcquire records the outcome of the acquisition on its span and in the wait histogram: the span's wait
+// attribute and the histogram get the same value.
+func (a *acquisition) endAcquire(l *lease, err error) {
+	wait := time.Since(a.start)
+	result, attrs := "acquired", a.e.tel.attrs.acquired
+	switch {
+	case err == nil:
+		wait = l.stats.Waited
+	case isNotObtained(err):
+		result, attrs = "not_obtained", a.e.tel.attrs.notObt
+	default:
+		result, attrs = "error", a.e.tel.attrs.fail
+	}
+	if a.span.IsRecording() {
+		a.span.SetAttributes(attrWait.Float64(wait.Seconds()), attrResult.String(result))
+		if err == nil {
+			a.span.SetAttributes(attrAttempts.Int(l.stats.Attempts), attrReentry.Bool(l.stats.Reentry), attrToken.Int64(l.h.token))
+		} else {
+			a.span.RecordError(err)
+			a.span.SetStatus(codes.Error, result)
+		}
+	}
+	a.span.End()
+	a.e.tel.wait.Record(a.spanCtx, wait.Seconds(), attrs)
+}
+
+// renewalFailed reports a renewal whose outcome is unknown: in the log and on the holder's span.
+func (e *engine) renewalFailed(h *hold, err error) {
+	e.cfg.Logger.Warn("rlock: renewal failed", "key", h.key, "owner", h.owner, "err", err)
+	h.span.RecordError(fmt.Errorf("lock renewal failed: %w", err), trace.WithAttributes(attrKey.String(h.key)))
+}
+
+// lockLost reports a lost hold: in the log, on the holder's span and in the lost-lease counter.
+func (e *engine) lockLost(h *hold, reason error) {
+	e.cfg.Logger.Error("rlock: lock lost", "key", h.key, "owner", h.owner, "reason", reason)
+	h.span.RecordError(join(ErrLockLost, reason), trace.WithAttributes(attrKey.String(h.key)))
+	e.tel.lost.Add(context.Background(), 1, e.tel.attrs.mode)
+}

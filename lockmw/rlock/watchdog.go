@@ -1,0 +1,229 @@
+package rlock
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// hold is one owner's hold of one key in this process. Reentrant leases of the same owner share it.
+type hold struct {
+	key   string
+	names names
+	owner string
+	token int64
+	// leases of this owner on this key in this process, whose contexts a loss cancels
+	leases []*lease
+
+	expiry *time.Timer // fires at the end of the lease as last confirmed: the lease is lost
+	valid  time.Time   // the lease is safe until then, by the local clock
+	span   trace.Span  // the holder's span at acquisition, for renewal failures and loss
+	lost   bool        // ended by the watchdog, not by its release
+}
+
+type holdKey struct{ key, owner string }
+
+func (h *hold) id() holdKey { return holdKey{h.key, h.owner} }
+
+// watchdog keeps every hold of the process alive: one loop renews all of them every lease/3, in one round
+// trip per server, and stops when nothing is held. A hold whose renewal finds the lock gone, or that is
+// not renewed before its lease runs out, is lost: its context is cancelled with ErrLockLost.
+type watchdog struct {
+	lease time.Duration
+	renew func(ctx context.Context, hs []*hold, lease time.Duration) []error // nil: renewed; ErrNotHeld: gone; else: unknown
+	// Optional observers, for logs, spans and metrics.
+	onRenewError func(h *hold, err error)
+	onLost       func(h *hold, reason error)
+
+	mu      sync.Mutex
+	holds   map[holdKey]*hold
+	running bool
+}
+
+// drift is the clock drift allowed between this process and Redis over one lease, as in Redlock:
+// the lease is taken as lost this much before Redis would expire it.
+func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
+
+// get returns the hold of owner on key, or nil.
+func (w *watchdog) get(key, owner string) *hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holds[holdKey{key, owner}]
+}
+
+// add starts keeping the hold of lease l (l.h, built by the acquisition). fresh says Redis counts this as
+// the owner's first hold. When the owner already holds the key here, a reentry joins that hold instead,
+// while a fresh acquisition shows that hold stale (its lock was lost in Redis before the watchdog noticed):
+// it is ended as lost.
+func (w *watchdog) add(l *lease, fresh bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.holds[l.h.id()]
+	switch {
+	case old != nil && !fresh:
+		w.joinLocked(old, l)
+		return
+	case old != nil:
+		w.loseLocked(old)
+		go w.reportLost(old, errors.New("the lock was gone when its owner acquired it again"))
+	}
+	w.startLocked(l.h)
+}
+
+// joinLocked makes l one more lease of h, which l's acquisition re-entered.
+func (w *watchdog) joinLocked(h *hold, l *lease) {
+	valid := l.h.valid
+	h.leases = append(h.leases, l)
+	l.h = h
+	w.extendLocked(h, valid)
+}
+
+// startLocked starts renewing h, and the renewal loop if it is not running.
+func (w *watchdog) startLocked(h *hold) {
+	h.expiry = time.AfterFunc(time.Until(h.valid), func() { w.expire(h) })
+	w.holds[h.id()] = h
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+}
+
+// done records the release of lease l. At the hold's last lease the hold stops being renewed. It reports
+// false when the hold was lost and the owner holds the key again through a newer hold.
+func (w *watchdog) done(l *lease) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := l.h
+	h.leases = slices.DeleteFunc(h.leases, func(x *lease) bool { return x == l })
+	switch {
+	case h.lost:
+		return w.holds[h.id()] == nil
+	case len(h.leases) == 0:
+		w.stopLocked(h)
+	}
+	return true
+}
+
+// stopLocked stops renewing h, released.
+func (w *watchdog) stopLocked(h *hold) {
+	if w.holds[h.id()] == h {
+		delete(w.holds, h.id())
+	}
+	h.expiry.Stop()
+}
+
+func (w *watchdog) extendLocked(h *hold, valid time.Time) {
+	if valid.After(h.valid) {
+		h.valid = valid
+		h.expiry.Reset(time.Until(valid))
+	}
+}
+
+// expire runs when h's lease ran out without a renewal.
+func (w *watchdog) expire(h *hold) {
+	w.mu.Lock()
+	expired := w.holds[h.id()] == h && !time.Now().Before(h.valid) // not released, nor renewed as the timer fired
+	w.mu.Unlock()
+	if expired {
+		w.lose(h, errors.New("lease expired before it could be renewed"))
+	}
+}
+
+func (w *watchdog) lose(h *hold, reason error) {
+	w.mu.Lock()
+	if w.holds[h.id()] != h {
+		w.mu.Unlock()
+		return
+	}
+	w.loseLocked(h)
+	w.mu.Unlock()
+	w.reportLost(h, reason)
+}
+
+func (w *watchdog) loseLocked(h *hold) {
+	delete(w.holds, h.id())
+	h.lost = true
+	h.expiry.Stop()
+	for _, l := range h.leases {
+		l.cancel(ErrLockLost)
+	}
+}
+
+func (w *watchdog) reportLost(h *hold, reason error) {
+	if w.onLost != nil {
+		w.onLost(h, reason)
+	}
+}
+
+// loop renews every hold each lease/3 until nothing is held.
+func (w *watchdog) loop() {
+	period := w.lease / 3
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for range t.C {
+		hs := w.heldOrStop()
+		if len(hs) == 0 {
+			return
+		}
+		w.renewRound(hs, period)
+	}
+}
+
+// heldOrStop returns the holds to renew. With none it marks the loop stopped, under the same lock as add
+// checks it: a hold added later starts a new loop.
+func (w *watchdog) heldOrStop() []*hold {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.holds) == 0 {
+		w.running = false
+		return nil
+	}
+	return slices.Collect(maps.Values(w.holds))
+}
+
+// renewRound renews hs, bounded by one period, and applies each outcome.
+func (w *watchdog) renewRound(hs []*hold, period time.Duration) {
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), period)
+	errs := w.renew(ctx, hs, w.lease)
+	cancel()
+	valid := sent.Add(w.lease - drift(w.lease))
+	for i, err := range errs {
+		w.renewed(hs[i], valid, err)
+	}
+}
+
+// renewed applies the outcome of one renewal.
+func (w *watchdog) renewed(h *hold, valid time.Time, err error) {
+	switch {
+	case err == nil:
+		w.extend(h, valid)
+	case errors.Is(err, ErrNotHeld):
+		w.lose(h, err)
+	case w.onRenewError != nil:
+		// Unknown outcome (timeout, connection): try again next period; the expiry timer declares the
+		// lease lost if no renewal lands in time.
+		w.onRenewError(h, err)
+	}
+}
+
+// kept reports whether h is still kept: neither released nor lost.
+func (w *watchdog) kept(h *hold) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.holds[h.id()] == h
+}
+
+// extend moves h's expiry to valid, unless h ended meanwhile.
+func (w *watchdog) extend(h *hold, valid time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.holds[h.id()] == h {
+		w.extendLocked(h, valid)
+	}
+}
