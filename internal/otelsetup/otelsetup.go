@@ -137,11 +137,16 @@ func envMetricReader(ctx context.Context) ([]sdkmetric.Option, error) {
 	return []sdkmetric.Option{sdkmetric.WithReader(reader)}, nil
 }
 
-// prometheusReader makes a Prometheus exporter on a registry of its own, with the process_* series (CPU,
-// memory, file descriptors of the process), which Metrics serves.
+// prometheusReader makes a Prometheus exporter on a registry of its own, which Metrics serves, with the
+// process_* series (CPU, memory, file descriptors of the process) and the Prometheus client's go_* series
+// (go_goroutines, go_memstats_*...) that existing Go dashboards query, beside the OTel runtime metrics
+// (go_goroutine_count...), which also reach OTLP.
 func (t *Telemetry) prometheusReader() (sdkmetric.Reader, error) {
 	reg := prom.NewRegistry()
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, err
 	}
 	exp, err := promexporter.New(promexporter.WithRegisterer(reg))
