@@ -133,8 +133,9 @@ func mustDashboardQueries(t *testing.T, dashboard []byte) []query {
 
 // provokeEverySeries runs orders through the worker (which holds each lock 1.5 s before it writes, its
 // watchdog renewing the 1 s lease every third of a second) so
-// that every series the dashboard shows exists: a reserved and a rejected order on one SKU, the second
-// giving up its lock wait (LOCK_WAIT 1s) once; an unknown SKU; a stock field that is not an integer (a
+// that every series the dashboard shows exists: a reserved and a rejected order on one SKU whose lock
+// another owner holds for 2.5 s first (so the worker gives up its lock wait, LOCK_WAIT 1s, at least once);
+// an unknown SKU; a stock field that is not an integer (a
 // permanent failure, poisoned at the second delivery); an entry that is not an order (poison); a lock
 // deleted while held (lost); and then the group deleted (recreated, and every order replayed).
 func provokeEverySeries(t *testing.T, rdb *redis.Client) {
@@ -143,6 +144,8 @@ func provokeEverySeries(t *testing.T, rdb *redis.Client) {
 	rdb.HSet(ctx, "stock:{A}", "available", 1, "reserved", 0)
 	rdb.HSet(ctx, "stock:{L}", "available", 5, "reserved", 0)
 	rdb.HSet(ctx, "stock:{BAD}", "available", "many", "reserved", 0)
+	rdb.HSet(ctx, "lock:{A}", "another-process:1", 1)
+	rdb.PExpire(ctx, "lock:{A}", 2500*time.Millisecond)
 	xaddOrder(t, rdb, "a1", "A", 1)
 	xaddOrder(t, rdb, "a2", "A", 1)
 	xaddOrder(t, rdb, "none", "NOSKU", 1)
