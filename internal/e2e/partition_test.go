@@ -85,20 +85,9 @@ func TestRedlockMinorityCut(t *testing.T) {
 	s := redistest.Start(t)
 	rec := newRecording(t)
 	startWorkers(t, s, 2, "m", redlock, rec.env())
-	n := int64(-1)
-	stop := background(t, func(pause func(time.Duration) bool) {
-		if !pause(time.Second) {
-			return
-		}
-		cut(t, hosts[0])
-		defer heal(t, hosts[0])
-		before := outcomes(s)
-		if pause(3 * time.Second) {
-			n = outcomes(s) - before
-		}
-	})
+	outcomesWhileCut := cutDuring(t, s, 0, hosts[0])
 	hotRun(t, s, rec, partitionSKUs, 400, 2000, 500)
-	stop()
+	n := outcomesWhileCut()
 	// Liveness only; speed is for benchmarks. Measured here: about 480 outcomes in these 3 s (the producer
 	// publishes 500/s); before rlock's breakers skipped the cut master, every acquisition and release waited
 	// the node timeout for it, and about 50 (rlock's breaker tests cover the skipping itself).
@@ -115,24 +104,9 @@ func TestRedlockMajorityCut(t *testing.T) {
 	s := redistest.Start(t)
 	rec := newRecording(t)
 	startWorkers(t, s, 2, "j", redlock, rec.env())
-	n := int64(-1)
-	stop := background(t, func(pause func(time.Duration) bool) {
-		if !pause(time.Second) {
-			return
-		}
-		cut(t, hosts[0], hosts[1])
-		defer heal(t, hosts[0], hosts[1])
-		if !pause(3 * time.Second) { // leases (2 s) taken before the cut run out
-			return
-		}
-		before := outcomes(s)
-		if pause(3 * time.Second) {
-			n = outcomes(s) - before
-		}
-	})
+	outcomesWhileCut := cutDuring(t, s, 3*time.Second, hosts[0], hosts[1]) // leases (2 s) from before run out
 	hotRun(t, s, rec, partitionSKUs, 400, 2000, 500)
-	stop()
-	if n != 0 {
+	if n := outcomesWhileCut(); n != 0 {
 		t.Fatalf("%d outcomes while a majority of the masters was cut off: no lock can be granted then", n)
 	}
 }
@@ -224,6 +198,31 @@ func TestSlowLossyLinks(t *testing.T) {
 	}
 	assertConsistent(t, sum)
 	rec.verify(t, sum)
+}
+
+// cutDuring cuts hosts off one second into the run and, settle later, counts the outcomes of the next 3 s;
+// then it heals them. The returned function waits for that and returns the count (-1: the test ended
+// first).
+func cutDuring(t *testing.T, s *redistest.Server, settle time.Duration, hosts ...*netns.Host) func() int64 {
+	n := int64(-1)
+	stop := background(t, func(pause func(time.Duration) bool) {
+		if !pause(time.Second) {
+			return
+		}
+		cut(t, hosts...)
+		defer heal(t, hosts...)
+		if !pause(settle) {
+			return
+		}
+		before := outcomes(s)
+		if pause(3 * time.Second) {
+			n = outcomes(s) - before
+		}
+	})
+	return func() int64 {
+		stop()
+		return n
+	}
 }
 
 // background runs f while the test runs and returns stop, which ends f's pauses early (pause then

@@ -89,28 +89,27 @@ func (h breakerHook) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (h breakerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.b.skip(ctx, h.i) {
-			err := fmt.Errorf("%w (for %v)", ErrMasterSkipped, h.b.cooldown)
-			cmd.SetErr(err)
-			return err
-		}
-		err := next(ctx, cmd)
-		h.b.observe(ctx, h.i, err)
-		return err
+		return h.process(ctx, func() error { return next(ctx, cmd) }, cmd)
 	}
 }
 
 func (h breakerHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.b.skip(ctx, h.i) {
-			err := fmt.Errorf("%w (for %v)", ErrMasterSkipped, h.b.cooldown)
-			for _, cmd := range cmds {
-				cmd.SetErr(err)
-			}
-			return err
+		return h.process(ctx, func() error { return next(ctx, cmds) }, cmds...)
+	}
+}
+
+// process sends cmds with send unless the master is to be skipped, when they fail with ErrMasterSkipped
+// unsent, and records how the call ended.
+func (h breakerHook) process(ctx context.Context, send func() error, cmds ...redis.Cmder) error {
+	if h.b.skip(ctx, h.i) {
+		err := fmt.Errorf("%w (for %v)", ErrMasterSkipped, h.b.cooldown)
+		for _, cmd := range cmds {
+			cmd.SetErr(err)
 		}
-		err := next(ctx, cmds)
-		h.b.observe(ctx, h.i, err)
 		return err
 	}
+	err := send()
+	h.b.observe(ctx, h.i, err)
+	return err
 }
