@@ -34,6 +34,45 @@ func BenchmarkReserve(b *testing.B) {
 			}
 		}
 	})
+	reportOrderRate(b, 1)
+}
+
+// BenchmarkReserveBatch runs like BenchmarkReserve, each operation a batch of size orders; compare their
+// orders/s.
+func BenchmarkReserveBatch(b *testing.B) {
+	for _, size := range []int{1, 8, 32} {
+		b.Run("size="+strconv.Itoa(size), func(b *testing.B) { benchmarkReserveBatch(b, size) })
+	}
+}
+
+func benchmarkReserveBatch(b *testing.B, size int) {
+	ctx := context.Background()
+	rdb := redistest.Start(b).Client()
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "SKU-1", inventory.MaxStock); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		batch := make([]inventory.Order, size)
+		for pb.Next() {
+			for i := range batch {
+				batch[i] = inventory.Order{ID: "o-" + strconv.FormatInt(next.Add(1), 10), SKU: "SKU-1", Quantity: 1}
+			}
+			outs, err := store.ReserveBatch(ctx, batch, 1)
+			if err != nil || outs[size-1].Status != inventory.StatusReserved {
+				b.Errorf("reserve batch: %+v, %v", outs, err)
+				return
+			}
+		}
+	})
+	reportOrderRate(b, size)
+}
+
+// reportOrderRate reports orders/s, for operations of ordersPerOp orders each.
+func reportOrderRate(b *testing.B, ordersPerOp int) {
+	b.ReportMetric(float64(b.N*ordersPerOp)/b.Elapsed().Seconds(), "orders/s")
 }
 
 var hincrby = redis.NewScript(`return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])`)

@@ -9,6 +9,8 @@
 //   - An order is decided once. Reserve for an order that already has a recorded outcome returns that
 //     outcome with Replayed set and writes nothing, whatever quantity it is called with, so a redelivered
 //     order is never decremented twice. Release gives a reservation back once.
+//   - ReserveBatch decides up to MaxBatch orders of one SKU in one script call, with the outcomes and
+//     writes of a Reserve for each in turn; an error fails the whole batch and writes nothing.
 //   - A fencing token below the highest one the SKU has seen is refused with ErrStaleFence, so a lock
 //     holder that lost its lease cannot write after a newer holder did. Token 0 means unfenced.
 //   - The scripts survive SCRIPT FLUSH and server restarts: they run with EVALSHA and fall back to EVAL.

@@ -41,3 +41,34 @@ func ExampleStore_Reserve() {
 	o, _ = store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 2}, 7)
 	fmt.Println(o.Status, o.AvailableAfter, "replayed="+fmt.Sprint(o.Replayed))
 }
+
+// Like ExampleStore_Reserve, compiled but not run. Against an empty Redis it prints
+//
+//	o-1 reserved 8 replayed=false
+//	o-2 rejected 8 replayed=false
+//	o-1 reserved 8 replayed=true
+//	o-3 reserved 7 replayed=false
+func ExampleStore_ReserveBatch() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	store := inventory.New(rdb)
+
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// One script call decides the orders as Reserve would one after the other: o-2 does not fit, the
+	// repeated o-1 is a replay of the first, o-3 fits.
+	outs, err := store.ReserveBatch(ctx, []inventory.Order{
+		{ID: "o-1", SKU: "SKU-1", Quantity: 2}, {ID: "o-2", SKU: "SKU-1", Quantity: 9},
+		{ID: "o-1", SKU: "SKU-1", Quantity: 2}, {ID: "o-3", SKU: "SKU-1", Quantity: 1},
+	}, 7)
+	if err != nil { // the whole batch failed and wrote nothing
+		fmt.Println(err)
+		return
+	}
+	for _, o := range outs {
+		fmt.Println(o.OrderID, o.Status, o.AvailableAfter, "replayed="+fmt.Sprint(o.Replayed))
+	}
+}

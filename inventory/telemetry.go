@@ -15,16 +15,20 @@ const scope = "github.com/stockflow/stockflow/inventory"
 // Attributes of the stock spans and of the orders counter, the same keys on both. The semantic conventions
 // have none for stock, so they are ours, under stockflow.stock.
 const (
-	AttrSKU      = attribute.Key("stockflow.stock.sku")
-	AttrQuantity = attribute.Key("stockflow.stock.quantity")
-	AttrFence    = attribute.Key("stockflow.stock.fence")    // the fencing token the write came with
-	AttrOutcome  = attribute.Key("stockflow.stock.outcome")  // reserved | rejected (Status)
-	AttrReason   = attribute.Key("stockflow.stock.reason")   // why rejected (Reason), "" when reserved
-	AttrReplayed = attribute.Key("stockflow.stock.replayed") // the outcome recorded the first time
+	AttrSKU       = attribute.Key("stockflow.stock.sku")
+	AttrQuantity  = attribute.Key("stockflow.stock.quantity")
+	AttrFence     = attribute.Key("stockflow.stock.fence")      // the fencing token the write came with
+	AttrOutcome   = attribute.Key("stockflow.stock.outcome")    // reserved | rejected (Status)
+	AttrReason    = attribute.Key("stockflow.stock.reason")     // why rejected (Reason), "" when reserved
+	AttrReplayed  = attribute.Key("stockflow.stock.replayed")   // the outcome recorded the first time
+	AttrBatchSize = attribute.Key("stockflow.stock.batch_size") // how many orders a ReserveBatch decided
 )
 
-// SpanReserve is the name of the span of Reserve.
-const SpanReserve = "stock reserve"
+// The names of the spans of Reserve and ReserveBatch.
+const (
+	SpanReserve      = "stock reserve"
+	SpanReserveBatch = "stock reserve batch"
+)
 
 // orders counts decided orders by outcome; no per-SKU attribute, which would grow without bound.
 var orders, _ = otel.Meter(scope).Int64Counter("stockflow.orders",
@@ -37,13 +41,39 @@ func traceReserve(ctx context.Context, o Order, fence int64, reserve func(contex
 	defer span.End()
 	out, err := reserve(ctx)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "reserve failed")
-		return out, err
+		return out, failed(span, err)
 	}
+	span.SetAttributes(countOrder(ctx, out)...)
+	return out, nil
+}
+
+// traceReserveBatch runs reserve inside one SpanReserveBatch span and counts the outcome of each order;
+// the outcomes are not span attributes, a batch has many.
+func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve func(context.Context) ([]Outcome, error)) ([]Outcome, error) {
+	ctx, span := otel.Tracer(scope).Start(ctx, SpanReserveBatch, trace.WithAttributes(
+		AttrSKU.String(batch[0].SKU), AttrFence.Int64(fence), AttrBatchSize.Int(len(batch))))
+	defer span.End()
+	outs, err := reserve(ctx)
+	if err != nil {
+		return nil, failed(span, err)
+	}
+	for _, out := range outs {
+		countOrder(ctx, out)
+	}
+	return outs, nil
+}
+
+// countOrder counts a decided order and returns the attributes it was counted under.
+func countOrder(ctx context.Context, out Outcome) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{AttrOutcome.String(string(out.Status)), AttrReason.String(string(out.Reason)),
 		AttrReplayed.Bool(out.Replayed)}
-	span.SetAttributes(attrs...)
 	orders.Add(ctx, 1, metric.WithAttributes(attrs...))
-	return out, nil
+	return attrs
+}
+
+// failed marks the span of a failed reserve and returns err.
+func failed(span trace.Span, err error) error {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, "reserve failed")
+	return err
 }

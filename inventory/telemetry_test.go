@@ -131,3 +131,68 @@ func total(m map[attribute.Distinct]int64) (n int64) {
 	}
 	return n
 }
+
+// A batch is one span with the SKU, the fence and the batch size; the orders counter counts each order
+// under its own outcome, as for Reserve.
+func TestReserveBatchSpanAndCounter(t *testing.T) {
+	counts := orderCounts()
+	spans := tracetest.NewSpanRecorder()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+
+	ctx := context.Background()
+	store := inventory.New(redistest.Start(t).Client())
+	if err := store.SetStock(ctx, "SKU-1", 2); err != nil {
+		t.Fatal(err)
+	}
+	before := counts(t)
+	batch := []inventory.Order{{ID: "o-1", SKU: "SKU-1", Quantity: 2}, {ID: "o-2", SKU: "SKU-1", Quantity: 1},
+		{ID: "o-1", SKU: "SKU-1", Quantity: 2}}
+	if _, err := store.ReserveBatch(ctx, batch, 5); err != nil {
+		t.Fatal(err)
+	}
+	// o-2 has an outcome: replayed unchecked, whatever the token. A new order with token 4 is refused.
+	if outs, err := store.ReserveBatch(ctx, batch[1:2], 4); err != nil || !outs[0].Replayed {
+		t.Fatalf("a replay with token 4: %+v, %v", outs, err)
+	}
+	if _, err := store.ReserveBatch(ctx, []inventory.Order{{ID: "o-3", SKU: "SKU-1", Quantity: 1}}, 4); !errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("token 4 after 5: %v, want ErrStaleFence", err)
+	}
+
+	ended := spans.Ended()
+	if len(ended) != 3 {
+		t.Fatalf("%d spans, want one per ReserveBatch (3)", len(ended))
+	}
+	for i, size := range []int{3, 1, 1} {
+		if ended[i].Name() != inventory.SpanReserveBatch || ended[i].Name() != "stock reserve batch" {
+			t.Errorf("span %d is named %q, want %q", i, ended[i].Name(), inventory.SpanReserveBatch)
+		}
+		checkAttrs(t, ended[i], []attribute.KeyValue{inventory.AttrSKU.String("SKU-1"),
+			inventory.AttrFence.Int64([]int64{5, 4, 4}[i]), inventory.AttrBatchSize.Int(size)})
+	}
+	if last := ended[2]; last.Status().Code != codes.Error || len(last.Events()) == 0 {
+		t.Errorf("the refused batch's span: status %v, %d events; want the error recorded", last.Status(), len(last.Events()))
+	}
+
+	// The counter: each decided order under its outcome (o-2 twice: decided, then replayed); the refused
+	// batch is not counted.
+	after := counts(t)
+	for _, w := range []struct {
+		attrs []attribute.KeyValue
+		n     int64
+	}{
+		{[]attribute.KeyValue{inventory.AttrOutcome.String("reserved"), inventory.AttrReason.String(""), inventory.AttrReplayed.Bool(false)}, 1},
+		{[]attribute.KeyValue{inventory.AttrOutcome.String("rejected"), inventory.AttrReason.String("insufficient_stock"), inventory.AttrReplayed.Bool(false)}, 1},
+		{[]attribute.KeyValue{inventory.AttrOutcome.String("reserved"), inventory.AttrReason.String(""), inventory.AttrReplayed.Bool(true)}, 1},
+		{[]attribute.KeyValue{inventory.AttrOutcome.String("rejected"), inventory.AttrReason.String("insufficient_stock"), inventory.AttrReplayed.Bool(true)}, 1},
+	} {
+		set := ptr(attribute.NewSet(w.attrs...)).Equivalent()
+		if got := after[set] - before[set]; got != w.n {
+			t.Errorf("stockflow.orders{%v} rose by %d, want %d", w.attrs, got, w.n)
+		}
+	}
+	if total(after)-total(before) != 4 {
+		t.Errorf("stockflow.orders rose by %d, want 4", total(after)-total(before))
+	}
+}

@@ -83,20 +83,28 @@ func (a *acquisition) obtain() (*lease, error) {
 }
 
 // skipsQueue: a try never waits, a reentry never queues (its owner would wait for itself), and a key nobody
-// here waits for is tried at once; otherwise the caller queues behind this process's earlier waiters.
+// here holds or waits for is tried at once; otherwise the caller queues behind this process's earlier
+// waiters.
 func (a *acquisition) skipsQueue() bool {
-	return !a.wait || a.heldHere() || !a.e.queue.busy(a.names.channel)
+	owner, _, held := a.e.dog.holder(a.key)
+	return !a.wait || (held && owner == a.owner) || (!held && !a.e.queue.busy(a.names.channel))
 }
 
-// heldHere reports whether the owner holds the key through this process's watchdog.
-func (a *acquisition) heldHere() bool { return a.e.dog.get(a.key, a.owner) != nil }
-
-// try runs one acquire script.
+// try runs one acquire script: a reentry, when the owner holds the key here (under the hold's owner id in
+// Redis); otherwise a fresh attempt, which another owner's hold here would only refuse.
 func (a *acquisition) try() (attempt, error) {
+	redisOwner, held := a.owner, false
+	switch owner, holdsIn, ok := a.e.dog.holder(a.key); {
+	case ok && owner == a.owner:
+		redisOwner, held = holdsIn, true
+	case ok:
+		return attempt{pttl: -1}, nil
+	}
 	a.stats.Attempts++
-	res, err := a.e.be.acquire(a.waitCtx, a.names, a.owner, a.heldHere())
+	res, err := a.e.be.acquire(a.waitCtx, a.names, redisOwner, held)
 	switch {
 	case err == nil:
+		res.redisOwner = redisOwner
 		return res, nil
 	case a.waitCtx.Err() != nil:
 		return attempt{}, notObtained(a.waitCtx)
@@ -104,21 +112,39 @@ func (a *acquisition) try() (attempt, error) {
 	return attempt{}, join(fmt.Errorf("rlock: acquire %s", a.key), err)
 }
 
-// newLease hands out the lease of a successful attempt, kept alive by the watchdog. Its context carries the
-// owner, so an acquisition under it re-enters.
+// newLease hands out the lease of a successful attempt, kept alive by the watchdog.
 func (a *acquisition) newLease(res attempt) *lease {
-	a.stats.Waited = time.Since(a.start)
 	a.stats.Reentry = res.count > 1
+	l := a.lease()
+	l.h = &hold{key: a.key, names: a.names, redisOwner: res.redisOwner, owner: a.owner, token: res.token,
+		leases: []*lease{l}, valid: res.valid, since: time.Now(), span: trace.SpanFromContext(a.ctx)}
+	a.e.dog.add(l, res.count == 1)
+	return l
+}
+
+// takeHandOff makes the lease of hold h, handed to this waiter by its last holder here; nil when h was
+// lost meanwhile.
+func (a *acquisition) takeHandOff(h *hold) *lease {
+	a.stats.HandOff = true
+	l := a.lease()
+	if !a.e.dog.take(h, l) {
+		a.stats.HandOff = false
+		l.cancel(ErrLockLost)
+		return nil
+	}
+	return l
+}
+
+// lease makes the lease of this acquisition, without its hold. Its context carries the owner, so an
+// acquisition under it re-enters.
+func (a *acquisition) lease() *lease {
+	a.stats.Waited = time.Since(a.start)
 	ctx := a.ctx
 	if OwnerFrom(ctx) != a.owner {
 		ctx = WithOwner(ctx, a.owner)
 	}
 	lctx, cancel := context.WithCancelCause(ctx)
-	l := &lease{e: a.e, key: a.key, ctx: lctx, cancel: cancel, stats: a.stats, acquired: time.Now()}
-	l.h = &hold{key: a.key, names: a.names, owner: a.owner, token: res.token, leases: []*lease{l}, valid: res.valid,
-		span: trace.SpanFromContext(a.ctx)}
-	a.e.dog.add(l, res.count == 1)
-	return l
+	return &lease{e: a.e, key: a.key, ctx: lctx, cancel: cancel, stats: a.stats, acquired: time.Now()}
 }
 
 func isNotObtained(err error) bool { return errors.Is(err, ErrNotObtained) }

@@ -19,6 +19,34 @@ const MinLease = 10 * time.Millisecond
 // DefaultNodeTimeout is the default Config.NodeTimeout.
 const DefaultNodeTimeout = 50 * time.Millisecond
 
+// DefaultHandOffs and DefaultHandOffHold are the defaults of HandOff: measured with scripts/bench.sh
+// (BENCHMARKS.md), long enough that a hot key pays the Redis round trips of a release and an acquisition
+// once per cohort rather than per holder, short enough that other processes wait little for their turn.
+const (
+	DefaultHandOffs    = 32
+	DefaultHandOffHold = 20 * time.Millisecond
+)
+
+// HandOff bounds lock cohorting. When a holder releases a lock while another acquisition of the same key
+// waits in this process, the lock passes to that waiter without a Redis call: the process keeps the lock
+// in Redis, and its waiters take turns holding it. After Max consecutive hand-offs, or once the process
+// has held the lock in Redis for Hold, the next release frees it in Redis, so other processes get their
+// turn; when another process listens for the lock then, this process's next waiter gives it a head start
+// (yieldFor) before trying again.
+type HandOff struct {
+	// Max is the most consecutive local hand-offs of one lock; negative: none (every release frees the
+	// lock in Redis). Default DefaultHandOffs (32).
+	Max int
+	// Hold is the longest the process keeps a lock in Redis while handing it on. Default
+	// DefaultHandOffHold (20 ms).
+	Hold time.Duration
+}
+
+// allows reports whether a hold taken in Redis since since, handed on handOffs times, may be handed on.
+func (h HandOff) allows(handOffs int, since time.Time) bool {
+	return handOffs < h.Max && time.Since(since) < h.Hold
+}
+
 // Config configures a locker. The zero value is valid: zero fields take their defaults.
 type Config struct {
 	// Lease is how long a lock outlives its holder's last renewal. The watchdog renews every Lease/3 while
@@ -42,6 +70,14 @@ type Config struct {
 	// TracerProvider makes the span of each acquisition ("lock acquire"). Default otel.GetTracerProvider():
 	// the global provider, a no-op until one is installed.
 	TracerProvider trace.TracerProvider
+	// HandOff bounds how long waiters in this process may pass the lock among themselves while waiters
+	// elsewhere wait (lock cohorting). Each local holder is its own owner, with its own reentrancy; they
+	// share the fencing token Redis issued to the process, which is safe because their turns are serialized
+	// by this process: a holder's turn ends with its Release, after its writes (a write the holder
+	// abandoned before its reply is not ordered by the fence, as with any lock). Other processes still get
+	// a newer token, so the fence orders cohorts. A lost lease ends the cohort: the current holder's
+	// context is cancelled and its waiters go back to Redis.
+	HandOff HandOff
 	// MeterProvider makes the metrics stockflow.lock.wait, stockflow.lock.hold and stockflow.lock.lost.
 	// Default otel.GetMeterProvider(): the global provider, a no-op until one is installed.
 	MeterProvider metric.MeterProvider
@@ -53,6 +89,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.NodeTimeout == 0 {
 		c.NodeTimeout = DefaultNodeTimeout
+	}
+	if c.HandOff.Max == 0 {
+		c.HandOff.Max = DefaultHandOffs
+	}
+	if c.HandOff.Hold == 0 {
+		c.HandOff.Hold = DefaultHandOffHold
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -75,6 +117,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWait < 0 {
 		return fmt.Errorf("rlock: MaxWait must not be negative, got %v", c.MaxWait)
+	}
+	if c.HandOff.Hold < 0 {
+		return fmt.Errorf("rlock: HandOff.Hold must not be negative, got %v", c.HandOff.Hold)
 	}
 	if c.TokenTTL < 0 {
 		return fmt.Errorf("rlock: TokenTTL must not be negative, got %v", c.TokenTTL)

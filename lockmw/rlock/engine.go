@@ -16,8 +16,9 @@ type backend interface {
 	// whose outcome is unknown (cut off, no reply) is undone, except where owner already held the lock
 	// (held), whose count must not be touched.
 	acquire(ctx context.Context, n names, owner string, held bool) (attempt, error)
-	// release returns the holds left for owner, or -1 when owner does not hold the lock.
-	release(ctx context.Context, n names, owner, requestID string) (int64, error)
+	// release returns the holds left for owner (-1 when owner does not hold the lock) and the listeners
+	// its unlock message reached.
+	release(ctx context.Context, n names, owner, requestID string) (releaseReply, error)
 	// renew makes each hold last at least lease from now (never shorter), and returns per hold: nil
 	// (renewed), ErrNotHeld (gone) or another error (outcome unknown).
 	renew(ctx context.Context, hs []*hold, lease time.Duration) []error
@@ -29,12 +30,13 @@ type backend interface {
 
 // attempt is the outcome of one run of the acquire script (on a quorum, for Redlock).
 type attempt struct {
-	ok    bool
-	token int64
-	count int64         // holds of the owner after the attempt; 1 is a fresh acquisition, more a reentry
-	valid time.Time     // ok: the lease is safe until then (attempt start + lease - drift - elapsed)
-	pttl  time.Duration // !ok: when to try again at the latest (the holder's remaining lease); < 0 unknown
-	err   error         // !ok: why, when it was not just another holder (Redlock: no quorum)
+	ok         bool
+	redisOwner string // ok: the owner id the lock hash holds
+	token      int64
+	count      int64         // holds of the owner after the attempt; 1 is a fresh acquisition, more a reentry
+	valid      time.Time     // ok: the lease is safe until then (attempt start + lease - drift - elapsed)
+	pttl       time.Duration // !ok: when to try again at the latest (the holder's remaining lease); < 0 unknown
+	err        error         // !ok: why, when it was not just another holder (Redlock: no quorum)
 	// quiet: the attempt took and gave back part of the lock (Redlock minority), publishing unlock messages
 	// that would wake the waiters at once; they wait pttl instead, or they would collide again.
 	quiet bool
@@ -63,11 +65,50 @@ func newEngine(mode string, cfg Config, be backend) (*engine, error) {
 	e.dog = &watchdog{
 		lease:        cfg.Lease,
 		renew:        be.renew,
-		holds:        make(map[holdKey]*hold),
+		holds:        make(map[string]*hold),
 		onRenewError: e.renewalFailed,
 		onLost:       e.lockLost,
+		handOff:      e.handOff,
 	}
 	return e, nil
+}
+
+// yieldFor is the head start this process gives the other processes that listen for a lock it freed: its
+// own next waiter tries no earlier (see HandOff). Long enough for another process to receive the unlock
+// message and run its acquire script, short enough to cost little when that process no longer waits.
+const yieldFor = 5 * time.Millisecond
+
+// handOff passes hold h, whose last lease ended, to the key's next waiter here, within the cohort's bound.
+// It runs under the watchdog's lock.
+func (e *engine) handOff(h *hold) bool {
+	if !e.cfg.HandOff.allows(h.handOffs, h.since) {
+		return false
+	}
+	w := e.queue.grant(h.names.channel, h)
+	if w == nil {
+		return false
+	}
+	h.owner, h.handOffs = w.owner, h.handOffs+1
+	return true
+}
+
+// freed wakes this process's next waiter of a lock it freed in Redis: at once, or after a head start
+// (yieldFor) when the unlock message reached listeners beyond this process's own subscription.
+func (e *engine) freed(n names, receivers int64) {
+	if receivers > e.listening(n.channel) {
+		e.queue.yield(n.channel, yieldFor)
+		return
+	}
+	e.queue.notify(n.channel)
+}
+
+// listening returns how many of the receivers of an unlock message on channel are this process's: one
+// when it is subscribed (on each master; the receivers of a release are counted per master).
+func (e *engine) listening(channel string) int64 {
+	if e.notifiers[0].subscribed(channel) {
+		return 1
+	}
+	return 0
 }
 
 // owner returns the owner of an acquisition: the one in ctx, or a new one (instance id plus a counter, as

@@ -41,12 +41,15 @@ func (l *lease) Release(ctx context.Context) error {
 	// Whatever Redis answers, this process stops renewing first: a release that cannot be confirmed
 	// must let the lock expire rather than keep it alive forever, and a renewal racing the release
 	// must not report the lock lost.
-	if !l.e.dog.done(l) {
-		// The hold was lost and the owner holds the key again: the lock in Redis is the new hold's,
-		// which a release by owner id would take away.
+	switch l.e.dog.done(l) {
+	case handedOff:
+		return nil
+	case releaseGone:
+		// The hold was lost and the key is held here again: the lock in Redis is the new hold's, which a
+		// release by owner id could take away.
 		return fmt.Errorf("%w: lease of %s was lost", ErrNotHeld, l.key)
 	}
-	return l.releaseInRedis(ctx)
+	return l.e.releaseHold(ctx, l.h)
 }
 
 // Extend makes the lock last at least d from now (see Lease.Extend).
@@ -71,7 +74,7 @@ func (l *lease) TTL(ctx context.Context) (time.Duration, error) {
 	if err := l.held(); err != nil {
 		return 0, err
 	}
-	ttl, err := l.e.be.ttl(ctx, l.h.names, l.h.owner)
+	ttl, err := l.e.be.ttl(ctx, l.h.names, l.h.redisOwner)
 	if err != nil {
 		return 0, l.failed("ttl", err)
 	}
@@ -99,31 +102,35 @@ func (l *lease) failed(op string, err error) error {
 	return join(fmt.Errorf("rlock: %s %s", op, l.key), err)
 }
 
-// releaseInRedis runs the release script, retrying a failed round trip with the same request id: the
-// unlock latch makes a retry whose first try did land return that result instead of taking a second
-// reentrant hold. (A retry of the last hold's release finds the lock gone; if the same owner took the lock
-// again in between, from another goroutine, that retry would release the new hold: owners are meant to be
-// used by one goroutine at a time, as the middleware's are.)
-func (l *lease) releaseInRedis(ctx context.Context) error {
-	requestID := l.e.uniqueID()
+// releaseHold runs the release script for one hold of h, retrying a failed round trip with the same request
+// id: the unlock latch makes a retry whose first try did land return that result instead of taking a
+// second reentrant hold. (A retry of the last hold's release finds the lock gone; if the same owner took the
+// lock again in between, from another goroutine, that retry would release the new hold: owners are meant
+// to be used by one goroutine at a time, as the middleware's are.)
+func (e *engine) releaseHold(ctx context.Context, h *hold) error {
+	requestID := e.uniqueID()
 	var err error
 	for try := range releaseTries {
-		var left int64
-		if left, err = l.e.be.release(ctx, l.h.names, l.h.owner, requestID); err == nil {
-			return l.releaseOutcome(left, try > 0)
+		var rep releaseReply
+		if rep, err = e.be.release(ctx, h.names, h.redisOwner, requestID); err == nil {
+			return e.afterRelease(h, rep, try > 0)
 		}
 		if ctx.Err() != nil {
 			break
 		}
 		time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
 	}
-	return join(fmt.Errorf("rlock: release %s", l.key), err)
+	return join(fmt.Errorf("rlock: release %s", h.key), err)
 }
 
-// releaseOutcome reads the holds left after a release: -1 says the owner did not hold the lock.
-func (l *lease) releaseOutcome(left int64, retried bool) error {
-	if left < 0 && !retried {
-		return fmt.Errorf("%w: %s by %s (expired or taken away)", ErrNotHeld, l.h.names.lock, l.h.owner)
+// afterRelease reads the outcome of a release: -1 holds left says the owner did not hold the lock; 0 that
+// the lock is free, so this process's next waiter may try.
+func (e *engine) afterRelease(h *hold, rep releaseReply, retried bool) error {
+	if rep.left == 0 {
+		e.freed(h.names, rep.receivers)
+	}
+	if rep.left < 0 && !retried {
+		return fmt.Errorf("%w: %s by %s (expired or taken away)", ErrNotHeld, h.names.lock, h.redisOwner)
 	}
 	// On a retry, -1 says an earlier try whose reply was lost freed the lock (the last hold keeps no
 	// latch), or it expired meanwhile: either way this hold has ended.

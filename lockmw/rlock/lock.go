@@ -70,6 +70,7 @@ type AcquireStats struct {
 	Waited   time.Duration // from the call to Acquire until the lock was held
 	Attempts int           // acquire scripts run (0 for a reentry served from the process's own hold)
 	Reentry  bool          // the owner already held the key
+	HandOff  bool          // handed over by the previous holder in this process, without a Redis call
 }
 
 // StatsOf returns how lease was obtained; zero for leases of other Locker implementations.

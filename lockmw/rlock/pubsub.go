@@ -87,6 +87,14 @@ func (n *notifier) drop(channel string) {
 	}
 }
 
+// subscribed reports whether Redis confirmed a subscription to channel that is still kept.
+func (n *notifier) subscribed(channel string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := n.chans[channel]
+	return s != nil && s.confirmed
+}
+
 func (n *notifier) close() error {
 	var err error
 	n.closeOnce.Do(func() {

@@ -1,6 +1,10 @@
 package rlock
 
-import "sync"
+import (
+	"slices"
+	"sync"
+	"time"
+)
 
 // waitQueue queues the waiters of each key inside one process, first come first served. Only the head of a
 // key's queue talks to Redis; the others sleep until they become head. An unlock message wakes the head
@@ -15,6 +19,9 @@ type keyQueue struct {
 	// pending: an unlock message arrived that the head has not acted on yet. It survives a change of head,
 	// so a message that lands between two heads is not lost.
 	pending bool
+	// yieldUntil: this process freed the lock while another process listened for it; the head attempts
+	// no earlier, so that process gets its turn.
+	yieldUntil time.Time
 }
 
 type waiter struct {
@@ -24,6 +31,15 @@ type waiter struct {
 	// tryNow: became head because the previous head gave up (not because it took the lock), so the lock
 	// may be free and no unlock message will come for it.
 	tryNow bool
+	// granted: the hold a releasing holder handed to this waiter (the head), not yet taken.
+	granted *hold
+}
+
+// turn is what a waiter of the queue should do now.
+type turn struct {
+	head, try bool
+	granted   *hold     // take this hold: the lock was handed over here
+	notBefore time.Time // attempt no earlier (a yield)
 }
 
 func newWaitQueue() *waitQueue { return &waitQueue{keys: make(map[string]*keyQueue)} }
@@ -52,18 +68,44 @@ func (q *waitQueue) join(channel, owner string) (w *waiter, first bool) {
 	return w, first
 }
 
-// turn tells waiter w whether it heads its queue and, if so, whether it should attempt now: because it
-// was just promoted past a head that gave up, or because an unlock message arrived. It consumes both.
-func (q *waitQueue) turn(channel string, w *waiter) (head, try bool) {
+// turn tells waiter w whether it heads its queue and, if so, whether it should act now: take the hold
+// handed to it, or attempt because it was just promoted past a head that gave up or an unlock message
+// arrived. It consumes the last two.
+func (q *waitQueue) turn(channel string, w *waiter) turn {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	kq := q.keys[channel]
 	if kq == nil || kq.waiters[0] != w {
-		return false, false
+		return turn{}
 	}
-	try = w.tryNow || kq.pending
-	w.tryNow, kq.pending = false, false
-	return true, try
+	t := turn{head: true, try: w.tryNow || kq.pending || w.granted != nil, granted: w.granted, notBefore: kq.yieldUntil}
+	w.tryNow, kq.pending, w.granted = false, false, nil
+	return t
+}
+
+// grant hands hold h to the head of its key's queue, unless nobody waits; it returns that waiter.
+func (q *waitQueue) grant(channel string, h *hold) *waiter {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kq := q.keys[channel]
+	if kq == nil {
+		return nil
+	}
+	w := kq.waiters[0]
+	w.granted = h
+	signal(w.wake)
+	return w
+}
+
+// yield wakes the key's head to attempt no earlier than d from now.
+func (q *waitQueue) yield(channel string, d time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if kq := q.keys[channel]; kq != nil {
+		kq.yieldUntil = time.Now().Add(d)
+		kq.pending = true
+		signal(kq.waiters[0].wake)
+	}
 }
 
 // retryLater makes the head attempt at its next turn (its fallback timer fired).
@@ -74,29 +116,29 @@ func (q *waitQueue) retryLater(w *waiter) {
 }
 
 // leave removes w. If w was head, the next waiter becomes head; it attempts at once only when w did not
-// take the lock (a lock taken by w will announce its release), or when w's owner is its own: then it
-// re-enters. last reports that the queue is now empty.
-func (q *waitQueue) leave(channel string, w *waiter, acquired bool) (last bool) {
+// take the lock (a lock taken by w will announce its release, or hand it on), or when w's owner is its
+// own: then it re-enters. last reports that the queue is now empty; abandoned is a hold handed to w that w
+// did not take, for the caller to pass on.
+func (q *waitQueue) leave(channel string, w *waiter, acquired bool) (last bool, abandoned *hold) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	abandoned, w.granted = w.granted, nil
 	kq := q.keys[channel]
-	for i, x := range kq.waiters {
-		if x != w {
-			continue
-		}
-		kq.waiters = append(kq.waiters[:i], kq.waiters[i+1:]...)
-		if len(kq.waiters) == 0 {
-			delete(q.keys, channel)
-			return true
-		}
-		if i == 0 {
-			next := kq.waiters[0]
-			next.tryNow = !acquired || next.owner == w.owner
-			signal(next.wake)
-		}
-		return false
+	i := slices.Index(kq.waiters, w)
+	if i < 0 {
+		return false, abandoned
 	}
-	return false
+	kq.waiters = slices.Delete(kq.waiters, i, i+1)
+	if len(kq.waiters) == 0 {
+		delete(q.keys, channel)
+		return true, abandoned
+	}
+	if i == 0 {
+		next := kq.waiters[0]
+		next.tryNow = !acquired || next.owner == w.owner
+		signal(next.wake)
+	}
+	return false, abandoned
 }
 
 // notify records an unlock message (or a possible lost one) for the key and wakes its head.

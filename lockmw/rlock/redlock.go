@@ -184,14 +184,14 @@ func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) erro
 	return nil
 }
 
-func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
-	lefts := make([]int64, len(r.clients))
+func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {
+	replies := make([]releaseReply, len(r.clients))
 	errs := make([]error, len(r.clients))
 	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
-		lefts[i], errs[i] = r.runRelease(ctx, c, n, owner, requestID)
+		replies[i], errs[i] = r.runRelease(ctx, c, n, owner, requestID)
 	})
 	failures := r.nodeErrors(errs)
-	released, notHeld, left := countReleases(lefts, errs)
+	released, notHeld, out := countReleases(replies, errs)
 	switch {
 	case released >= r.quorum:
 		// The masters that did not answer keep their copy until the lease ends unless told again; the
@@ -199,28 +199,28 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 		if len(failures) > 0 {
 			go r.retryRelease(context.WithoutCancel(ctx), errs, n, owner, requestID)
 		}
-		return left, nil
+		return out, nil
 	case notHeld > len(r.clients)-r.quorum:
-		return -1, nil // no majority can hold it for owner
+		return releaseReply{left: -1}, nil // no majority can hold it for owner
 	}
 	// Unknown on too many masters: the caller retries the same request.
-	return 0, joinFailures(failures, ErrQuorum)
+	return releaseReply{}, joinFailures(failures, ErrQuorum)
 }
 
-// countReleases counts the masters that released a hold, with the most holds left among them, and those
-// where the owner held none.
-func countReleases(lefts []int64, errs []error) (released, notHeld int, left int64) {
-	for i, l := range lefts {
+// countReleases counts the masters that released a hold, with the most holds left and listeners reached
+// among them, and those where the owner held none.
+func countReleases(replies []releaseReply, errs []error) (released, notHeld int, out releaseReply) {
+	for i, rep := range replies {
 		switch {
 		case errs[i] != nil: // unknown: counts for neither
-		case l >= 0:
+		case rep.left >= 0:
 			released++
-			left = max(left, l)
+			out.left, out.receivers = max(out.left, rep.left), max(out.receivers, rep.receivers)
 		default:
 			notHeld++
 		}
 	}
-	return released, notHeld, left
+	return released, notHeld, out
 }
 
 // retryRelease repeats a release request on the masters that did not answer it (errs), with a longer

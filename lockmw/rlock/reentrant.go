@@ -147,7 +147,7 @@ func (s singleNode) undo(ctx context.Context, n names, owner string) {
 	_, _ = s.release(ctx, n, owner, uuid.NewString())
 }
 
-func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (int64, error) {
+func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {
 	return s.runRelease(ctx, s.rdb, n, owner, requestID)
 }
 

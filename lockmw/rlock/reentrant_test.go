@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,22 +334,55 @@ func TestCrashedHolderLockExpiresToWaiter(t *testing.T) {
 	}
 }
 
+// Tokens grow with every acquisition in Redis; a hand-off within a process keeps its cohort's token, so in
+// lock order they never fall and rise at every acquisition that was not handed over.
 func TestFencingTokensIncrease(t *testing.T) {
-	s := redistest.Start(t)
+	for _, tc := range []struct {
+		name     string
+		handOffs int
+	}{{"with hand-offs", 0}, {"without hand-offs", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			cfg := Config{HandOff: HandOff{Max: tc.handOffs}}
+			lockers := []*Reentrant{newLocker(t, s, cfg), newLocker(t, s, cfg), newLocker(t, s, cfg)}
+			held := acquireInTurn(t, lockers, 1000)
+			handOffs := 0
+			for i := 1; i < len(held); i++ {
+				prev, cur := held[i-1], held[i]
+				if cur.handOff {
+					handOffs++
+				}
+				if cur.token < prev.token || (!cur.handOff && cur.token == prev.token) {
+					t.Fatalf("acquisition %d: token %d after %d (hand-off %v)", i, cur.token, prev.token, cur.handOff)
+				}
+			}
+			if (tc.handOffs < 0) != (handOffs == 0) {
+				t.Fatalf("%d hand-offs with HandOff.Max %d", handOffs, tc.handOffs)
+			}
+			t.Logf("%d of %d acquisitions handed over", handOffs, len(held))
+		})
+	}
+}
+
+type heldToken struct {
+	token   int64
+	handOff bool
+}
+
+// acquireInTurn acquires one key n times from goroutines spread over lockers, every tenth re-entering, and
+// returns the tokens in lock order.
+func acquireInTurn(t *testing.T, lockers []*Reentrant, n int) []heldToken {
 	ctx := context.Background()
-	lockers := []*Reentrant{newLocker(t, s, Config{}), newLocker(t, s, Config{}), newLocker(t, s, Config{})}
 	var mu sync.Mutex
-	var tokens []int64
+	var held []heldToken
 	var wg sync.WaitGroup
-	var failed atomic.Bool
-	for i := range 1000 {
+	for i := range n {
 		l := lockers[i%len(lockers)]
 		wg.Go(func() {
 			owner := WithOwner(ctx, "owner-"+strconv.Itoa(i))
 			lease, err := l.Acquire(owner, "sku-1")
 			if err != nil {
 				t.Error(err)
-				failed.Store(true)
 				return
 			}
 			defer lease.Release(ctx)
@@ -362,22 +394,15 @@ func TestFencingTokensIncrease(t *testing.T) {
 				_ = inner.Release(ctx)
 			}
 			mu.Lock() // inside the lock: appends happen in lock order
-			tokens = append(tokens, lease.Token())
+			held = append(held, heldToken{lease.Token(), StatsOf(lease).HandOff})
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	if failed.Load() {
-		return
+	if len(held) != n {
+		t.Fatalf("%d acquisitions, want %d", len(held), n)
 	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("token %d at acquisition %d is not above %d", tokens[i], i, tokens[i-1])
-		}
-	}
-	if len(tokens) != 1000 {
-		t.Fatalf("%d acquisitions, want 1000", len(tokens))
-	}
+	return held
 }
 
 func TestNonOwnerReleaseLeavesLockIntact(t *testing.T) {
@@ -468,9 +493,9 @@ func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 		}
 	}
 	for try := range 2 { // the same request sent twice, as after a lost reply
-		left, err := be.release(ctx, n, "o", "req-1")
-		if err != nil || left != 1 {
-			t.Fatalf("release try %d: %d holds left, %v; want 1", try, left, err)
+		rep, err := be.release(ctx, n, "o", "req-1")
+		if err != nil || rep.left != 1 {
+			t.Fatalf("release try %d: %d holds left, %v; want 1", try, rep.left, err)
 		}
 	}
 	if holds, _ := rdb.HGet(ctx, n.lock, "o").Int(); holds != 1 {

@@ -7,13 +7,14 @@
 -- ARGV[1] owner id
 -- ARGV[2] lease in milliseconds (for the holds that remain)
 -- ARGV[3] latch lifetime in milliseconds
--- Returns the holds left for ARGV[1] (0: the lock is free), or -1 when ARGV[1] does not hold it.
+-- Returns {holds left for ARGV[1] (0: the lock is free; -1: ARGV[1] does not hold it), clients that received
+-- the unlock message (0 when none was sent)}.
 local done = redis.call('get', KEYS[3])
 if done then
-  return tonumber(done)
+  return {tonumber(done), 0}
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return -1
+  return {-1, 0}
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
 if count > 0 then
@@ -21,8 +22,7 @@ if count > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
   redis.call('set', KEYS[3], count, 'px', ARGV[3])
-else
-  redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], '0')
+  return {count, 0}
 end
-return count
+redis.call('del', KEYS[1])
+return {0, redis.call('publish', KEYS[2], '0')}

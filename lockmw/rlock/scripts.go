@@ -53,9 +53,20 @@ func (s scripts) runAcquire(ctx context.Context, c redis.Scripter, n names, owne
 		s.tokenTTL.Milliseconds()).Int64Slice()
 }
 
-func (s scripts) runRelease(ctx context.Context, c redis.Scripter, n names, owner, requestID string) (int64, error) {
-	return releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
-		owner, s.lease.Milliseconds(), latchTTL.Milliseconds()).Int64()
+// releaseReply is the outcome of a release: the holds left for the owner (0: the lock is free; -1: the
+// owner did not hold it) and how many clients received the unlock message.
+type releaseReply struct{ left, receivers int64 }
+
+func (s scripts) runRelease(ctx context.Context, c redis.Scripter, n names, owner, requestID string) (releaseReply, error) {
+	res, err := releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
+		owner, s.lease.Milliseconds(), latchTTL.Milliseconds()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected release reply %v", res)
+	}
+	if err != nil {
+		return releaseReply{}, err
+	}
+	return releaseReply{left: res[0], receivers: res[1]}, nil
 }
 
 func (s scripts) runRaiseToken(ctx context.Context, c redis.Scripter, n names, token int64) error {
@@ -102,7 +113,7 @@ func renewPipelined(ctx context.Context, rdb redis.UniversalClient, hs []*hold, 
 	cmds := make([]*redis.Cmd, len(hs))
 	pipe := rdb.Pipeline()
 	for i, h := range hs {
-		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{h.names.lock}, lease.Milliseconds(), h.owner)
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{h.names.lock}, lease.Milliseconds(), h.redisOwner)
 	}
 	_, _ = pipe.Exec(ctx)
 	errs = make([]error, len(hs))

@@ -18,6 +18,7 @@ const (
 	attrWait     = attribute.Key("stockflow.lock.wait.seconds")
 	attrAttempts = attribute.Key("stockflow.lock.attempts")
 	attrReentry  = attribute.Key("stockflow.lock.reentry")
+	attrHandOff  = attribute.Key("stockflow.lock.handoff") // passed on by the previous holder in the process
 	attrToken    = attribute.Key("stockflow.lock.fencing_token")
 	attrResult   = attribute.Key("stockflow.lock.result") // acquired | not_obtained | error
 )
@@ -53,17 +54,19 @@ func newTelemetry(mode string, cfg Config) (telemetry, error) {
 // metricAttrs are the attribute sets of one lock mode, built once: building them per measurement costs
 // allocations on every acquisition.
 type metricAttrs struct {
-	mode                   metric.MeasurementOption
-	acquired, notObt, fail metric.MeasurementOption
+	mode                            metric.MeasurementOption
+	acquired, handOff, notObt, fail metric.MeasurementOption
 }
 
 func newMetricAttrs(mode string) metricAttrs {
-	with := func(result string) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(attrMode.String(mode), attrResult.String(result)))
+	with := func(result string, handOff bool) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(attrMode.String(mode), attrResult.String(result),
+			attrHandOff.Bool(handOff)))
 	}
 	return metricAttrs{
 		mode:     metric.WithAttributeSet(attribute.NewSet(attrMode.String(mode))),
-		acquired: with("acquired"), notObt: with("not_obtained"), fail: with("error"),
+		acquired: with("acquired", false), handOff: with("acquired", true),
+		notObt: with("not_obtained", false), fail: with("error", false),
 	}
 }
 
@@ -82,6 +85,8 @@ func (a *acquisition) endAcquire(l *lease, err error) {
 	wait := time.Since(a.start)
 	result, attrs := "acquired", a.e.tel.attrs.acquired
 	switch {
+	case err == nil && l.stats.HandOff:
+		wait, attrs = l.stats.Waited, a.e.tel.attrs.handOff
 	case err == nil:
 		wait = l.stats.Waited
 	case isNotObtained(err):
@@ -92,7 +97,8 @@ func (a *acquisition) endAcquire(l *lease, err error) {
 	if a.span.IsRecording() {
 		a.span.SetAttributes(attrWait.Float64(wait.Seconds()), attrResult.String(result))
 		if err == nil {
-			a.span.SetAttributes(attrAttempts.Int(l.stats.Attempts), attrReentry.Bool(l.stats.Reentry), attrToken.Int64(l.h.token))
+			a.span.SetAttributes(attrAttempts.Int(l.stats.Attempts), attrReentry.Bool(l.stats.Reentry),
+				attrHandOff.Bool(l.stats.HandOff), attrToken.Int64(l.h.token))
 		} else {
 			a.span.RecordError(err)
 			a.span.SetStatus(codes.Error, result)
@@ -104,13 +110,15 @@ func (a *acquisition) endAcquire(l *lease, err error) {
 
 // renewalFailed reports a renewal whose outcome is unknown: in the log and on the holder's span.
 func (e *engine) renewalFailed(h *hold, err error) {
-	e.cfg.Logger.Warn("rlock: renewal failed", "key", h.key, "owner", h.owner, "err", err)
+	e.cfg.Logger.Warn("rlock: renewal failed", "key", h.key, "owner", h.redisOwner, "err", err)
 	h.span.RecordError(fmt.Errorf("lock renewal failed: %w", err), trace.WithAttributes(attrKey.String(h.key)))
 }
 
 // lockLost reports a lost hold: in the log, on the holder's span and in the lost-lease counter.
+// The key's next waiter here tries again: the lost hold will hand nothing on.
 func (e *engine) lockLost(h *hold, reason error) {
-	e.cfg.Logger.Error("rlock: lock lost", "key", h.key, "owner", h.owner, "reason", reason)
+	e.queue.notify(h.names.channel)
+	e.cfg.Logger.Error("rlock: lock lost", "key", h.key, "owner", h.redisOwner, "reason", reason)
 	h.span.RecordError(join(ErrLockLost, reason), trace.WithAttributes(attrKey.String(h.key)))
 	e.tel.lost.Add(context.Background(), 1, e.tel.attrs.mode)
 }

@@ -115,3 +115,48 @@ func sum(t *testing.T, rm metricdata.ResourceMetrics, name string) int64 {
 	t.Fatalf("no counter %s with one data point", name)
 	return 0
 }
+
+// A hand-off is an acquisition like any other on spans and in the wait histogram, marked
+// stockflow.lock.handoff=true.
+func TestHandOffIsRecordedAsAnAcquisition(t *testing.T) {
+	s := redistest.Start(t)
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	l := newLocker(t, s, Config{TracerProvider: tp, MeterProvider: mp})
+	holder := mustAcquire(t, l, context.Background(), "SKU-1")
+	got, release := queueBehind(t, l, "SKU-1", 1)
+	release(holder)
+	release(next(t, got))
+
+	var handOffs []bool
+	for _, sp := range spans.Ended() {
+		for _, kv := range sp.Attributes() {
+			if kv.Key == "stockflow.lock.handoff" {
+				handOffs = append(handOffs, kv.Value.AsBool())
+			}
+		}
+	}
+	if len(handOffs) != 2 || handOffs[0] || !handOffs[1] {
+		t.Fatalf("handoff attributes of the two acquisitions %v, want [false true]", handOffs)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	points := map[bool]uint64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "stockflow.lock.wait" {
+				for _, dp := range h.DataPoints {
+					v, _ := dp.Attributes.Value("stockflow.lock.handoff")
+					points[v.AsBool()] += dp.Count
+				}
+			}
+		}
+	}
+	if points[false] != 1 || points[true] != 1 {
+		t.Fatalf("wait histogram counts by handoff %v, want one each", points)
+	}
+}

@@ -34,9 +34,14 @@ func (e *engine) subscribe(channel string) []<-chan struct{} {
 	return readies
 }
 
-// leaveQueue takes w out of its queue; the last waiter to leave drops the queue's subscription.
+// leaveQueue takes w out of its queue; the last waiter to leave drops the queue's subscription. A hold
+// handed to w that w did not take goes on to the next waiter, or is released in Redis.
 func (e *engine) leaveQueue(channel string, w *waiter, acquired bool) {
-	if !e.queue.leave(channel, w, acquired) {
+	last, abandoned := e.queue.leave(channel, w, acquired)
+	if abandoned != nil && e.dog.abandoned(abandoned) {
+		e.releaseHold(context.Background(), abandoned)
+	}
+	if !last {
 		return
 	}
 	for _, nt := range e.notifiers {
@@ -96,9 +101,13 @@ type queued struct {
 func (q *queued) run() (*lease, error) {
 	defer q.stopFallback()
 	for {
-		head, try := q.turn()
-		if !try {
-			if err := q.sleep(head); err != nil {
+		t := q.turn()
+		if t.granted != nil {
+			if l := q.takeHandOff(t.granted); l != nil {
+				return l, nil
+			}
+		} else if !t.try {
+			if err := q.sleep(t.head); err != nil {
 				return nil, err
 			}
 			continue
@@ -114,15 +123,29 @@ func (q *queued) run() (*lease, error) {
 	}
 }
 
-// turn tells whether the waiter heads the queue and should attempt now. An attempt due while quiet is put
-// off until the quiet ends.
-func (q *queued) turn() (head, try bool) {
-	head, try = q.e.queue.turn(q.names.channel, q.w)
-	if try && time.Now().Before(q.quietUntil) {
-		q.retryAfter(time.Until(q.quietUntil))
-		return head, false
+// turn tells what the waiter should do now. An attempt is put off while another owner holds the key in
+// this process (its release hands the lock on or announces it), and while quiet or yielding.
+func (q *queued) turn() turn {
+	t := q.e.queue.turn(q.names.channel, q.w)
+	if !t.try || t.granted != nil {
+		return t
 	}
-	return head, try
+	if owner, _, held := q.e.dog.holder(q.key); held && owner != q.owner {
+		t.try = false
+		return t
+	}
+	if notBefore := later(q.quietUntil, t.notBefore); time.Now().Before(notBefore) {
+		q.retryAfter(time.Until(notBefore))
+		t.try = false
+	}
+	return t
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // failed takes in an attempt that found the lock held: why, when to retry at the latest, whether to keep

@@ -11,24 +11,27 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// hold is one owner's hold of one key in this process. Reentrant leases of the same owner share it.
+// hold is this process's hold of one key in Redis, held by one local owner at a time. Reentrant leases of
+// that owner share it; a release may hand it to the next local waiter (a cohort, see Config.HandOff).
 type hold struct {
 	key   string
 	names names
-	owner string
-	token int64
-	// leases of this owner on this key in this process, whose contexts a loss cancels
+	// redisOwner is the owner id the lock hash holds in Redis: the owner that took the lock there. Every
+	// Redis call of the hold uses it, whichever local owner holds the hold now.
+	redisOwner string
+	owner      string // the local owner holding it now
+	token      int64
+	// leases of owner on this key in this process, whose contexts a loss cancels
 	leases []*lease
+	// since is when the lock was taken in Redis; handOffs counts the local hand-offs since then.
+	since    time.Time
+	handOffs int
 
 	expiry *time.Timer // fires at the end of the lease as last confirmed: the lease is lost
 	valid  time.Time   // the lease is safe until then, by the local clock
 	span   trace.Span  // the holder's span at acquisition, for renewal failures and loss
 	lost   bool        // ended by the watchdog, not by its release
 }
-
-type holdKey struct{ key, owner string }
-
-func (h *hold) id() holdKey { return holdKey{h.key, h.owner} }
 
 // watchdog keeps every hold of the process alive: one loop renews all of them every lease/3, in one round
 // trip per server, and stops when nothing is held. A hold whose renewal finds the lock gone, or that is
@@ -39,9 +42,12 @@ type watchdog struct {
 	// Optional observers, for logs, spans and metrics.
 	onRenewError func(h *hold, err error)
 	onLost       func(h *hold, reason error)
+	// handOff passes a hold whose last lease ended to the next waiter of its key, if the cohort's bound
+	// allows and one waits; it runs under mu.
+	handOff func(h *hold) bool
 
 	mu      sync.Mutex
-	holds   map[holdKey]*hold
+	holds   map[string]*hold // by key: one hold per key and process
 	running bool
 }
 
@@ -49,11 +55,14 @@ type watchdog struct {
 // the lease is taken as lost this much before Redis would expire it.
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
-// get returns the hold of owner on key, or nil.
-func (w *watchdog) get(key, owner string) *hold {
+// holder returns who holds key here: the local owner and the owner id in Redis; ok false when nobody.
+func (w *watchdog) holder(key string) (owner, redisOwner string, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.holds[holdKey{key, owner}]
+	if h := w.holds[key]; h != nil {
+		return h.owner, h.redisOwner, true
+	}
+	return "", "", false
 }
 
 // add starts keeping the hold of lease l (l.h, built by the acquisition). fresh says Redis counts this as
@@ -63,7 +72,7 @@ func (w *watchdog) get(key, owner string) *hold {
 func (w *watchdog) add(l *lease, fresh bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := w.holds[l.h.id()]
+	old := w.holds[l.h.key]
 	switch {
 	case old != nil && !fresh:
 		w.joinLocked(old, l)
@@ -86,33 +95,69 @@ func (w *watchdog) joinLocked(h *hold, l *lease) {
 // startLocked starts renewing h, and the renewal loop if it is not running.
 func (w *watchdog) startLocked(h *hold) {
 	h.expiry = time.AfterFunc(time.Until(h.valid), func() { w.expire(h) })
-	w.holds[h.id()] = h
+	w.holds[h.key] = h
 	if !w.running {
 		w.running = true
 		go w.loop()
 	}
 }
 
-// done records the release of lease l. At the hold's last lease the hold stops being renewed. It reports
-// false when the hold was lost and the owner holds the key again through a newer hold.
-func (w *watchdog) done(l *lease) bool {
+// released is what a lease's release leaves to do in Redis.
+type released int
+
+const (
+	releaseInRedis released = iota // run the release script for the hold's Redis owner
+	handedOff                      // the hold went to the next waiter here: Redis keeps the lock
+	releaseGone                    // the hold was lost and the key is held here again: leave Redis alone
+)
+
+// done records the release of lease l. At the hold's last lease the hold goes to the next waiter of the
+// key in this process (handOff) or stops being renewed.
+func (w *watchdog) done(l *lease) released {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	h := l.h
 	h.leases = slices.DeleteFunc(h.leases, func(x *lease) bool { return x == l })
 	switch {
-	case h.lost:
-		return w.holds[h.id()] == nil
-	case len(h.leases) == 0:
-		w.stopLocked(h)
+	case h.lost && w.holds[h.key] != nil:
+		return releaseGone
+	case h.lost || len(h.leases) > 0:
+		return releaseInRedis
+	case w.handOff(h):
+		return handedOff
 	}
+	w.stopLocked(h)
+	return releaseInRedis
+}
+
+// take gives hold h, handed to l's owner, to lease l. False when h was lost meanwhile.
+func (w *watchdog) take(h *hold, l *lease) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.holds[h.key] != h {
+		return false
+	}
+	h.leases = append(h.leases, l)
+	l.h = h
+	return true
+}
+
+// abandoned takes back hold h from a waiter that gave up before taking it: h goes to the next waiter, or
+// stops being renewed and must be released in Redis (true).
+func (w *watchdog) abandoned(h *hold) (release bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.holds[h.key] != h || len(h.leases) > 0 || w.handOff(h) {
+		return false
+	}
+	w.stopLocked(h)
 	return true
 }
 
 // stopLocked stops renewing h, released.
 func (w *watchdog) stopLocked(h *hold) {
-	if w.holds[h.id()] == h {
-		delete(w.holds, h.id())
+	if w.holds[h.key] == h {
+		delete(w.holds, h.key)
 	}
 	h.expiry.Stop()
 }
@@ -127,7 +172,7 @@ func (w *watchdog) extendLocked(h *hold, valid time.Time) {
 // expire runs when h's lease ran out without a renewal.
 func (w *watchdog) expire(h *hold) {
 	w.mu.Lock()
-	expired := w.holds[h.id()] == h && !time.Now().Before(h.valid) // not released, nor renewed as the timer fired
+	expired := w.holds[h.key] == h && !time.Now().Before(h.valid) // not released, nor renewed as the timer fired
 	w.mu.Unlock()
 	if expired {
 		w.lose(h, errors.New("lease expired before it could be renewed"))
@@ -136,7 +181,7 @@ func (w *watchdog) expire(h *hold) {
 
 func (w *watchdog) lose(h *hold, reason error) {
 	w.mu.Lock()
-	if w.holds[h.id()] != h {
+	if w.holds[h.key] != h {
 		w.mu.Unlock()
 		return
 	}
@@ -146,7 +191,7 @@ func (w *watchdog) lose(h *hold, reason error) {
 }
 
 func (w *watchdog) loseLocked(h *hold) {
-	delete(w.holds, h.id())
+	delete(w.holds, h.key)
 	h.lost = true
 	h.expiry.Stop()
 	for _, l := range h.leases {
@@ -216,14 +261,14 @@ func (w *watchdog) renewed(h *hold, valid time.Time, err error) {
 func (w *watchdog) kept(h *hold) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.holds[h.id()] == h
+	return w.holds[h.key] == h
 }
 
 // extend moves h's expiry to valid, unless h ended meanwhile.
 func (w *watchdog) extend(h *hold, valid time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.holds[h.id()] == h {
+	if w.holds[h.key] == h {
 		w.extendLocked(h, valid)
 	}
 }

@@ -1,0 +1,88 @@
+-- Reserve stock for a batch of orders of one SKU, each at most once: the outcomes, records and stock that
+-- reserve.lua gives called for each order in turn with the same token, in one call that writes the stock
+-- hash once. Scripts cannot share code: keep the decisions in step with reserve.lua (the batch tests
+-- compare the two).
+-- KEYS[1]           stock:{SKU}  hash: available, reserved, fence
+-- KEYS[2]           optional: the lock's fencing counter (same slot), as in reserve.lua; present when
+--                   #KEYS is n + 2
+-- KEYS[#KEYS-n+i]   order:{SKU}:<order_id> of order i (i = 1..n): the outcome recorded for it (JSON)
+-- ARGV[1]           fencing token, 0 = unfenced
+-- ARGV[2]           outcome TTL in milliseconds
+-- ARGV[2+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 2
+-- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per order, in order.
+-- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. The checks run once,
+-- before the first write, so an error leaves Redis untouched. As in reserve.lua a recorded order is
+-- replayed unchecked: a batch whose orders all have a recorded outcome is not checked.
+
+local token, n = tonumber(ARGV[1]), #ARGV - 2
+local first = #KEYS - n -- KEYS[first + i] is the record of order i
+
+local function replay(o)
+  return {1, o.status, o.reason, o.quantity, o.available_after, o.fence}
+end
+
+-- reserve.lua's checks; returns the error, or nil.
+local function check(stock)
+  local fence = tonumber(stock[3])
+  if token > 0 and fence and token < fence then return 'STALEFENCE ' .. stock[3] end
+  if token > 0 and first == 2 then
+    local current = tonumber(redis.call('GET', KEYS[2]) or '')
+    if current and token < current then return 'STALETOKEN ' .. current end
+  end
+  if not stock[1] then return nil end
+  if not string.find(stock[1], '^%-?%d+$') then return 'CORRUPT available' end
+  if stock[2] and not string.find(stock[2], '^%-?%d+$') then return 'CORRUPT reserved' end
+end
+
+local records, undecided = {}, false
+for i = 1, n do
+  records[i] = redis.call('GET', KEYS[first + i])
+  undecided = undecided or not records[i]
+end
+local stock = {}
+if undecided then
+  stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
+  local err = check(stock)
+  if err then return redis.error_reply(err) end
+end
+
+-- Decide in memory first; the writes follow, the stock first, so that HINCRBY refusing a value (as in
+-- reserve.lua, its first write) leaves Redis untouched.
+local available, taken = tonumber(stock[1]), 0 -- available: nil for an unknown SKU
+local function decide(quantity)
+  if not available then return {0, 'rejected', 'unknown_sku', quantity, 0, token} end
+  if available < quantity then return {0, 'rejected', 'insufficient_stock', quantity, available, token} end
+  available, taken = available - quantity, taken + quantity
+  return {0, 'reserved', '', quantity, available, token}
+end
+
+local replies, decided, fresh = {}, {}, {}
+for i = 1, n do
+  local key = KEYS[first + i]
+  if records[i] then
+    replies[i] = replay(cjson.decode(records[i]))
+  elseif decided[key] then
+    -- The order id came earlier in this batch: replay the decision just made.
+    local d = decided[key]
+    replies[i] = {1, d[2], d[3], d[4], d[5], d[6]}
+  else
+    replies[i] = decide(tonumber(ARGV[2 + i]))
+    decided[key], fresh[#fresh + 1] = replies[i], i
+  end
+end
+
+if taken > 0 then
+  redis.call('HINCRBY', KEYS[1], 'available', -taken)
+  redis.call('HINCRBY', KEYS[1], 'reserved', taken)
+end
+-- Raise only, once, and as in reserve.lua never on an unknown SKU.
+if stock[1] and token > (tonumber(stock[3]) or 0) then
+  redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+end
+for _, i in ipairs(fresh) do
+  local r = replies[i]
+  redis.call('SET', KEYS[first + i], string.format(
+    '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d}',
+    r[2], r[3], r[4], r[5], r[6]), 'PX', ARGV[2])
+end
+return replies
