@@ -2,7 +2,7 @@
 //
 // Order is what producers publish; Result is what the worker publishes back. Decode is the middleware
 // that parses and validates each message once (bad input wraps ErrBadInput, for the poison stream);
-// SKU gives the lock middleware its key; Reserver reserves stock under the lock's fencing token (Lock, which
-// the worker takes from the lock middleware's lease) and publishes the outcome. The package reaches Redis
-// only through inventory, and knows no lock library.
+// SKU gives the lock middleware its key; Reserver decides a batch of one SKU's orders in one stock script
+// call under the lock's fencing token and makes their outcome events, which the worker publishes. The
+// package reaches Redis only through inventory, and knows no lock library.
 package handlers

@@ -40,45 +40,56 @@ func SKU(msg *message.Message) (string, error) {
 	return o.SKU, err
 }
 
-// Lock is what the handler needs of the SKU lock an order holds.
-type Lock struct {
-	// Token is the lock's fencing token, which the stock write carries; 0 writes unfenced.
-	Token int64
-	// Waited is how long the order waited for the lock, reported in its outcome.
-	Waited time.Duration
-}
-
-// Reserver is the order handler: it reserves stock for the order and publishes the outcome.
+// Reserver is the order handler: it decides the orders of one SKU waiting in the process together, in one
+// stock script call, and makes their outcome events.
 type Reserver struct {
 	Store Store
-	// Results publishes the outcome events. It must outlive the router (not a handler's own publisher,
-	// which the router closes while handlers may still run).
-	Results      message.Publisher
-	ResultsTopic string
 	// Worker names this worker in outcome events.
 	Worker string
 }
 
 // Store decides orders: *inventory.Store, or a wrapper around it (the worker's history recording).
 type Store interface {
-	Reserve(ctx context.Context, o inventory.Order, fence int64) (inventory.Outcome, error)
+	ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error)
 }
 
-// Reserve reserves o under lock and publishes the outcome. An error leaves the order to be retried: the
-// reservation is idempotent, so a retry returns the outcome decided the first time.
-func (r *Reserver) Reserve(ctx context.Context, o Order, lock Lock) error {
-	out, err := r.Store.Reserve(ctx, inventory.Order{ID: o.OrderID, SKU: o.SKU, Quantity: o.Quantity}, lock.Token)
+// Request is one order to decide: its message's context (the outcome event continues its trace) and how
+// long it has waited for the SKU's lock, reported in its outcome.
+type Request struct {
+	Ctx    context.Context
+	Order  Order
+	Waited time.Duration
+}
+
+// Decide reserves the orders of reqs (1..inventory.MaxBatch, one SKU) under the lock's fencing token
+// (0: unfenced) and returns one outcome event per request, in order, to be published to the results
+// stream. An error decides nothing: every order is to be retried, and the reservation is idempotent, so a
+// retry returns the outcome decided the first time.
+func (r *Reserver) Decide(ctx context.Context, reqs []Request, token int64) ([]*message.Message, error) {
+	orders := make([]inventory.Order, len(reqs))
+	for i, req := range reqs {
+		orders[i] = inventory.Order{ID: req.Order.OrderID, SKU: req.Order.SKU, Quantity: req.Order.Quantity}
+	}
+	outs, err := r.Store.ReserveBatch(ctx, orders, token)
 	if err != nil {
-		return fmt.Errorf("reserve order %s: %w", o.OrderID, err)
+		return nil, fmt.Errorf("reserve %s: %w", orderIDs(reqs), err)
 	}
-	payload, err := json.Marshal(newResult(out, r.Worker, lock.Waited))
-	if err != nil {
-		return err
+	msgs := make([]*message.Message, len(reqs))
+	for i, out := range outs {
+		payload, err := json.Marshal(newResult(out, r.Worker, reqs[i].Waited))
+		if err != nil {
+			return nil, err
+		}
+		msgs[i] = message.NewMessage(watermill.NewUUID(), payload)
+		msgs[i].SetContext(reqs[i].Ctx)
 	}
-	res := message.NewMessage(watermill.NewUUID(), payload)
-	res.SetContext(ctx)
-	if err := r.Results.Publish(r.ResultsTopic, res); err != nil {
-		return fmt.Errorf("publish outcome of order %s: %w", o.OrderID, err)
+	return msgs, nil
+}
+
+// orderIDs names the orders of reqs for an error: "order o-1", or "3 orders of SKU-1 (o-1 ...)".
+func orderIDs(reqs []Request) string {
+	if len(reqs) == 1 {
+		return "order " + reqs[0].Order.OrderID
 	}
-	return nil
+	return fmt.Sprintf("%d orders of %s (%s ...)", len(reqs), reqs[0].Order.SKU, reqs[0].Order.OrderID)
 }

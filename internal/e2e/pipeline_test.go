@@ -317,7 +317,7 @@ func TestConsoleTraceExporter(t *testing.T) {
 	if err, ok := w.exited(10 * time.Second); !ok || err != nil {
 		t.Fatalf("worker exit: %v (exited %v)", err, ok)
 	}
-	for _, span := range []string{`"Name":"process orders"`, `"Name":"lock acquire"`, `"Name":"stock reserve"`} {
+	for _, span := range []string{`"Name":"process orders"`, `"Name":"lock acquire"`, `"Name":"stock reserve batch"`} {
 		if !strings.Contains(w.logText(), span) {
 			t.Fatalf("worker printed no span %s with OTEL_TRACES_EXPORTER=console", span)
 		}

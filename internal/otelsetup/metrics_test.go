@@ -134,7 +134,7 @@ func TestLockWaitBucketsLinkToTheTraceThatWaited(t *testing.T) {
 			linked++
 		}
 	}
-	if len(acquires) != 20 || linked == 0 {
+	if len(acquires) == 0 || len(acquires) > 20 || linked == 0 {
 		t.Fatalf("%d lock acquire spans; %d exemplars of stockflow_lock_wait_seconds name one of them, want some:\n%s",
 			len(acquires), linked, grep(body, "stockflow_lock_wait_seconds_bucket"))
 	}

@@ -216,11 +216,11 @@ func TestOneTracePerOrder(t *testing.T) {
 					t.Fatalf("lock acquire span lacks %s: %v", k, sp.Attributes())
 				}
 			}
-		case "stock reserve":
+		case inventory.SpanReserveBatch:
 			checkParent(t, sp, byID, "process orders")
-			for _, k := range []attribute.Key{inventory.AttrSKU, inventory.AttrQuantity, inventory.AttrOutcome, inventory.AttrFence} {
+			for _, k := range []attribute.Key{inventory.AttrSKU, inventory.AttrBatchSize, inventory.AttrFence} {
 				if _, ok := attr(sp, string(k)); !ok {
-					t.Fatalf("stock reserve span lacks %s: %v", k, sp.Attributes())
+					t.Fatalf("stock reserve batch span lacks %s: %v", k, sp.Attributes())
 				}
 			}
 		case "send order-results":
@@ -247,8 +247,11 @@ func TestOneTracePerOrder(t *testing.T) {
 	if redisSpans == 0 {
 		t.Fatal("no Redis spans recorded: the client is not instrumented")
 	}
-	if traces != 200 || len(acquires) != 200 {
-		t.Fatalf("%d publish spans and %d lock acquire spans, want 200 each", traces, len(acquires))
+	// Each order either took the lock (a lock acquire span) or was decided in another order's batch (an
+	// event on its process span).
+	if combined := combinedOrders(ended); traces != 200 || len(acquires)+combined != 200 || len(acquires) == 0 {
+		t.Fatalf("%d publish spans, %d lock acquire spans and %d orders decided in a batch, want 200 orders", traces,
+			len(acquires), combined)
 	}
 
 	// The histogram holds exactly the waits the spans report: what it gained during this test.
@@ -400,4 +403,17 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// combinedOrders counts the process spans with the event of an order decided in another order's batch.
+func combinedOrders(spans []sdktrace.ReadOnlySpan) int {
+	n := 0
+	for _, sp := range spans {
+		for _, ev := range sp.Events() {
+			if ev.Name == worker.EventCombined {
+				n++
+			}
+		}
+	}
+	return n
 }

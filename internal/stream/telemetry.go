@@ -128,12 +128,8 @@ func (p Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p Publisher) publish(topic string, msg *message.Message) error {
-	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationSend),
-		semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic)}, p.Server...)
-	ctx, span := Tracer().Start(msg.Context(), SpanName(OperationSend, topic),
-		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	_, span := startSend(msg, topic, p.Server)
 	defer span.End()
-	Inject(ctx, msg)
 	err := p.Publisher.Publish(topic, msg)
 	if err != nil {
 		Fail(span, err)

@@ -21,9 +21,12 @@ import (
 
 // The per-message chain of a consumer, outermost first; every step is a message.HandlerMiddleware:
 //
-//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ decode ▶ ack ▶ lock ▶ reserve
+//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ decode ▶ combine ▶ lock ▶ decide
 //
-// and inside reserve (Worker.last), in this order: raiseFence (for a lock whose fencing counters are not on
+// combine (combine.go) makes one consumer per SKU the leader, which takes the lock and decides the SKU's
+// waiting orders in batches (decide, Worker.last), publishing their outcomes and acking their entries in one
+// round trip per batch; the other consumers wait there for their order's outcome. Inside decide, in this
+// order: raiseFence (for a lock whose fencing counters are not on
 // the stock's Redis: Redlock, or an embedder's locker) ▶ recordHold and delayWrite (fault tests only) ▶ the
 // order handler.
 //
@@ -50,12 +53,15 @@ type consumer struct {
 	busy       *atomic.Int64 // since when the consumer has been handling its message (unix ns), 0 when idle
 }
 
-// chain wraps h, the last step, in the consumer's chain; lock is the lock middleware, nil for none.
-func (c *consumer) chain(lock message.HandlerMiddleware, h message.HandlerFunc) message.HandlerFunc {
+// chain wraps h, the last step, in the consumer's chain; inner are the steps between decode and h
+// (combine and lock; nil ones are left out).
+func (c *consumer) chain(h message.HandlerFunc, inner ...message.HandlerMiddleware) message.HandlerFunc {
 	steps := []message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.drain, c.retry, c.keepAlive,
-		handlers.Decode, c.ack}
-	if lock != nil {
-		steps = append(steps, lock)
+		handlers.Decode}
+	for _, step := range inner {
+		if step != nil {
+			steps = append(steps, step)
+		}
 	}
 	for i := len(steps) - 1; i >= 0; i-- {
 		h = steps[i](h)
@@ -209,21 +215,6 @@ func (c *consumer) touchUntil(msg *message.Message, done <-chan struct{}) {
 			_ = c.reclaim(ctx, msg.UUID, 0, false)
 			cancel()
 		}
-	}
-}
-
-// ack acknowledges the entry itself once the handler succeeded, with the worker's own client: the
-// subscriber's ack is dropped when the router is closing, and a drained message must not be redelivered.
-func (c *consumer) ack(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		msgs, err := h(msg)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.rdb.XAck(msg.Context(), c.stream, c.group, msg.UUID).Err(); err != nil {
-			return nil, fmt.Errorf("ack entry %s: %w", msg.UUID, err)
-		}
-		return msgs, nil
 	}
 }
 

@@ -173,21 +173,6 @@ func TestRetryHandsFailuresBackAndCountsOnlyPermanentOnes(t *testing.T) {
 	}
 }
 
-func TestAckOnlyAfterSuccess(t *testing.T) {
-	e := newChainEnv(t)
-	failing := e.deliver(t, 1)
-	if _, err := e.c.ack((&stub{err: errors.New("no")}).handle)(failing); err == nil {
-		t.Fatal("the handler's error was lost")
-	}
-	ok := e.deliver(t, 1)
-	if _, err := e.c.ack((&stub{}).handle)(ok); err != nil {
-		t.Fatal(err)
-	}
-	if p := e.pending(t); len(p) != 1 || p[0].ID != failing.UUID {
-		t.Fatalf("pending %v, want only the failed entry %s", p, failing.UUID)
-	}
-}
-
 func TestDrainOutlivesTheMessageContextUntilTheDeadline(t *testing.T) {
 	e := newChainEnv(t)
 	drain, stopDrain := context.WithCancelCause(context.Background())

@@ -25,25 +25,30 @@ import (
 // but recorded with their tokens, as if the store's fencing check were off.
 var fenceCheckOff bool
 
-// recordingStore records each Reserve's invocation before it and its outcome after it.
+// recordingStore records the invocation of each order's reservation before a batch and its outcome after.
 type recordingStore struct {
 	*inventory.Store
 	rec *history.Recorder
 }
 
-func (s recordingStore) Reserve(ctx context.Context, o inventory.Order, fence int64) (inventory.Outcome, error) {
-	call := s.rec.Invoke(history.Reserve, o.SKU, o.ID, o.Quantity, fence)
+func (s recordingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
+	calls := make([]*history.Call, len(orders))
+	for i, o := range orders {
+		calls[i] = s.rec.Invoke(history.Reserve, o.SKU, o.ID, o.Quantity, fence)
+	}
 	sent := fence
 	if fenceCheckOff {
 		sent = 0
 	}
-	out, err := s.Store.Reserve(ctx, o, sent)
-	if err != nil {
-		call.Fail(err)
-	} else {
-		call.Return(out)
+	outs, err := s.Store.ReserveBatch(ctx, orders, sent)
+	for i, call := range calls {
+		if err != nil {
+			call.Fail(err)
+		} else {
+			call.Return(outs[i])
+		}
 	}
-	return out, err
+	return outs, err
 }
 
 var _ handlers.Store = recordingStore{}

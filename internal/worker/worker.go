@@ -41,9 +41,9 @@ type Worker struct {
 		Close() error
 	}
 	router   *message.Router
-	results  message.Publisher
 	store    *inventory.Store
 	reserver *handlers.Reserver
+	combiner *combiner
 	history  *history.Recorder         // FAULT_HISTORY_DIR; nil: not recording
 	lock     message.HandlerMiddleware // nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
@@ -114,7 +114,7 @@ func (w *Worker) build(opts Options) error {
 		return err
 	}
 	wmLogger := watermill.NewSlogLogger(w.logger)
-	if err := w.setHandler(wmLogger); err != nil {
+	if err := w.setHandler(); err != nil {
 		return err
 	}
 	var err error
@@ -181,23 +181,45 @@ func (w *Worker) newLocker() (err error) {
 	return err
 }
 
-// setHandler builds the order handler, its results publisher and the backlog gauges.
-func (w *Worker) setHandler(wmLogger watermill.LoggerAdapter) error {
-	var err error
-	w.results, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{w.rdb},
-		DefaultMaxlen: int64(w.cfg.ResultsMaxLen)}, wmLogger)
-	if err != nil {
-		return err
-	}
+// setHandler builds the order handler, the combiner that feeds it batches, and the backlog gauges.
+func (w *Worker) setHandler() error {
 	w.store = inventory.New(w.rdb, w.storeOptions()...)
 	var store handlers.Store = w.store
 	if w.history != nil {
 		store = recordingStore{w.store, w.history}
 	}
-	w.reserver = &handlers.Reserver{Store: store, ResultsTopic: w.cfg.ResultsStream, Worker: w.cfg.Name,
-		Results: stream.Publisher{Publisher: w.results, Server: stream.ServerAttributes(w.rdb)}}
+	w.reserver = &handlers.Reserver{Store: store, Worker: w.cfg.Name}
+	w.combiner = newCombiner(w.cfg.LockWait, w.decide)
+	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
+}
+
+// decide decides a batch of one SKU's orders under the lock's token, then publishes their outcome events
+// and acks their entries in one pipelined round trip.
+func (w *Worker) decide(ctx context.Context, batch []*pending, token int64) error {
+	msgs, err := w.reserver.Decide(ctx, requests(batch), token)
+	if err != nil {
+		return err
+	}
+	results := stream.Batch{Topic: w.cfg.ResultsStream, MaxLen: int64(w.cfg.ResultsMaxLen),
+		Server: stream.ServerAttributes(w.rdb)}
+	pipe := w.rdb.Pipeline()
+	ids := make([]string, len(batch))
+	for i, msg := range msgs {
+		if err := results.Add(pipe, msg); err != nil {
+			results.End(err)
+			return err
+		}
+		ids[i] = batch[i].msg.UUID
+	}
+	pipe.XAck(ctx, w.cfg.OrdersStream, w.cfg.ConsumerGroup, ids...)
+	_, err = pipe.Exec(ctx)
+	results.End(err)
+	if err != nil {
+		return fmt.Errorf("publish and ack the outcomes of %d orders: %w", len(batch), err)
+	}
+	return nil
 }
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write
@@ -239,7 +261,7 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 			return err
 		}
 		w.consumers = append(w.consumers, c)
-		chain := c.chain(w.lock, w.last())
+		chain := c.chain(w.last(), w.combiner.step, w.lock)
 		w.router.AddConsumerHandler(name, cfg.OrdersStream, sub, func(msg *message.Message) error {
 			_, err := chain(msg)
 			return err
@@ -248,18 +270,14 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 	return nil
 }
 
-// last is the last step of the chain: the order handler, given the order (decoded) and its lock (taken).
+// last is the last step of the chain: the leader of a SKU, holding its lock, decides its orders.
 func (w *Worker) last() message.HandlerFunc {
 	h := func(msg *message.Message) ([]*message.Message, error) {
-		o, err := handlers.OrderOf(msg)
-		if err != nil {
-			return nil, err
-		}
-		var lock handlers.Lock
+		var token int64
 		if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
-			lock = handlers.Lock{Token: lease.Token(), Waited: rlock.StatsOf(lease).Waited}
+			token = lease.Token()
 		}
-		return nil, w.reserver.Reserve(msg.Context(), o, lock)
+		return nil, w.combiner.lead(msg, token)
 	}
 	if w.cfg.FaultDelayWrite > 0 {
 		h = delayWrite(w.cfg.FaultDelayWrite)(h)

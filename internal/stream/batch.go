@@ -1,0 +1,59 @@
+package stream
+
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Batch adds messages to a stream in a go-redis pipeline, so that many of them (and whatever else the
+// caller queues, such as their orders' XACK) cost one round trip. Each entry is in redisstream's format,
+// and gets the producer span and trace context Publisher would give it.
+type Batch struct {
+	Topic  string
+	MaxLen int64 // the stream's approximate length cap (XADD MAXLEN ~); 0: none
+	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
+	Server []attribute.KeyValue
+	spans  []trace.Span
+}
+
+// Add queues the XADD of msg on pipe.
+func (b *Batch) Add(pipe redis.Pipeliner, msg *message.Message) error {
+	ctx, span := startSend(msg, b.Topic, b.Server)
+	values, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal(b.Topic, msg)
+	if err != nil {
+		Fail(span, err)
+		span.End()
+		return err
+	}
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.Topic, Values: values, MaxLen: b.MaxLen, Approx: true})
+	b.spans = append(b.spans, span)
+	return nil
+}
+
+// End ends the spans of the messages added, as failed with err when the pipeline failed.
+func (b *Batch) End(err error) {
+	for _, span := range b.spans {
+		if err != nil {
+			Fail(span, err)
+		}
+		span.End()
+	}
+	b.spans = nil
+}
+
+// startSend starts the producer span of sending msg to topic, "send <topic>", under the message's context,
+// and writes its trace context into the message's metadata.
+func startSend(msg *message.Message, topic string, server []attribute.KeyValue) (ctx context.Context, span trace.Span) {
+	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationSend),
+		semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic)}, server...)
+	ctx, span = Tracer().Start(msg.Context(), SpanName(OperationSend, topic),
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	Inject(ctx, msg)
+	return ctx, span
+}

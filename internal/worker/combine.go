@@ -1,0 +1,229 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw/rlock"
+)
+
+// Orders of one SKU that arrive while another order of it is being decided in this process are decided
+// together (flat combining: Hendler, Incze, Shavit and Tzafrir, SPAA 2010). One consumer per SKU leads at a
+// time: it takes the SKU's lock (the lock middleware) and, while holding it, decides the SKU's waiting
+// orders in batches of up to inventory.MaxBatch, each batch one stock script call and one pipelined round
+// trip with the batch's outcome events and acks. The other consumers follow: they wait for their order's
+// outcome without taking the lock. A leader leads for at most leadFor, then hands the lead to the oldest
+// waiting order, whose consumer takes the lock anew: the lock's hand-off bound (rlock.HandOff) then lets
+// other processes have their turn.
+//
+// Every order gets the outcome it would have got alone (a batch decides in arrival order, as one call per
+// order would), and a failed batch leaves every order of it to be retried, as a failed order is alone.
+
+// leadFor is how long one consumer leads a SKU before handing the lead on: the lock's hand-off bound.
+const leadFor = rlock.DefaultHandOffHold
+
+// errGaveUp: a follower waited for its outcome as long as it may wait for the lock.
+var errGaveUp = errors.New("worker: waited the lock wait for a batch to decide the order")
+
+// combiner holds the orders waiting per SKU.
+type combiner struct {
+	mu   sync.Mutex
+	skus map[string]*skuOrders // a SKU is here while one of its orders leads
+	// decide decides one batch under the leader's lock hold (token; ctx is the leader's): stock, outcome
+	// events and acks.
+	decide func(ctx context.Context, batch []*pending, token int64) error
+	// maxWait bounds a follower's wait, as LOCK_WAIT bounds a leader's; 0: none.
+	maxWait time.Duration
+}
+
+type skuOrders struct {
+	waiting []*pending // arrival order, not yet taken into a batch
+	leader  *pending
+}
+
+// pending is one order in the combiner.
+type pending struct {
+	msg    *message.Message
+	order  handlers.Order
+	since  time.Time
+	taken  bool          // in a batch being decided
+	waited time.Duration // from joining until its batch was decided
+	done   chan error    // the batch's outcome: nil when decided, published and acked
+	lead   chan struct{} // this order's consumer leads now
+}
+
+func newCombiner(maxWait time.Duration, decide func(context.Context, []*pending, int64) error) *combiner {
+	return &combiner{skus: make(map[string]*skuOrders), maxWait: maxWait, decide: decide}
+}
+
+// step is the chain's combining step, between decode and the lock: a follower returns its order's outcome;
+// the leader goes on to the lock and the last step, which decides the batches (lead).
+func (c *combiner) step(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		o, err := handlers.OrderOf(msg)
+		if err != nil {
+			return nil, err
+		}
+		p := &pending{msg: msg, order: o, since: time.Now(), done: make(chan error, 1), lead: make(chan struct{}, 1)}
+		if !c.join(p) {
+			if leads, err := c.follow(p); !leads {
+				return nil, err
+			}
+		}
+		defer c.stepDown(p)
+		return h(msg)
+	}
+}
+
+// join queues p behind its SKU's orders; it reports whether p leads (no other order of the SKU does).
+func (c *combiner) join(p *pending) (leads bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.skus[p.order.SKU]
+	if q == nil {
+		c.skus[p.order.SKU] = &skuOrders{waiting: []*pending{p}, leader: p}
+		return true
+	}
+	q.waiting = append(q.waiting, p)
+	return false
+}
+
+// follow waits until p's batch is decided or p leads; a follower that waited maxWait, or whose message
+// context ended, gives up unless its order is being decided.
+func (c *combiner) follow(p *pending) (leads bool, err error) {
+	var timeout <-chan time.Time
+	if c.maxWait > 0 {
+		t := time.NewTimer(c.maxWait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	ctx := p.msg.Context()
+	select {
+	case err := <-p.done:
+		return false, err
+	case <-p.lead:
+		return true, nil
+	case <-timeout:
+		err = fmt.Errorf("lock %s: %w: %w", p.order.SKU, rlock.ErrNotObtained, errGaveUp)
+	case <-ctx.Done():
+		err = fmt.Errorf("lock %s: %w: %w", p.order.SKU, rlock.ErrNotObtained, context.Cause(ctx))
+	}
+	if c.leave(p) {
+		return false, err
+	}
+	select { // taken into a batch, or made leader, meanwhile
+	case err := <-p.done:
+		return false, err
+	case <-p.lead:
+		return true, nil
+	}
+}
+
+// leave takes a follower that gives up out of its SKU's queue; false when it cannot: its order is being
+// decided, or it was just made leader.
+func (c *combiner) leave(p *pending) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.skus[p.order.SKU]
+	if p.taken || q.leader == p {
+		return false
+	}
+	q.waiting = slices.DeleteFunc(q.waiting, func(x *pending) bool { return x == p })
+	return true
+}
+
+// stepDown ends p's lead: the oldest waiting order leads next, or the SKU leaves the combiner. p's own
+// order leaves the queue if no batch took it (the lock was not obtained).
+func (c *combiner) stepDown(p *pending) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.skus[p.order.SKU]
+	q.waiting = slices.DeleteFunc(q.waiting, func(x *pending) bool { return x == p })
+	if len(q.waiting) == 0 {
+		delete(c.skus, p.order.SKU)
+		return
+	}
+	q.leader = q.waiting[0]
+	q.leader.lead <- struct{}{}
+}
+
+// take removes up to inventory.MaxBatch waiting orders of sku, oldest first, for a batch.
+func (c *combiner) take(sku string) []*pending {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.skus[sku]
+	batch := slices.Clone(q.waiting[:min(len(q.waiting), inventory.MaxBatch)])
+	q.waiting = q.waiting[len(batch):]
+	for _, p := range batch {
+		p.taken = true
+	}
+	return batch
+}
+
+// lead decides the batches of the leader msg's SKU under its lock hold, for at most leadFor (its own
+// order is in the first), and returns the outcome of its own order's batch.
+func (c *combiner) lead(msg *message.Message, token int64) error {
+	o, err := handlers.OrderOf(msg)
+	if err != nil {
+		return err
+	}
+	var own error
+	for start := time.Now(); time.Since(start) < leadFor; {
+		batch := c.take(o.SKU)
+		if len(batch) == 0 {
+			break
+		}
+		err := c.decide(msg.Context(), batch, token)
+		if err == nil {
+			markCombined(msg, batch)
+		}
+		for _, p := range batch {
+			if p.msg == msg {
+				own = err
+			} else {
+				p.done <- err
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	return own
+}
+
+// requests are the decisions a batch asks for: each order's context and how long it waited, until now.
+func requests(batch []*pending) []handlers.Request {
+	now := time.Now()
+	reqs := make([]handlers.Request, len(batch))
+	for i, p := range batch {
+		p.waited = now.Sub(p.since)
+		reqs[i] = handlers.Request{Ctx: p.msg.Context(), Order: p.order, Waited: p.waited}
+	}
+	return reqs
+}
+
+// markCombined notes on the span of each order decided in another order's batch that it was, by which
+// order's consumer, and how long it waited: it took no lock of its own, so it has no lock acquire span.
+func markCombined(leader *message.Message, batch []*pending) {
+	for _, p := range batch {
+		if p.msg == leader {
+			continue
+		}
+		trace.SpanFromContext(p.msg.Context()).AddEvent(EventCombined, trace.WithAttributes(
+			attribute.String("stockflow.batch.leader", leader.UUID), attribute.Int("stockflow.batch.size", len(batch)),
+			attribute.Float64("stockflow.lock.wait.seconds", p.waited.Seconds())))
+	}
+}
+
+// EventCombined is the span event of an order decided in another order's batch.
+const EventCombined = "decided in a batch"

@@ -1,0 +1,211 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw/rlock"
+)
+
+// countingStore counts the batches of a store, and fails them with err when set.
+type countingStore struct {
+	*inventory.Store
+	mu      sync.Mutex
+	batches []int
+	err     error
+}
+
+func (s *countingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
+	s.mu.Lock()
+	s.batches = append(s.batches, len(orders))
+	s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	return s.Store.ReserveBatch(ctx, orders, fence)
+}
+
+// combineEnv is a worker's combiner on a Redis of its own: orders of SKU-1 (5 in stock) delivered to the
+// group g of the stream orders.
+type combineEnv struct {
+	chainEnv
+	store *countingStore
+	c     *combiner
+	// gate holds every leader before it decides (as a lock wait would) until closed; nil: none.
+	gate chan struct{}
+}
+
+func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
+	e := &combineEnv{chainEnv: newChainEnv(t), gate: make(chan struct{})}
+	inv := inventory.New(e.rdb)
+	if err := inv.SetStock(context.Background(), "SKU-1", 5); err != nil {
+		t.Fatal(err)
+	}
+	e.store = &countingStore{Store: inv}
+	w := &Worker{cfg: Config{Config: stream.Config{OrdersStream: "orders", ConsumerGroup: "g", ResultsStream: "results"}, ResultsMaxLen: 1000},
+		rdb: e.rdb, reserver: &handlers.Reserver{Store: e.store, Worker: "w"}}
+	e.c = newCombiner(maxWait, w.decide)
+	return e
+}
+
+// handler is the chain from combine on: a leader waits at the gate, then leads.
+func (e *combineEnv) handler() message.HandlerFunc {
+	return e.c.step(func(msg *message.Message) ([]*message.Message, error) {
+		<-e.gate
+		return nil, e.c.lead(msg, 0)
+	})
+}
+
+// order delivers an order of SKU-1 as the decode step leaves it.
+func (e *combineEnv) order(t *testing.T, id string) *message.Message {
+	msg := e.deliver(t, 1)
+	msg.SetContext(handlers.WithOrder(msg.Context(), handlers.Order{OrderID: id, SKU: "SKU-1", Quantity: 1}))
+	return msg
+}
+
+// run handles msgs one after the other joining, in the background; it returns their errors, in order,
+// once all are handled.
+func (e *combineEnv) run(t *testing.T, msgs ...*message.Message) func() []error {
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	h := e.handler()
+	for i, msg := range msgs {
+		wg.Go(func() { _, errs[i] = h(msg) })
+		e.waitWaiting(t, i+1)
+	}
+	return func() []error { wg.Wait(); return errs }
+}
+
+// waitWaiting waits until n orders of SKU-1 are in the combiner.
+func (e *combineEnv) waitWaiting(t *testing.T, n int) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		e.c.mu.Lock()
+		got := 0
+		if q := e.c.skus["SKU-1"]; q != nil {
+			got = len(q.waiting)
+		}
+		e.c.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d orders waiting, want %d", got, n)
+		}
+	}
+}
+
+// results returns the outcome events published, by order id.
+func (e *combineEnv) results(t *testing.T) map[string]handlers.Result {
+	out := map[string]handlers.Result{}
+	for _, m := range e.rdb.XRange(context.Background(), "results", "-", "+").Val() {
+		var r handlers.Result
+		if err := json.Unmarshal([]byte(m.Values["payload"].(string)), &r); err != nil {
+			t.Fatal(err)
+		}
+		out[r.OrderID] = r
+	}
+	return out
+}
+
+// Orders of a SKU that arrive while its leader waits for the lock are decided in one batch, in arrival
+// order, each with its own outcome event, and all acked in the same round trip.
+func TestWaitingOrdersAreDecidedInOneBatch(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	var msgs []*message.Message
+	for i := range 8 {
+		msgs = append(msgs, e.order(t, fmt.Sprintf("o-%d", i)))
+	}
+	wait := e.run(t, msgs...)
+	close(e.gate)
+	for i, err := range wait() {
+		if err != nil {
+			t.Fatalf("order %d: %v", i, err)
+		}
+	}
+	if len(e.store.batches) != 1 || e.store.batches[0] != 8 {
+		t.Fatalf("batches %v, want one of 8 orders", e.store.batches)
+	}
+	results := e.results(t)
+	for i := range 8 {
+		r := results[fmt.Sprintf("o-%d", i)]
+		if want := i < 5; (r.Status == inventory.StatusReserved) != want {
+			t.Fatalf("o-%d: %s, want reserved %v (5 in stock, decided in arrival order)", i, r.Status, want)
+		}
+	}
+	if p := e.pending(t); len(p) != 0 {
+		t.Fatalf("%d entries pending, want all acked", len(p))
+	}
+}
+
+// A batch that fails decides nothing: every order of it gets the error, nothing is published or acked.
+func TestFailedBatchLeavesEveryOrderPending(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	e.store.err = errors.New("redis down")
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
+	close(e.gate)
+	for i, err := range wait() {
+		if !errors.Is(err, e.store.err) {
+			t.Fatalf("order %d: %v, want the batch's error", i, err)
+		}
+	}
+	if p, r := e.pending(t), e.results(t); len(p) != 3 || len(r) != 0 {
+		t.Fatalf("%d pending, %d outcomes; want 3 pending and none published", len(p), len(r))
+	}
+}
+
+// A follower waits no longer than the lock wait: it gives up as a lock acquisition would, and its leader
+// decides without it.
+func TestFollowerGivesUpAfterTheLockWait(t *testing.T) {
+	e := newCombineEnv(t, 100*time.Millisecond)
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"))
+	time.Sleep(300 * time.Millisecond)
+	close(e.gate)
+	errs := wait()
+	if errs[0] != nil || !errors.Is(errs[1], rlock.ErrNotObtained) {
+		t.Fatalf("leader %v, follower %v; want the follower to give up with ErrNotObtained", errs[0], errs[1])
+	}
+	if r := e.results(t); len(r) != 1 || len(e.store.batches) != 1 || e.store.batches[0] != 1 {
+		t.Fatalf("outcomes %v, batches %v; want the leader's order alone", r, e.store.batches)
+	}
+}
+
+// A leader that cannot take the lock hands the lead to the oldest waiting order, which decides the rest.
+func TestLeaderThatFailsHandsTheLeadOn(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	lockErr := errors.New("lock SKU-1: not obtained")
+	first := true
+	h := e.c.step(func(msg *message.Message) ([]*message.Message, error) {
+		<-e.gate
+		if first { // only the first leader runs here at this point
+			first = false
+			return nil, lockErr
+		}
+		return nil, e.c.lead(msg, 0)
+	})
+	msgs := []*message.Message{e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3")}
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i, msg := range msgs {
+		wg.Go(func() { _, errs[i] = h(msg) })
+		e.waitWaiting(t, i+1)
+	}
+	close(e.gate)
+	wg.Wait()
+	if !errors.Is(errs[0], lockErr) || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("errors %v; want the first leader's lock error and the others decided", errs)
+	}
+	if r := e.results(t); len(r) != 2 || r["o-1"].OrderID != "" {
+		t.Fatalf("outcomes %v, want o-2 and o-3 only", r)
+	}
+}
