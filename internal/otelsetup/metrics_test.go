@@ -45,6 +45,21 @@ func runWorker(t *testing.T, s *redistest.Server, cfg worker.Config) {
 
 // scrapeOpenMetrics scrapes /metrics as Prometheus does, asking for OpenMetrics, which alone carries
 // exemplars.
+// waitServing waits until the worker's HTTP server at addr answers.
+func waitServing(t *testing.T, addr string) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the worker's HTTP server at %s does not answer: %v", addr, err)
+		}
+	}
+}
+
 func scrapeOpenMetrics(t *testing.T, addr string) string {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
@@ -108,6 +123,8 @@ func TestLockWaitBucketsLinkToTheTraceThatWaited(t *testing.T) {
 	cfg.MetricsAddr = freeAddr(t)
 	runWorker(t, s, cfg)
 
+	waitServing(t, cfg.MetricsAddr)
+	before := scrapeOpenMetrics(t, cfg.MetricsAddr) // the instruments are global: other runs counted too
 	var pcfg producer.Config
 	pcfg.Config = cfg.Config
 	pcfg.Orders, pcfg.SKUList, pcfg.Quantity, pcfg.Distribution, pcfg.SeedStock = 20, "HOT", 1, "uniform", 100
@@ -139,6 +156,21 @@ func TestLockWaitBucketsLinkToTheTraceThatWaited(t *testing.T) {
 			len(acquires), linked, grep(body, "stockflow_lock_wait_seconds_bucket"))
 	}
 	t.Logf("%d buckets link to this test's lock acquire spans", linked)
+	// Every order's wait is counted once, whether it took the lock or was decided in another's batch (just
+	// after its outcome was published: the scrape may come first).
+	waits := func(body, combined string) float64 {
+		n, _ := sample(body, "stockflow_order_wait_seconds_count", `stockflow_order_combined="`+combined+`"`)
+		return n
+	}
+	var led, combined float64
+	for end := time.Now().Add(2 * time.Second); led+combined < 20 && time.Now().Before(end); {
+		body = scrapeOpenMetrics(t, cfg.MetricsAddr)
+		led, combined = waits(body, "false")-waits(before, "false"), waits(body, "true")-waits(before, "true")
+	}
+	if led+combined != 20 || led != float64(len(acquires)) {
+		t.Errorf("stockflow_order_wait_seconds counts %v orders that led and %v combined; want %d and %d",
+			led, combined, len(acquires), 20-len(acquires))
+	}
 
 	checkSeries(t, body)
 }

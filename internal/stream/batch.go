@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
@@ -20,6 +21,7 @@ type Batch struct {
 	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
 	Server []attribute.KeyValue
 	spans  []trace.Span
+	cmds   []*redis.StringCmd
 }
 
 // Add queues the XADD of msg on pipe.
@@ -31,20 +33,24 @@ func (b *Batch) Add(pipe redis.Pipeliner, msg *message.Message) error {
 		span.End()
 		return err
 	}
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.Topic, Values: values, MaxLen: b.MaxLen, Approx: true})
+	b.cmds = append(b.cmds, pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.Topic, Values: values, MaxLen: b.MaxLen, Approx: true}))
 	b.spans = append(b.spans, span)
 	return nil
 }
 
-// End ends the spans of the messages added, as failed with err when the pipeline failed.
-func (b *Batch) End(err error) {
-	for _, span := range b.spans {
-		if err != nil {
+// End ends the spans of the messages added, once the pipeline was sent, and returns the first error of
+// their XADDs (the pipeline's other commands may fail on their own).
+func (b *Batch) End() error {
+	var first error
+	for i, span := range b.spans {
+		if err := b.cmds[i].Err(); err != nil {
 			Fail(span, err)
+			first = cmp.Or(first, err)
 		}
 		span.End()
 	}
-	b.spans = nil
+	b.spans, b.cmds = nil, nil
+	return first
 }
 
 // startSend starts the producer span of sending msg to topic, "send <topic>", under the message's context,

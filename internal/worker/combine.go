@@ -40,8 +40,8 @@ type combiner struct {
 	mu   sync.Mutex
 	skus map[string]*skuOrders // a SKU is here while one of its orders leads
 	// decide decides one batch under the leader's lock hold (token; ctx is the leader's): stock, outcome
-	// events and acks.
-	decide func(ctx context.Context, batch []*pending, token int64) error
+	// events and acks, and the lock's release with them when it says so (after asking more).
+	decide func(ctx context.Context, batch []*pending, token int64, more func() bool) (released bool, err error)
 	// maxWait bounds a follower's wait, as LOCK_WAIT bounds a leader's; 0: none.
 	maxWait time.Duration
 }
@@ -62,7 +62,7 @@ type pending struct {
 	lead   chan struct{} // this order's consumer leads now
 }
 
-func newCombiner(maxWait time.Duration, decide func(context.Context, []*pending, int64) error) *combiner {
+func newCombiner(maxWait time.Duration, decide func(context.Context, []*pending, int64, func() bool) (bool, error)) *combiner {
 	return &combiner{skus: make(map[string]*skuOrders), maxWait: maxWait, decide: decide}
 }
 
@@ -171,34 +171,50 @@ func (c *combiner) take(sku string) []*pending {
 }
 
 // lead decides the batches of the leader msg's SKU under its lock hold, for at most leadFor (its own
-// order is in the first), and returns the outcome of its own order's batch.
+// order is in the first), and returns the outcome of its own order's batch. A batch that released the lock
+// with its outcomes is the last.
 func (c *combiner) lead(msg *message.Message, token int64) error {
 	o, err := handlers.OrderOf(msg)
 	if err != nil {
 		return err
 	}
+	start := time.Now()
+	more := func() bool { return time.Since(start) < leadFor && c.waiting(o.SKU) }
 	var own error
-	for start := time.Now(); time.Since(start) < leadFor; {
+	for released := false; !released && time.Since(start) < leadFor; {
 		batch := c.take(o.SKU)
 		if len(batch) == 0 {
 			break
 		}
-		err := c.decide(msg.Context(), batch, token)
-		if err == nil {
-			markCombined(msg, batch)
-		}
-		for _, p := range batch {
-			if p.msg == msg {
-				own = err
-			} else {
-				p.done <- err
-			}
+		released, err = c.decide(msg.Context(), batch, token, more)
+		c.decided(msg, batch, err)
+		if slices.ContainsFunc(batch, func(p *pending) bool { return p.msg == msg }) {
+			own = err
 		}
 		if err != nil {
 			break
 		}
 	}
 	return own
+}
+
+// decided hands a batch's outcome to its followers' consumers, and records each order's wait.
+func (c *combiner) decided(leader *message.Message, batch []*pending, err error) {
+	for _, p := range batch {
+		if err == nil {
+			recordWait(leader, p, len(batch))
+		}
+		if p.msg != leader {
+			p.done <- err
+		}
+	}
+}
+
+// waiting reports whether orders of sku wait for a batch.
+func (c *combiner) waiting(sku string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.skus[sku].waiting) > 0
 }
 
 // requests are the decisions a batch asks for: each order's context and how long it waited, until now.
@@ -212,17 +228,21 @@ func requests(batch []*pending) []handlers.Request {
 	return reqs
 }
 
-// markCombined notes on the span of each order decided in another order's batch that it was, by which
-// order's consumer, and how long it waited: it took no lock of its own, so it has no lock acquire span.
-func markCombined(leader *message.Message, batch []*pending) {
-	for _, p := range batch {
-		if p.msg == leader {
-			continue
-		}
-		trace.SpanFromContext(p.msg.Context()).AddEvent(EventCombined, trace.WithAttributes(
-			attribute.String("stockflow.batch.leader", leader.UUID), attribute.Int("stockflow.batch.size", len(batch)),
-			attribute.Float64("stockflow.lock.wait.seconds", p.waited.Seconds())))
+// recordWait records how long p waited for its decision (stockflow.order.wait, under its own trace) and,
+// for an order decided in another order's batch, notes on its span that it was, by which order's consumer
+// and after what wait: it took no lock of its own, so it has no lock acquire span.
+func recordWait(leader *message.Message, p *pending, size int) {
+	// Not cancellable: the SDK drops a measurement whose context ended (the leader's lease ends with the
+	// release its last batch sends).
+	ctx := context.WithoutCancel(p.msg.Context())
+	if p.msg == leader {
+		orderWait.Record(ctx, p.waited.Seconds(), waitLed)
+		return
 	}
+	orderWait.Record(ctx, p.waited.Seconds(), waitCombined)
+	trace.SpanFromContext(ctx).AddEvent(EventCombined, trace.WithAttributes(
+		attribute.String("stockflow.batch.leader", leader.UUID), attribute.Int("stockflow.batch.size", size),
+		attribute.Float64("stockflow.lock.wait.seconds", p.waited.Seconds())))
 }
 
 // EventCombined is the span event of an order decided in another order's batch.

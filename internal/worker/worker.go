@@ -3,6 +3,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,11 +61,6 @@ type Worker struct {
 	gauges       metric.Registration
 	pools        chan struct{} // closed to stop the connection pool metrics (instrumentPools)
 }
-
-// keepOpen hides Close from Watermill, which closes the client it is given; the worker closes its clients.
-type keepOpen struct{ redis.UniversalClient }
-
-func (keepOpen) Close() error { return nil }
 
 // Options are what the worker takes from its embedder rather than from settings.
 type Options struct {
@@ -196,11 +192,13 @@ func (w *Worker) setHandler() error {
 }
 
 // decide decides a batch of one SKU's orders under the lock's token, then publishes their outcome events
-// and acks their entries in one pipelined round trip.
-func (w *Worker) decide(ctx context.Context, batch []*pending, token int64) error {
+// and acks their entries in one pipelined round trip. When no more orders of the SKU wait (more), that
+// round trip also releases the SKU's lock (the reentrant lock, on this Redis), and released says so: the
+// leader then steps down.
+func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more func() bool) (released bool, err error) {
 	msgs, err := w.reserver.Decide(ctx, requests(batch), token)
 	if err != nil {
-		return err
+		return false, err
 	}
 	results := stream.Batch{Topic: w.cfg.ResultsStream, MaxLen: int64(w.cfg.ResultsMaxLen),
 		Server: stream.ServerAttributes(w.rdb)}
@@ -208,18 +206,35 @@ func (w *Worker) decide(ctx context.Context, batch []*pending, token int64) erro
 	ids := make([]string, len(batch))
 	for i, msg := range msgs {
 		if err := results.Add(pipe, msg); err != nil {
-			results.End(err)
-			return err
+			results.End()
+			return false, err
 		}
 		ids[i] = batch[i].msg.UUID
 	}
-	pipe.XAck(ctx, w.cfg.OrdersStream, w.cfg.ConsumerGroup, ids...)
+	ack := pipe.XAck(ctx, w.cfg.OrdersStream, w.cfg.ConsumerGroup, ids...)
+	finish := w.releaseIn(ctx, pipe, more)
 	_, err = pipe.Exec(ctx)
-	results.End(err)
-	if err != nil {
-		return fmt.Errorf("publish and ack the outcomes of %d orders: %w", len(batch), err)
+	if finish != nil {
+		// The release's own failure (NOSCRIPT the first time, say) is finish's to mend.
+		if rerr := finish(err); rerr != nil && !errors.Is(rerr, rlock.ErrNotHeld) {
+			w.logger.Warn("unlock failed; the lock expires with its lease", "sku", batch[0].order.SKU, "err", rerr)
+		}
 	}
-	return nil
+	if err := cmp.Or(results.End(), ack.Err()); err != nil {
+		return finish != nil, fmt.Errorf("publish and ack the outcomes of %d orders: %w", len(batch), err)
+	}
+	return finish != nil, nil
+}
+
+// releaseIn queues the release of the message's lock on pipe when its stock writes are done and no more
+// orders of its SKU wait: the stock is decided, so the outcome events and acks need no lock. Only the
+// reentrant lock lives on this Redis; nil when nothing was queued.
+func (w *Worker) releaseIn(ctx context.Context, pipe redis.Pipeliner, more func() bool) func(error) error {
+	lease, ok := lockmw.LeaseFrom(ctx)
+	if !ok || !w.fenceCounterAtStore() || more() {
+		return nil
+	}
+	return rlock.ReleaseIn(context.WithoutCancel(ctx), pipe, lease)
 }
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write

@@ -279,3 +279,55 @@ func TestRedissonWaiterGetsTheLockWhenACohortEnds(t *testing.T) {
 	rdb.Del(context.Background(), n.lock) // Redisson's unlock, in short; the cohort may go on
 	rdb.Publish(context.Background(), n.channel, "0")
 }
+
+// ReleaseIn sends the release with the caller's commands in one pipeline; a release the pipeline did not
+// deliver (the server lost its scripts) is sent again by finish; a waiter here gets the lock handed over
+// without any Redis call.
+func TestReleaseInAPipeline(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	l, other := newLocker(t, s, Config{}), newLocker(t, s, Config{})
+	ctx := context.Background()
+	for _, flush := range []bool{false, true} {
+		lease := mustAcquire(t, l, ctx, "k")
+		got := acquireLater(t, other, ctx, "k")
+		time.Sleep(100 * time.Millisecond) // the other process waits for the unlock message
+		if flush {
+			rdb.ScriptFlush(ctx)
+		}
+		pipe := rdb.Pipeline()
+		get := pipe.Get(ctx, "k-value")
+		finish := ReleaseIn(ctx, pipe, lease)
+		if lease.Context().Err() != nil {
+			t.Fatal("the lease ended before its release was sent")
+		}
+		_, err := pipe.Exec(ctx)
+		if err := finish(err); err != nil {
+			t.Fatalf("flush %v: %v", flush, err)
+		}
+		if !errors.Is(get.Err(), redis.Nil) || lease.Context().Err() == nil {
+			t.Fatalf("flush %v: the caller's command %v, lease context %v", flush, get.Err(), lease.Context().Err())
+		}
+		select {
+		case <-got:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("flush %v: the other process was not woken by the release", flush)
+		}
+	}
+
+	holder := mustAcquire(t, l, ctx, "k")
+	waiters, release := queueBehind(t, l, "k", 1)
+	pipe := rdb.Pipeline()
+	finish := ReleaseIn(ctx, pipe, holder)
+	if n := pipe.Len(); n != 0 {
+		t.Fatalf("%d commands queued for a release that hands the lock over, want none", n)
+	}
+	if err := finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	if next := next(t, waiters); !StatsOf(next).HandOff {
+		t.Fatal("the waiter here did not get the lock handed over")
+	} else {
+		release(next)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // errReleased is the cancel cause of a lease's context after its release.
@@ -33,23 +35,60 @@ func (l *lease) Stats() AcquireStats      { return l.stats }
 
 // Release ends the lease here, then in Redis.
 func (l *lease) Release(ctx context.Context) error {
-	if !l.released.CompareAndSwap(false, true) {
-		return fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
-	}
+	step, err := l.end(ctx)
 	l.cancel(errReleased)
+	if step != releaseInRedis {
+		return err
+	}
+	return l.e.releaseHold(ctx, l.h, l.e.uniqueID(), false)
+}
+
+// end ends the lease in this process and tells what is left to do in Redis. Whatever Redis will answer,
+// this process stops renewing first: a release that cannot be confirmed must let the lock expire rather
+// than keep it alive forever, and a renewal racing the release must not report the lock lost.
+func (l *lease) end(ctx context.Context) (released, error) {
+	if !l.released.CompareAndSwap(false, true) {
+		return releaseGone, fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
+	}
 	l.e.tel.hold.Record(ctx, time.Since(l.acquired).Seconds(), l.e.tel.attrs.mode)
-	// Whatever Redis answers, this process stops renewing first: a release that cannot be confirmed
-	// must let the lock expire rather than keep it alive forever, and a renewal racing the release
-	// must not report the lock lost.
-	switch l.e.dog.done(l) {
-	case handedOff:
-		return nil
-	case releaseGone:
+	step := l.e.dog.done(l)
+	if step == releaseGone {
 		// The hold was lost and the key is held here again: the lock in Redis is the new hold's, which a
 		// release by owner id could take away.
-		return fmt.Errorf("%w: lease of %s was lost", ErrNotHeld, l.key)
+		return step, fmt.Errorf("%w: lease of %s was lost", ErrNotHeld, l.key)
 	}
-	return l.e.releaseHold(ctx, l.h)
+	return step, nil
+}
+
+// ReleaseIn ends lease as Release does, but queues the Redis call the release needs on pipe instead of
+// sending it, so that it goes out with the caller's other commands in one round trip (a handler's outcome
+// events and acks, say). The caller sends pipe, then calls finish with Exec's error: finish completes the
+// release, sending it again the usual way if the pipeline did not deliver it, and returns Release's error.
+// The lease's context ends at finish. pipe must be a pipeline of the Redis the lock lives on, so ReleaseIn
+// queues only for a Reentrant lease; any other lease is released by finish.
+func ReleaseIn(ctx context.Context, pipe redis.Pipeliner, held Lease) (finish func(error) error) {
+	l, ok := held.(*lease)
+	single, isSingle := singleNode{}, false
+	if ok {
+		single, isSingle = l.e.be.(singleNode)
+	}
+	if !isSingle {
+		return func(error) error { return held.Release(ctx) }
+	}
+	step, err := l.end(ctx)
+	if step != releaseInRedis {
+		return func(error) error { l.cancel(errReleased); return err }
+	}
+	requestID := l.e.uniqueID()
+	cmd := single.queueRelease(ctx, pipe, l.h.names, l.h.redisOwner, requestID)
+	return func(error) error {
+		l.cancel(errReleased)
+		if rep, err := parseRelease(cmd); err == nil {
+			return l.e.afterRelease(l.h, rep, false)
+		}
+		// Not sent, not loaded (NOSCRIPT) or no reply: the same request again, which the latch makes safe.
+		return l.e.releaseHold(ctx, l.h, requestID, true)
+	}
 }
 
 // Extend makes the lock last at least d from now (see Lease.Extend).
@@ -107,13 +146,13 @@ func (l *lease) failed(op string, err error) error {
 // second reentrant hold. (A retry of the last hold's release finds the lock gone; if the same owner took the
 // lock again in between, from another goroutine, that retry would release the new hold: owners are meant
 // to be used by one goroutine at a time, as the middleware's are.)
-func (e *engine) releaseHold(ctx context.Context, h *hold) error {
-	requestID := e.uniqueID()
+// retried says an earlier try may have landed.
+func (e *engine) releaseHold(ctx context.Context, h *hold, requestID string, retried bool) error {
 	var err error
 	for try := range releaseTries {
 		var rep releaseReply
 		if rep, err = e.be.release(ctx, h.names, h.redisOwner, requestID); err == nil {
-			return e.afterRelease(h, rep, try > 0)
+			return e.afterRelease(h, rep, retried || try > 0)
 		}
 		if ctx.Err() != nil {
 			break

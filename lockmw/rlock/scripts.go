@@ -58,8 +58,24 @@ func (s scripts) runAcquire(ctx context.Context, c redis.Scripter, n names, owne
 type releaseReply struct{ left, receivers int64 }
 
 func (s scripts) runRelease(ctx context.Context, c redis.Scripter, n names, owner, requestID string) (releaseReply, error) {
-	res, err := releaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
-		owner, s.lease.Milliseconds(), latchTTL.Milliseconds()).Int64Slice()
+	keys, args := s.releaseArgs(n, owner, requestID)
+	return parseRelease(releaseScript.Run(ctx, c, keys, args...))
+}
+
+// queueRelease queues the release script on pipe, by its SHA: a server that lost its scripts answers
+// NOSCRIPT, and the caller sends it again with runRelease.
+func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names, owner, requestID string) *redis.Cmd {
+	keys, args := s.releaseArgs(n, owner, requestID)
+	return releaseScript.EvalSha(ctx, pipe, keys, args...)
+}
+
+func (s scripts) releaseArgs(n names, owner, requestID string) (keys []string, args []any) {
+	return []string{n.lock, n.channel, n.latch(requestID)}, []any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds()}
+}
+
+// parseRelease reads the reply of the release script.
+func parseRelease(cmd *redis.Cmd) (releaseReply, error) {
+	res, err := cmd.Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected release reply %v", res)
 	}
