@@ -86,16 +86,18 @@ func (a *acquisition) obtain() (*lease, error) {
 // here holds or waits for is tried at once; otherwise the caller queues behind this process's earlier
 // waiters.
 func (a *acquisition) skipsQueue() bool {
-	owner, _, held := a.e.dog.holder(a.key)
-	return !a.wait || (held && owner == a.owner) || (!held && !a.e.queue.busy(a.names.channel))
+	owner, _, taken, held := a.e.dog.holder(a.key)
+	return !a.wait || (taken && owner == a.owner) || (!held && !a.e.queue.busy(a.names.channel))
 }
 
 // try runs one acquire script: a reentry, when the owner holds the key here (under the hold's owner id in
-// Redis); otherwise a fresh attempt, which another owner's hold here would only refuse.
+// Redis); otherwise a fresh attempt, which a hold here would only refuse: another owner's, or one just
+// handed to this waiter, which its queue's next turn hands over (a reentry in Redis would count a hold that
+// no release takes back).
 func (a *acquisition) try() (attempt, error) {
 	redisOwner, held := a.owner, false
-	switch owner, holdsIn, ok := a.e.dog.holder(a.key); {
-	case ok && owner == a.owner:
+	switch owner, holdsIn, taken, ok := a.e.dog.holder(a.key); {
+	case taken && owner == a.owner:
 		redisOwner, held = holdsIn, true
 	case ok:
 		return attempt{pttl: -1}, nil

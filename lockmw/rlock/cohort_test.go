@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -329,5 +330,45 @@ func TestReleaseInAPipeline(t *testing.T) {
 		t.Fatal("the waiter here did not get the lock handed over")
 	} else {
 		release(next)
+	}
+}
+
+// Three lockers of 16 goroutines each take one key back to back: every acquisition must come within
+// seconds. A waiter once took a hold just handed to it for a reentry, counting a hold in Redis that no
+// release took back: the lock stayed in Redis with nobody holding it here, and every waiter waited for
+// its lease (30 s) to run out.
+func TestBackToBackHandOffsNeverOrphanTheLock(t *testing.T) {
+	s := redistest.Start(t)
+	for round := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var lockers []*Reentrant
+		for range 3 {
+			lockers = append(lockers, newLocker(t, s, Config{}))
+		}
+		var left atomic.Int64
+		left.Store(1000)
+		var wg sync.WaitGroup
+		for _, l := range lockers {
+			for range 16 {
+				wg.Go(func() {
+					for left.Add(-1) >= 0 && ctx.Err() == nil {
+						lease, err := l.Acquire(ctx, "hot")
+						if err != nil {
+							t.Errorf("round %d: %v", round, err)
+							return
+						}
+						_ = lease.Release(context.Background())
+					}
+				})
+			}
+		}
+		wg.Wait()
+		cancel()
+		if st, err := lockers[0].Inspect(context.Background(), "hot"); err != nil || st.Owner != "" {
+			t.Fatalf("round %d: the lock is held by %q (%d holds) after every holder released it (%v)", round, st.Owner, st.Holds, err)
+		}
+		if t.Failed() {
+			return
+		}
 	}
 }

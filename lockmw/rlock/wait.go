@@ -130,7 +130,7 @@ func (q *queued) turn() turn {
 	if !t.try || t.granted != nil {
 		return t
 	}
-	if owner, _, held := q.e.dog.holder(q.key); held && owner != q.owner {
+	if owner, _, _, held := q.e.dog.holder(q.key); held && owner != q.owner {
 		t.try = false
 		return t
 	}

@@ -55,14 +55,16 @@ type watchdog struct {
 // the lease is taken as lost this much before Redis would expire it.
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
 
-// holder returns who holds key here: the local owner and the owner id in Redis; ok false when nobody.
-func (w *watchdog) holder(key string) (owner, redisOwner string, ok bool) {
+// holder tells who holds key here: the local owner, the owner id in Redis and whether the local owner has
+// taken the hold (leases); false when nobody holds it here. A hold handed to a waiter that has not taken
+// it yet has no leases.
+func (w *watchdog) holder(key string) (owner, redisOwner string, taken, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if h := w.holds[key]; h != nil {
-		return h.owner, h.redisOwner, true
+		return h.owner, h.redisOwner, len(h.leases) > 0, true
 	}
-	return "", "", false
+	return "", "", false, false
 }
 
 // add starts keeping the hold of lease l (l.h, built by the acquisition). fresh says Redis counts this as
