@@ -133,6 +133,10 @@ func (c *collector) timing(p placedOrder, r handlers.Result) {
 func (s *Summary) tally(r handlers.Result) {
 	k := s.SKUs[r.SKU]
 	k.LockWaitMs += r.LockWaitMs
+	if k.DecidedBy == nil {
+		k.DecidedBy = map[string]int{}
+	}
+	k.DecidedBy[r.Worker]++
 	switch r.Status {
 	case inventory.StatusReserved:
 		s.Reserved++

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -127,10 +128,10 @@ func TestCollectorAdd(t *testing.T) {
 	if want := []string{"order r-1 has outcomes reserved and rejected"}; !slices.Equal(sum.Problems, want) {
 		t.Errorf("problems %q, want %q", sum.Problems, want)
 	}
-	if k := sum.SKUs["SKU-0"]; *k != (SKUSummary{OrdersReserved: 2, LockWaitMs: 10}) {
-		t.Errorf("SKU-0 %+v, want 2 reserved by the run and 10 ms of lock wait", *k)
+	if k := sum.SKUs["SKU-0"]; !reflect.DeepEqual(*k, SKUSummary{OrdersReserved: 2, LockWaitMs: 10, DecidedBy: map[string]int{"": 1}}) {
+		t.Errorf("SKU-0 %+v, want 2 reserved by the run, 10 ms of lock wait, one order decided", *k)
 	}
-	if k := sum.SKUs["SKU-1"]; *k != (SKUSummary{OrdersRejected: 1}) {
+	if k := sum.SKUs["SKU-1"]; !reflect.DeepEqual(*k, SKUSummary{OrdersRejected: 1, DecidedBy: map[string]int{"": 1}}) {
 		t.Errorf("SKU-1 %+v, want 1 order rejected", *k)
 	}
 	// Latencies 2 s (r-1) and 3 s (r-2); the first order was placed at t0, the last outcome came at t0+4s.
@@ -139,5 +140,19 @@ func TestCollectorAdd(t *testing.T) {
 	}
 	if lw := sum.LockWait; lw.P50 != 0 || lw.Max != 10 || !slices.Equal(lw.HotSKUs, []string{"SKU-0"}) {
 		t.Errorf("lock wait %+v, want p50 0, max 10, hot SKU-0", lw)
+	}
+}
+
+// Busiest is the SKU with the most orders decided; BusiestShare is its top worker's share of them.
+func TestBusiestSKUAndItsTopWorkersShare(t *testing.T) {
+	sum := &Summary{SKUs: map[string]*SKUSummary{
+		"cold": {DecidedBy: map[string]int{"w0": 2}},
+		"hot":  {DecidedBy: map[string]int{"w0": 6, "w1": 4}},
+	}}
+	if got := sum.Busiest().BusiestShare(); got != 0.6 {
+		t.Fatalf("busiest SKU's top worker share %v, want 0.6 (hot: w0 decided 6 of 10)", got)
+	}
+	if got := (&Summary{}).Busiest().BusiestShare(); got != 0 {
+		t.Fatalf("share %v with nothing decided, want 0", got)
 	}
 }

@@ -38,7 +38,37 @@ type SKUSummary struct {
 	OrdersReserved int64   `json:"orders_reserved"` // quantity reserved by this run's outcomes
 	OrdersRejected int64   `json:"orders_rejected"` // orders rejected
 	LockWaitMs     float64 `json:"lock_wait_ms"`    // total lock wait of this run's orders
+	// DecidedBy counts this run's orders by the worker that decided them: how a hot SKU was shared.
+	DecidedBy      map[string]int `json:"decided_by"`
 	reservedBefore int64
+}
+
+// Busiest returns the SKU with the most orders decided in this run (an empty summary when there is none).
+func (s *Summary) Busiest() *SKUSummary {
+	busiest, most := &SKUSummary{}, -1
+	for _, sku := range s.skuNames() {
+		k := s.SKUs[sku]
+		n := 0
+		for _, decided := range k.DecidedBy {
+			n += decided
+		}
+		if n > most {
+			busiest, most = k, n
+		}
+	}
+	return busiest
+}
+
+// BusiestShare is the largest share of the SKU's orders that one worker decided, 0 with none decided.
+func (k *SKUSummary) BusiestShare() float64 {
+	most, all := 0, 0
+	for _, n := range k.DecidedBy {
+		most, all = max(most, n), all+n
+	}
+	if all == 0 {
+		return 0
+	}
+	return float64(most) / float64(all)
 }
 
 // LockWait summarises how long the orders waited for their SKU lock, as the workers recorded it in the

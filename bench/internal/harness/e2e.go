@@ -39,7 +39,9 @@ func (wl e2eWorkload) table() *Table {
 			{Key: "latency_p99_ms", Header: "p99 latency ms", Digits: 1}, {Key: "lock_wait_p99_ms", Header: "p99 lock wait ms", Digits: 1},
 			{Key: "redis_cpu_us", Header: "Redis CPU µs/order", Digits: 0},
 			{Key: "worker_cpu_us", Header: "workers CPU µs/order", Digits: 0},
-			{Key: "rss_mib", Header: "worker peak RSS MiB", Digits: 1}},
+			{Key: "rss_mib", Header: "worker peak RSS MiB", Digits: 1},
+			{Key: "lock_wait_max_ms", Header: "max lock wait ms", Digits: 1},
+			{Key: "busiest_share", Header: "busiest SKU: top worker's share", Digits: 2}},
 		RatioOf: "orders_per_s", RatioBase: e2eModes[0].name,
 	}
 }
@@ -105,6 +107,8 @@ func (res e2eResult) values(orders int) map[string]float64 {
 		"rss_mib":          res.rssMiB,
 		"redis_cpu_us":     float64(res.redisCPU.Microseconds()) / float64(orders),
 		"worker_cpu_us":    float64(res.workerCPU.Microseconds()) / float64(orders),
+		"lock_wait_max_ms": res.sum.LockWait.Max,
+		"busiest_share":    res.sum.Busiest().BusiestShare(),
 	}
 }
 
