@@ -186,8 +186,7 @@ func (c *combiner) lead(msg *message.Message, token int64) error {
 		if len(batch) == 0 {
 			break
 		}
-		released, err = c.decide(msg.Context(), batch, token, more)
-		c.decided(msg, batch, err)
+		released, err = c.decideEach(msg, batch, token, more)
 		if slices.ContainsFunc(batch, func(p *pending) bool { return p.msg == msg }) {
 			own = err
 		}
@@ -198,6 +197,33 @@ func (c *combiner) lead(msg *message.Message, token int64) error {
 	return own
 }
 
+// decideEach decides batch and hands each order its outcome. A batch that failed permanently (one order's
+// corrupt record, say) is decided again one order at a time, so that only the orders that fail on their own
+// count the failure. A panic is handed to every follower of the batch before it goes on up: they would wait
+// for it forever.
+func (c *combiner) decideEach(leader *message.Message, batch []*pending, token int64, more func() bool) (released bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.decided(leader, batch, fmt.Errorf("the order deciding its batch panicked: %v", v))
+			panic(v)
+		}
+	}()
+	released, err = c.decide(leader.Context(), batch, token, more)
+	if err == nil || len(batch) == 1 || classify(err) != permanent {
+		c.decided(leader, batch, err)
+		return released, err
+	}
+	for _, p := range batch {
+		single := []*pending{p}
+		_, perr := c.decide(leader.Context(), single, token, func() bool { return true })
+		c.decided(leader, single, perr)
+		if p.msg == leader {
+			err = perr
+		}
+	}
+	return false, err
+}
+
 // decided hands a batch's outcome to its followers' consumers, and records each order's wait.
 func (c *combiner) decided(leader *message.Message, batch []*pending, err error) {
 	for _, p := range batch {
@@ -205,7 +231,10 @@ func (c *combiner) decided(leader *message.Message, batch []*pending, err error)
 			recordWait(leader, p, len(batch))
 		}
 		if p.msg != leader {
-			p.done <- err
+			select { // once: a panic's second call finds the outcome already there
+			case p.done <- err:
+			default:
+			}
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,22 +19,32 @@ import (
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
-// countingStore counts the batches of a store, and fails them with err when set.
+// countingStore counts the batches of a store, and fails them with err when set; after runs after each
+// batch that succeeded, panics panics instead of deciding.
 type countingStore struct {
 	*inventory.Store
 	mu      sync.Mutex
 	batches []int
 	err     error
+	after   func()
+	panics  bool
 }
 
 func (s *countingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
 	s.mu.Lock()
 	s.batches = append(s.batches, len(orders))
 	s.mu.Unlock()
-	if s.err != nil {
+	switch {
+	case s.panics:
+		panic("boom")
+	case s.err != nil:
 		return nil, s.err
 	}
-	return s.Store.ReserveBatch(ctx, orders, fence)
+	outs, err := s.Store.ReserveBatch(ctx, orders, fence)
+	if err == nil && s.after != nil {
+		s.after()
+	}
+	return outs, err
 }
 
 // combineEnv is a worker's combiner on a Redis of its own: orders of SKU-1 (5 in stock) delivered to the
@@ -207,5 +219,77 @@ func TestLeaderThatFailsHandsTheLeadOn(t *testing.T) {
 	}
 	if r := e.results(t); len(r) != 2 || r["o-1"].OrderID != "" {
 		t.Fatalf("outcomes %v, want o-2 and o-3 only", r)
+	}
+}
+
+// A Redis that refuses the outcome events (out of memory) must not ack their entries: the XADDs and the
+// XACK go in one MULTI, which a command refused while queued aborts as a whole.
+func TestOutcomesRefusedLeaveTheEntriesPending(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	ctx := context.Background()
+	e.store.after = func() { e.rdb.ConfigSet(ctx, "maxmemory", "1") } // full, right after the stock write
+	t.Cleanup(func() { e.rdb.ConfigSet(ctx, "maxmemory", "0") })
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
+	close(e.gate)
+	for i, err := range wait() {
+		if err == nil || !strings.Contains(err.Error(), "OOM") {
+			t.Fatalf("order %d: %v, want the refusal of its outcome", i, err)
+		}
+	}
+	e.rdb.ConfigSet(ctx, "maxmemory", "0")
+	if p, r := e.pending(t), e.results(t); len(p) != 3 || len(r) != 0 {
+		t.Fatalf("%d pending, %d outcomes; want all 3 pending (not acked) and none published", len(p), len(r))
+	}
+}
+
+// A leader that panics while deciding hands its batch's followers an error before the panic goes on:
+// they would otherwise wait for their outcome forever.
+func TestLeaderPanicFailsItsFollowers(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	e.store.panics = true
+	msgs := []*message.Message{e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3")}
+	errs := make([]error, len(msgs))
+	panicked := make(chan any, 1)
+	h := e.handler()
+	var wg sync.WaitGroup
+	for i, msg := range msgs {
+		wg.Go(func() {
+			defer func() {
+				if v := recover(); v != nil {
+					panicked <- v
+				}
+			}()
+			_, errs[i] = h(msg)
+		})
+		e.waitWaiting(t, i+1)
+	}
+	close(e.gate)
+	wg.Wait()
+	if v := <-panicked; v != "boom" {
+		t.Fatalf("the leader's panic %v did not go on up", v)
+	}
+	if errs[1] == nil || errs[2] == nil || !strings.Contains(errs[1].Error(), "panicked") {
+		t.Fatalf("followers got %v, %v; want the leader's panic as an error", errs[1], errs[2])
+	}
+}
+
+// One order whose recorded outcome is corrupt fails a batch permanently; the batch is then decided one
+// order at a time, so only that order fails and the others get their outcomes.
+func TestBatchThatFailsPermanentlyIsDecidedOrderByOrder(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	if err := e.rdb.Set(context.Background(), "order:{SKU-1}:o-2", "not json", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
+	close(e.gate)
+	errs := wait()
+	if errs[0] != nil || errs[1] == nil || classify(errs[1]) != permanent || errs[2] != nil {
+		t.Fatalf("errors %v; want only o-2's, permanent", errs)
+	}
+	if r := e.results(t); len(r) != 2 || r["o-1"].Status != inventory.StatusReserved || r["o-3"].Status != inventory.StatusReserved {
+		t.Fatalf("outcomes %v; want o-1 and o-3 reserved", r)
+	}
+	if p := e.pending(t); len(p) != 1 || !slices.Equal(e.store.batches, []int{3, 1, 1, 1}) {
+		t.Fatalf("%d pending, batches %v; want o-2 alone pending after a batch of 3 and three of 1", len(p), e.store.batches)
 	}
 }

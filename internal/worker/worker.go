@@ -192,9 +192,10 @@ func (w *Worker) setHandler() error {
 }
 
 // decide decides a batch of one SKU's orders under the lock's token, then publishes their outcome events
-// and acks their entries in one pipelined round trip. When no more orders of the SKU wait (more), that
-// round trip also releases the SKU's lock (the reentrant lock, on this Redis), and released says so: the
-// leader then steps down.
+// and acks their entries in one round trip, a MULTI/EXEC: a Redis that refuses the XADDs (OOM, say) must
+// not run the XACK, or the entries would be acked without an outcome (a command refused while queued
+// aborts the transaction). When no more orders of the SKU wait (more), that round trip also releases the
+// SKU's lock (the reentrant lock, on this Redis), and released says so: the leader then steps down.
 func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more func() bool) (released bool, err error) {
 	msgs, err := w.reserver.Decide(ctx, requests(batch), token)
 	if err != nil {
@@ -202,7 +203,7 @@ func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more
 	}
 	results := stream.Batch{Topic: w.cfg.ResultsStream, MaxLen: int64(w.cfg.ResultsMaxLen),
 		Server: stream.ServerAttributes(w.rdb)}
-	pipe := w.rdb.Pipeline()
+	pipe := w.rdb.TxPipeline()
 	ids := make([]string, len(batch))
 	for i, msg := range msgs {
 		if err := results.Add(pipe, msg); err != nil {

@@ -125,13 +125,19 @@ func (a *acquisition) newLease(res attempt) *lease {
 }
 
 // takeHandOff makes the lease of hold h, handed to this waiter by its last holder here; nil when h was
-// lost meanwhile.
+// lost meanwhile. A hold lost while handed over has no lease whose release would free it in Redis, where it
+// may still be held (its renewals timed out but landed): it is released there before the waiter tries.
 func (a *acquisition) takeHandOff(h *hold) *lease {
 	a.stats.HandOff = true
 	l := a.lease()
 	if !a.e.dog.take(h, l) {
 		a.stats.HandOff = false
 		l.cancel(ErrLockLost)
+		if _, redisOwner, _, held := a.e.dog.holder(a.key); !held || redisOwner != h.redisOwner {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), undoTimeout)
+			defer cancel()
+			_ = a.e.releaseHold(ctx, h, a.e.uniqueID(), false)
+		}
 		return nil
 	}
 	return l

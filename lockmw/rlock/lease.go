@@ -83,11 +83,13 @@ func ReleaseIn(ctx context.Context, pipe redis.Pipeliner, held Lease) (finish fu
 	cmd := single.queueRelease(ctx, pipe, l.h.names, l.h.redisOwner, requestID)
 	return func(error) error {
 		l.cancel(errReleased)
-		if rep, err := parseRelease(cmd); err == nil {
+		rep, err := parseRelease(cmd)
+		if err == nil {
 			return l.e.afterRelease(l.h, rep, false)
 		}
 		// Not sent, not loaded (NOSCRIPT) or no reply: the same request again, which the latch makes safe.
-		return l.e.releaseHold(ctx, l.h, requestID, true)
+		// Only a request that may have run is a retry (one whose "not held" means it was released).
+		return l.e.releaseHold(ctx, l.h, requestID, !redis.HasErrorPrefix(err, "NOSCRIPT"))
 	}
 }
 
