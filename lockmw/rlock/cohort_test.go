@@ -372,3 +372,35 @@ func TestBackToBackHandOffsNeverOrphanTheLock(t *testing.T) {
 		}
 	}
 }
+
+// A process that frees a lock another process waits for, having held it for its hand-off bound, gives that
+// one a head start: its own next acquisition, even one that arrives after the release with nobody queued
+// here, waits yieldFor first. (A worker's next batch leader is such an acquisition.) Without it the releasing process, whose attempt needs
+// no wake-up, takes the lock again almost every time.
+func TestReleasingProcessYieldsToAWaitingOne(t *testing.T) {
+	s := redistest.Start(t)
+	cfg := Config{HandOff: HandOff{Hold: 10 * time.Millisecond}} // each hold below reaches the bound
+	a, b := newLocker(t, s, cfg), newLocker(t, s, cfg)
+	ctx := context.Background()
+	otherFirst := 0
+	const rounds = 20
+	for range rounds {
+		held := mustAcquire(t, a, ctx, "k")
+		got := acquireLater(t, b, ctx, "k") // takes it, notes when, releases it
+		waitQueued(t, b, "k", 1)
+		time.Sleep(20 * time.Millisecond) // b is subscribed and waits for the unlock message
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again := mustAcquire(t, a, ctx, "k") // at once: nothing of a is queued
+		at := time.Now()
+		_ = again.Release(ctx)
+		if bAt := <-got; bAt.Before(at) {
+			otherFirst++
+		}
+	}
+	t.Logf("the waiting process took the lock first in %d of %d rounds", otherFirst, rounds)
+	if otherFirst < rounds*3/4 {
+		t.Fatalf("the waiting process took the lock first in %d of %d rounds, want at least %d", otherFirst, rounds, rounds*3/4)
+	}
+}

@@ -31,8 +31,8 @@ const (
 // waits in this process, the lock passes to that waiter without a Redis call: the process keeps the lock
 // in Redis, and its waiters take turns holding it. After Max consecutive hand-offs, or once the process
 // has held the lock in Redis for Hold, the next release frees it in Redis, so other processes get their
-// turn; when another process listens for the lock then, this process's next waiter gives it a head start
-// (yieldFor) before trying again.
+// turn; when another process listens for the lock then, this process's acquisitions of the key give it a
+// head start (yieldFor) before trying again.
 type HandOff struct {
 	// Max is the most consecutive local hand-offs of one lock; negative: none (every release frees the
 	// lock in Redis). Default DefaultHandOffs (32).

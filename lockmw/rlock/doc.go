@@ -24,8 +24,8 @@
 // without a Redis call (lock cohorting: Dice, Marathe and Shavit, PPoPP 2012): the process keeps the lock in
 // Redis under the owner id that took it, and its waiters, each its own owner, take turns under the token
 // Redis issued. Config.HandOff bounds a cohort (32 hand-offs, 20 ms by default); then the lock is freed in
-// Redis, and when the unlock message reached another process, this one waits 5 ms before it tries again, so
-// processes take turns on a hot key. N hand-offs cost one acquire and one release script in all.
+// Redis, and when the unlock message reached another process, no acquisition of the key here tries for
+// 5 ms, so processes take turns on a hot key. N hand-offs cost one acquire and one release script in all.
 // ReleaseIn sends a release in the caller's own pipeline.
 //
 // Errors read as one line ("rlock: lock not obtained: context deadline exceeded") and match every cause

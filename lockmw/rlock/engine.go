@@ -92,14 +92,17 @@ func (e *engine) handOff(h *hold) bool {
 	return true
 }
 
-// freed wakes this process's next waiter of a lock it freed in Redis: at once, or after a head start
-// (yieldFor) when the unlock message reached listeners beyond this process's own subscription.
-func (e *engine) freed(n names, receivers int64) {
-	if receivers > e.listening(n.channel) {
-		e.queue.yield(n.channel, yieldFor)
+// freed wakes this process's next waiter of hold h's lock, which it freed in Redis: at once, or, when the
+// hold reached its bound (HandOff) and the unlock message reached listeners beyond this process's own
+// subscription, after a head start (yieldFor) that lets another process take its turn. Only at the bound:
+// a process stays subscribed a while after its last waiter left, so a listener may not be waiting, and a
+// yield to it would leave the lock idle.
+func (e *engine) freed(h *hold, receivers int64) {
+	if receivers > e.listening(h.names.channel) && !e.cfg.HandOff.allows(h.handOffs, h.since) {
+		e.queue.yield(h.names.channel, yieldFor)
 		return
 	}
-	e.queue.notify(n.channel)
+	e.queue.notify(h.names.channel)
 }
 
 // listening returns how many of the receivers of an unlock message on channel are this process's: one

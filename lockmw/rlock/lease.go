@@ -168,7 +168,7 @@ func (e *engine) releaseHold(ctx context.Context, h *hold, requestID string, ret
 // the lock is free, so this process's next waiter may try.
 func (e *engine) afterRelease(h *hold, rep releaseReply, retried bool) error {
 	if rep.left == 0 {
-		e.freed(h.names, rep.receivers)
+		e.freed(h, rep.receivers)
 	}
 	if rep.left < 0 && !retried {
 		return fmt.Errorf("%w: %s by %s (expired or taken away)", ErrNotHeld, h.names.lock, h.redisOwner)

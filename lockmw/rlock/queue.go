@@ -12,6 +12,10 @@ import (
 type waitQueue struct {
 	mu   sync.Mutex
 	keys map[string]*keyQueue // by unlock channel
+	// yields: this process freed the lock while another process listened for it; until then no
+	// acquisition here attempts (also one that arrives after, with no queue yet), so that process gets
+	// its turn.
+	yields map[string]time.Time
 }
 
 type keyQueue struct {
@@ -19,9 +23,6 @@ type keyQueue struct {
 	// pending: an unlock message arrived that the head has not acted on yet. It survives a change of head,
 	// so a message that lands between two heads is not lost.
 	pending bool
-	// yieldUntil: this process freed the lock while another process listened for it; the head attempts
-	// no earlier, so that process gets its turn.
-	yieldUntil time.Time
 }
 
 type waiter struct {
@@ -42,14 +43,26 @@ type turn struct {
 	notBefore time.Time // attempt no earlier (a yield)
 }
 
-func newWaitQueue() *waitQueue { return &waitQueue{keys: make(map[string]*keyQueue)} }
+func newWaitQueue() *waitQueue {
+	return &waitQueue{keys: make(map[string]*keyQueue), yields: make(map[string]time.Time)}
+}
 
 // busy reports whether some goroutine of this process waits for the key: a newcomer queues behind it
 // instead of racing it in Redis.
 func (q *waitQueue) busy(channel string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.keys[channel] != nil
+	return q.keys[channel] != nil || q.yieldingLocked(channel)
+}
+
+// yieldingLocked reports whether the key is in a yield, forgetting one that ended.
+func (q *waitQueue) yieldingLocked(channel string) bool {
+	until, ok := q.yields[channel]
+	if ok && !time.Now().Before(until) {
+		delete(q.yields, channel)
+		return false
+	}
+	return ok
 }
 
 // join appends a waiter for the key. first reports that the key had no queue, so the caller subscribes to
@@ -78,7 +91,7 @@ func (q *waitQueue) turn(channel string, w *waiter) turn {
 	if kq == nil || kq.waiters[0] != w {
 		return turn{}
 	}
-	t := turn{head: true, try: w.tryNow || kq.pending || w.granted != nil, granted: w.granted, notBefore: kq.yieldUntil}
+	t := turn{head: true, try: w.tryNow || kq.pending || w.granted != nil, granted: w.granted, notBefore: q.yields[channel]}
 	w.tryNow, kq.pending, w.granted = false, false, nil
 	return t
 }
@@ -97,12 +110,12 @@ func (q *waitQueue) grant(channel string, h *hold) *waiter {
 	return w
 }
 
-// yield wakes the key's head to attempt no earlier than d from now.
+// yield makes acquisitions of the key here attempt no earlier than d from now, and wakes its head.
 func (q *waitQueue) yield(channel string, d time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.yields[channel] = time.Now().Add(d)
 	if kq := q.keys[channel]; kq != nil {
-		kq.yieldUntil = time.Now().Add(d)
 		kq.pending = true
 		signal(kq.waiters[0].wake)
 	}
