@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/handlers"
@@ -45,6 +46,7 @@ type Worker struct {
 	store    *inventory.Store
 	reserver *handlers.Reserver
 	combiner *combiner
+	server   []attribute.KeyValue      // the stock Redis's address, for the spans of the outcome events
 	history  *history.Recorder         // FAULT_HISTORY_DIR; nil: not recording
 	lock     message.HandlerMiddleware // nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
@@ -185,6 +187,7 @@ func (w *Worker) setHandler() error {
 		store = recordingStore{w.store, w.history}
 	}
 	w.reserver = &handlers.Reserver{Store: store, Worker: w.cfg.Name}
+	w.server = stream.ServerAttributes(w.rdb)
 	w.combiner = newCombiner(w.cfg.LockWait, w.decide)
 	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
@@ -201,8 +204,7 @@ func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more
 	if err != nil {
 		return false, err
 	}
-	results := stream.Batch{Topic: w.cfg.ResultsStream, MaxLen: int64(w.cfg.ResultsMaxLen),
-		Server: stream.ServerAttributes(w.rdb)}
+	results := stream.Batch{Topic: w.cfg.ResultsStream, MaxLen: int64(w.cfg.ResultsMaxLen), Server: w.server}
 	pipe := w.rdb.TxPipeline()
 	ids := make([]string, len(batch))
 	for i, msg := range msgs {

@@ -68,11 +68,11 @@ func (l *lease) end(ctx context.Context) (released, error) {
 // queues only for a Reentrant lease; any other lease is released by finish.
 func ReleaseIn(ctx context.Context, pipe redis.Pipeliner, held Lease) (finish func(error) error) {
 	l, ok := held.(*lease)
-	single, isSingle := singleNode{}, false
+	var single singleNode
 	if ok {
-		single, isSingle = l.e.be.(singleNode)
+		single, ok = l.e.be.(singleNode)
 	}
-	if !isSingle {
+	if !ok {
 		return func(error) error { return held.Release(ctx) }
 	}
 	step, err := l.end(ctx)
