@@ -55,24 +55,49 @@ func (t TLSFiles) RedisOptions(url string) (*redis.Options, error) {
 	opts.ContextTimeoutEnabled = true
 	// No CLIENT SETINFO on connect (Redis 7.2+): the least-privilege users may not run it, and it is noise.
 	opts.DisableIdentity = true
-	if opts.TLSConfig == nil {
+	if opts.TLSConfig, err = t.secure(opts.TLSConfig, url); err != nil {
+		return nil, err
+	}
+	return opts, nil
+}
+
+// ClusterOptions parses a Redis Cluster URL, redis://[user:pass@]host:port?addr=host2:port2&addr=host3:port3
+// (as redis.ParseClusterURL reads it: a few nodes are enough, the client finds the others), into the
+// options of a cluster client, with the settings and checks of RedisOptions.
+func (t TLSFiles) ClusterOptions(url string) (*redis.ClusterOptions, error) {
+	opts, err := redis.ParseClusterURL(url)
+	if err != nil {
+		return nil, redactError(err, url)
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.DisableIdentity = true
+	if opts.TLSConfig, err = t.secure(opts.TLSConfig, url); err != nil {
+		return nil, err
+	}
+	return opts, nil
+}
+
+// secure completes the TLS settings of a rediss:// URL (nil c: a redis:// one, which must not come with
+// TLS files): CAFile trusted, CertFile presented, TLS 1.2 at least, certificate checks on.
+func (t TLSFiles) secure(c *tls.Config, url string) (*tls.Config, error) {
+	if c == nil {
 		if set := t.names(); len(set) > 0 {
 			return nil, fmt.Errorf("%s set, but the URL %s is not rediss://: the TLS settings apply to rediss:// URLs only "+
 				"(use rediss://, or unset them)", strings.Join(set, " and "), RedactURL(url))
 		}
-		return opts, nil
+		return nil, nil
 	}
-	if opts.TLSConfig.InsecureSkipVerify {
+	if c.InsecureSkipVerify {
 		return nil, fmt.Errorf("the URL %s turns certificate checking off (skip_verify): not allowed; give the CA "+
 			"that signed the server's certificate with %s instead", RedactURL(url), EnvTLSCAFile)
 	}
-	opts.TLSConfig.MinVersion = max(opts.TLSConfig.MinVersion, tls.VersionTLS12)
+	c.MinVersion = max(c.MinVersion, tls.VersionTLS12)
 	m, err := t.load()
 	if err != nil {
 		return nil, err
 	}
-	opts.TLSConfig.RootCAs, opts.TLSConfig.Certificates = m.roots, m.certs
-	return opts, nil
+	c.RootCAs, c.Certificates = m.roots, m.certs
+	return c, nil
 }
 
 // RedisURLs parses a comma-separated list of Redis URLs as RedisOptions does; empty gives none.

@@ -8,20 +8,23 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 )
 
 // collector reads this run's outcome and poison events into its Summary.
 type collector struct {
 	cfg    Config
+	parts  []stream.Partition
 	sum    *Summary
 	placed map[string]placedOrder
-	from   outcomeCursor
+	from   []outcomeCursor // by partition
 	bar    *bar
 
 	seen        map[string]handlers.Result // the first outcome of each order
@@ -33,56 +36,84 @@ type collector struct {
 // collect reads events until every order has an outcome, then computes the throughput and percentiles. When
 // the Timeout passes first, it counts the orders left without one as missing, for check to report, and
 // computes no figures.
-func (c *collector) collect(ctx context.Context, rdb *redis.Client) {
+func (c *collector) collect(ctx context.Context, rdb redis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	defer c.bar.done()
+	events := make(chan []redis.XStream)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel() // the readers stop
+		wg.Wait()
+	}()
+	for i, p := range c.parts {
+		wg.Go(func() { c.follow(ctx, rdb, p, &c.from[i], events) })
+	}
 	for c.pending() > 0 {
-		streams, err := c.read(ctx, rdb)
-		switch {
-		case errors.Is(err, redis.Nil): // nothing new within the block time
-		case ctx.Err() != nil:
+		select {
+		case <-ctx.Done():
 			c.sum.Missing = c.pending()
 			return
-		case err != nil: // Redis restarting: keep trying until the timeout
-			time.Sleep(200 * time.Millisecond)
-		default:
+		case streams := <-events:
 			c.add(streams)
 		}
 	}
 	c.finish()
 }
 
-// pending is the number of orders with neither an outcome nor a poison entry yet.
-func (c *collector) pending() int { return len(c.placed) - len(c.seen) - c.sum.Poisoned }
-
-// read reads the next events of both streams, blocking for a while when there are none.
-func (c *collector) read(ctx context.Context, rdb *redis.Client) ([]redis.XStream, error) {
-	return rdb.XRead(ctx, &redis.XReadArgs{
-		Streams: []string{c.cfg.ResultsStream, c.cfg.PoisonStream, c.from.results, c.from.poison},
-		Count:   1000, Block: 500 * time.Millisecond,
-	}).Result()
-}
-
-// add takes the events read.
-func (c *collector) add(streams []redis.XStream) {
-	for _, s := range streams {
-		for _, e := range s.Messages {
-			c.addEntry(s.Stream, e)
+// follow reads partition p's outcome and poison events after cursor into events until ctx ends, moving the
+// cursor past them. It keeps trying through a Redis restart or failover.
+func (c *collector) follow(ctx context.Context, rdb redis.UniversalClient, p stream.Partition, cursor *outcomeCursor, events chan<- []redis.XStream) {
+	for ctx.Err() == nil {
+		streams, err := rdb.XRead(ctx, &redis.XReadArgs{
+			Streams: []string{p.Results, p.Poison, cursor.results, cursor.poison},
+			Count:   1000, Block: 500 * time.Millisecond,
+		}).Result()
+		switch {
+		case errors.Is(err, redis.Nil): // nothing new within the block time
+		case err != nil:
+			sleep(ctx, 200*time.Millisecond)
+		default:
+			for _, s := range streams {
+				last := s.Messages[len(s.Messages)-1].ID
+				if s.Stream == p.Poison {
+					cursor.poison = last
+				} else {
+					cursor.results = last
+				}
+			}
+			select {
+			case events <- streams:
+			case <-ctx.Done():
+			}
 		}
 	}
 }
 
-// addEntry takes one event of a stream, moving the cursor past it.
-func (c *collector) addEntry(stream string, e redis.XMessage) {
-	payload, _ := e.Values["payload"].(string)
-	if stream == c.cfg.PoisonStream {
-		c.from.poison = e.ID
-		c.addPoison(payload)
-		return
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
 	}
-	c.from.results = e.ID
-	c.addResult(payload)
+}
+
+// pending is the number of orders with neither an outcome nor a poison entry yet.
+func (c *collector) pending() int { return len(c.placed) - len(c.seen) - c.sum.Poisoned }
+
+// add takes the events read.
+func (c *collector) add(streams []redis.XStream) {
+	for _, s := range streams {
+		poison := slices.ContainsFunc(c.parts, func(p stream.Partition) bool { return p.Poison == s.Stream })
+		for _, e := range s.Messages {
+			payload, _ := e.Values["payload"].(string)
+			if poison {
+				c.addPoison(payload)
+			} else {
+				c.addResult(payload)
+			}
+		}
+	}
 }
 
 // addPoison counts a poison entry when it is one of this run's orders.

@@ -20,10 +20,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts, _ := cfg.RedisOptions()
-	rdb := redis.NewClient(opts)
+	// A connection per partition blocks reading its outcomes (await), besides the publishers'.
+	rdb, err := cfg.Client(cfg.OrdersPartitions + 20)
+	if err != nil {
+		return nil, err
+	}
 	defer rdb.Close()
-	r := &run{cfg: cfg, rdb: rdb, store: inventory.New(rdb), skus: cfg.skus(), progress: progress,
+	r := &run{cfg: cfg, rdb: rdb, parts: cfg.Partitions(), store: inventory.New(rdb), skus: cfg.skus(), progress: progress,
 		sum: &Summary{RunID: cfg.RunID, Orders: cfg.Orders, SKUs: map[string]*SKUSummary{}}}
 	from, err := r.prepare(ctx)
 	if err != nil {
@@ -43,7 +46,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 // run is one producer run: its settings, its Redis and the summary it fills in.
 type run struct {
 	cfg      Config
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
+	parts    []stream.Partition
 	store    *inventory.Store
 	skus     []string
 	progress io.Writer
@@ -52,18 +56,23 @@ type run struct {
 
 // prepare seeds the stock, notes the stock before the run and where its outcomes will start, and makes sure
 // the workers' consumer group will see the orders.
-func (r *run) prepare(ctx context.Context) (outcomeCursor, error) {
+func (r *run) prepare(ctx context.Context) ([]outcomeCursor, error) {
 	if err := r.seed(ctx); err != nil {
-		return outcomeCursor{}, err
+		return nil, err
 	}
 	if err := r.readStockBefore(ctx); err != nil {
-		return outcomeCursor{}, err
+		return nil, err
 	}
 	from, err := r.markOutcomes(ctx)
 	if err != nil {
-		return outcomeCursor{}, err
+		return nil, err
 	}
-	return from, ensureGroup(ctx, r.rdb, r.cfg.Config)
+	for _, p := range r.parts {
+		if err := ensureGroup(ctx, r.rdb, p.Orders, r.cfg.ConsumerGroup); err != nil {
+			return nil, err
+		}
+	}
+	return from, nil
 }
 
 // seed sets each SKU's available stock to SeedStock, unless it is negative.
@@ -92,8 +101,8 @@ func (r *run) readStockBefore(ctx context.Context) error {
 }
 
 // await collects the outcomes of the placed orders, then checks the stock against them.
-func (r *run) await(ctx context.Context, placed map[string]placedOrder, from outcomeCursor) error {
-	c := &collector{cfg: r.cfg, sum: r.sum, placed: placed, from: from, bar: newBar(r.progress, "outcomes", len(placed)),
+func (r *run) await(ctx context.Context, placed map[string]placedOrder, from []outcomeCursor) error {
+	c := &collector{cfg: r.cfg, parts: r.parts, sum: r.sum, placed: placed, from: from, bar: newBar(r.progress, "outcomes", len(placed)),
 		seen: make(map[string]handlers.Result, len(placed))}
 	c.collect(ctx, r.rdb)
 	return r.checkStock(ctx)
@@ -121,43 +130,43 @@ func (r *run) stock(ctx context.Context, sku string) (inventory.Stock, error) {
 	return st, err
 }
 
-// outcomeCursor is the ID of the last entry read from the results and from the poison stream.
+// outcomeCursor is the ID of the last entry read from a partition's results and poison streams.
 type outcomeCursor struct{ results, poison string }
 
-// markOutcomes returns where this run's outcomes will start: after the entries the streams already hold.
-func (r *run) markOutcomes(ctx context.Context) (outcomeCursor, error) {
-	results, err := lastID(ctx, r.rdb, r.cfg.ResultsStream)
-	if err != nil {
-		return outcomeCursor{}, err
+// markOutcomes returns where this run's outcomes will start in each partition: after the entries its
+// streams already hold.
+func (r *run) markOutcomes(ctx context.Context) ([]outcomeCursor, error) {
+	from := make([]outcomeCursor, len(r.parts))
+	for i, p := range r.parts {
+		var err error
+		if from[i].results, err = lastID(ctx, r.rdb, p.Results); err != nil {
+			return nil, err
+		}
+		if from[i].poison, err = lastID(ctx, r.rdb, p.Poison); err != nil {
+			return nil, err
+		}
 	}
-	poison, err := lastID(ctx, r.rdb, r.cfg.PoisonStream)
-	return outcomeCursor{results: results, poison: poison}, err
+	return from, nil
 }
 
-// ensureGroup creates the workers' consumer group at the end of an empty (or missing) stream, so that the
-// orders about to be published reach workers that start later (a new group starts at $ by default and
-// would skip them). A stream that already holds entries is left to the workers: they decide by
-// CONSUMER_GROUP_START whether those entries are processed.
-func ensureGroup(ctx context.Context, rdb *redis.Client, s stream.Config) error {
-	n, err := rdb.XLen(ctx, s.OrdersStream).Result()
+// ensureGroup creates the workers' consumer group at the end of an empty (or missing) orders stream, so
+// that the orders about to be published reach workers that start later (a new group starts at $ by
+// default and would skip them). A stream that already holds entries is left to the workers: they decide
+// by CONSUMER_GROUP_START whether those entries are processed.
+func ensureGroup(ctx context.Context, rdb redis.UniversalClient, orders, group string) error {
+	n, err := rdb.XLen(ctx, orders).Result()
 	if err != nil || n > 0 {
 		return err
 	}
-	return createGroup(ctx, rdb, s)
-}
-
-// createGroup creates the consumer group at the end of the orders stream, and the stream if need be; a group
-// that exists already will do.
-func createGroup(ctx context.Context, rdb *redis.Client, s stream.Config) error {
-	err := rdb.XGroupCreateMkStream(ctx, s.OrdersStream, s.ConsumerGroup, "$").Err()
+	err = rdb.XGroupCreateMkStream(ctx, orders, group, "$").Err()
 	if err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-		return fmt.Errorf("create consumer group %s of stream %s: %w", s.ConsumerGroup, s.OrdersStream, err)
+		return fmt.Errorf("create consumer group %s of stream %s: %w", group, orders, err)
 	}
 	return nil
 }
 
 // lastID is the ID of the newest entry of a stream, "0-0" when it has none.
-func lastID(ctx context.Context, rdb *redis.Client, name string) (string, error) {
+func lastID(ctx context.Context, rdb redis.UniversalClient, name string) (string, error) {
 	last, err := rdb.XRevRangeN(ctx, name, "+", "-", 1).Result()
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", name, err)

@@ -36,6 +36,7 @@ func (r *run) publish(ctx context.Context) (map[string]placedOrder, error) {
 	defer wpub.Close()
 	p := &publisher{
 		cfg:    r.cfg,
+		parts:  r.parts,
 		skus:   r.skus,
 		pub:    stream.Publisher{Publisher: wpub, Server: stream.ServerAttributes(r.rdb)}, // a trace per order, to the workers
 		bar:    newBar(r.progress, "published", r.cfg.Orders),
@@ -53,12 +54,13 @@ func (r *run) publish(ctx context.Context) (map[string]placedOrder, error) {
 
 // publisher publishes the orders of one run, numbered 1 .. Orders, from any number of goroutines.
 type publisher struct {
-	cfg  Config
-	skus []string
-	pub  message.Publisher
-	tick <-chan time.Time // with a rate: an order a tick
-	bar  *bar
-	next atomic.Int64 // the number of the last order taken
+	cfg   Config
+	parts []stream.Partition
+	skus  []string
+	pub   message.Publisher
+	tick  <-chan time.Time // with a rate: an order a tick
+	bar   *bar
+	next  atomic.Int64 // the number of the last order taken
 
 	mu     sync.Mutex
 	placed map[string]placedOrder
@@ -112,7 +114,7 @@ func (p *publisher) place(ctx context.Context, i int64, sku string) error {
 	o := handlers.Order{OrderID: p.cfg.RunID + "-" + strconv.FormatInt(i, 10), SKU: sku,
 		Quantity: int64(p.cfg.Quantity), PlacedAt: time.Now().UTC()}
 	payload, _ := json.Marshal(o)
-	if err := p.send(ctx, payload); err != nil {
+	if err := p.send(ctx, p.parts[p.cfg.PartitionOf(sku)].Orders, payload); err != nil {
 		return fmt.Errorf("publish order %s: %w", o.OrderID, err)
 	}
 	p.mu.Lock()
@@ -122,14 +124,15 @@ func (p *publisher) place(ctx context.Context, i int64, sku string) error {
 	return nil
 }
 
-// send publishes one order, retrying through a Redis restart for up to half a minute. A retry after a lost
-// reply may publish the order twice; the workers decide it once all the same.
-func (p *publisher) send(ctx context.Context, payload []byte) error {
+// send publishes one order to the orders stream topic, retrying through a Redis restart (or failover) for
+// up to half a minute. A retry after a lost reply may publish the order twice; the workers decide it once
+// all the same.
+func (p *publisher) send(ctx context.Context, topic string, payload []byte) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		msg := message.NewMessage(watermill.NewUUID(), payload)
 		msg.SetContext(ctx)
-		err := p.pub.Publish(p.cfg.OrdersStream, msg)
+		err := p.pub.Publish(topic, msg)
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}

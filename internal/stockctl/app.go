@@ -13,32 +13,29 @@ import (
 // app is what a command works with: the settings, the Redis clients and the output.
 type app struct {
 	opts    *options
-	rdb     *redis.Client   // REDIS_URL: streams and stock
-	masters []*redis.Client // REDLOCK_URLS, empty without Redlock
+	rdb     redis.UniversalClient // REDIS_URL: streams and stock
+	masters []*redis.Client       // REDLOCK_URLS, empty without Redlock
 	store   *inventory.Store
 	stdout  io.Writer
 }
 
-// newApp makes the clients of the checked settings; they connect on their first command.
+// newApp makes the clients of the checked settings; they connect on their first command. The stream
+// commands look at the streams of partition --partition.
 func newApp(o *options, stdout io.Writer) (*app, error) {
-	streams, masters, err := o.redisOptions()
+	if err := o.ValidateRedis(); err != nil {
+		return nil, asUsage(err)
+	}
+	masters, err := o.TLS.RedisURLs(o.redlockURLs)
+	if err != nil {
+		return nil, asUsage(fmt.Errorf("invalid REDLOCK_URLS: %w", err))
+	}
+	rdb, err := o.Client(0)
 	if err != nil {
 		return nil, asUsage(err)
 	}
-	rdb := redis.NewClient(streams)
+	p := o.Partitions()[o.partition]
+	o.OrdersStream, o.ResultsStream, o.PoisonStream = p.Orders, p.Results, p.Poison
 	return &app{opts: o, rdb: rdb, masters: newClients(masters), store: inventory.New(rdb), stdout: stdout}, nil
-}
-
-// redisOptions reads the TLS files, REDIS_URL and REDLOCK_URLS.
-func (o *options) redisOptions() (streams *redis.Options, masters []*redis.Options, err error) {
-	if err = o.ValidateRedis(); err != nil {
-		return nil, nil, err
-	}
-	streams, _ = o.RedisOptions()
-	if masters, err = o.TLS.RedisURLs(o.redlockURLs); err != nil {
-		return nil, nil, fmt.Errorf("invalid REDLOCK_URLS: %w", err)
-	}
-	return streams, masters, nil
 }
 
 func newClients(opts []*redis.Options) []*redis.Client {

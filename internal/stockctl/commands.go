@@ -29,15 +29,15 @@ var commands = []*command{
 	{name: "stock add", args: "SKU N", summary: "add N (1..10^15) to the available stock of SKU", run: runStockAdd},
 	{name: "stock", args: "SKU...", summary: "available, reserved and fence of each SKU", run: runStockGet},
 	{name: "lock", args: "SKU", summary: "lock:{SKU} holder and lease, fencing counter, stored fence", run: runLock},
-	{name: "pending", args: "[--limit N]", summary: "consumer group, its consumers and pending entries", flags: []string{"limit"},
+	{name: "pending", args: "[--limit N]", summary: "consumer group, its consumers and pending entries", flags: []string{"limit", "partition"},
 		noArgs: true, run: runPending},
-	{name: "poison list", args: "[--limit N]", summary: "poison entries, newest first", flags: []string{"limit"},
+	{name: "poison list", args: "[--limit N]", summary: "poison entries, newest first", flags: []string{"limit", "partition"},
 		noArgs: true, run: runPoisonList},
 	{name: "poison replay", args: "(--id ID [--id ID...] | --reason-contains S | --all) [--dry-run]",
-		summary: "move poison entries back to the orders stream, each at most once", flags: []string{"id", "reason-contains", "all", "dry-run"},
+		summary: "move poison entries back to the orders stream, each at most once", flags: []string{"id", "reason-contains", "all", "dry-run", "partition"},
 		noArgs: true, hint: " (use --id ID)", run: runPoisonReplay},
 	{name: "consumers prune", args: "[--idle D] [--dry-run]", summary: "delete consumers idle longer than D that have no pending entries",
-		flags: []string{"idle", "dry-run"}, noArgs: true, run: runConsumersPrune},
+		flags: []string{"idle", "dry-run", "partition"}, noArgs: true, run: runConsumersPrune},
 }
 
 // findCommand returns the command named by the first words, and the words after its name.

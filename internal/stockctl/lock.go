@@ -80,18 +80,22 @@ func (a *app) readLock(ctx context.Context, sku string) (*lockReport, error) {
 }
 
 // lockClients are the Redis servers the locks live on.
-func (a *app) lockClients() []*redis.Client {
-	if len(a.masters) > 0 {
-		return a.masters
+func (a *app) lockClients() []redis.UniversalClient {
+	if len(a.masters) == 0 {
+		return []redis.UniversalClient{a.rdb}
 	}
-	return []*redis.Client{a.rdb}
+	clients := make([]redis.UniversalClient, len(a.masters))
+	for i, m := range a.masters {
+		clients[i] = m
+	}
+	return clients
 }
 
-func (r *lockReport) readNodes(ctx context.Context, clients []*redis.Client) error {
+func (r *lockReport) readNodes(ctx context.Context, clients []redis.UniversalClient) error {
 	for _, c := range clients {
 		n, err := r.readNode(ctx, c)
 		if err != nil {
-			return fmt.Errorf("%s: %w", c.Options().Addr, err)
+			return fmt.Errorf("%s: %w", addrOf(c), err)
 		}
 		r.Nodes = append(r.Nodes, n)
 	}
@@ -100,7 +104,7 @@ func (r *lockReport) readNodes(ctx context.Context, clients []*redis.Client) err
 
 // readNode reads the lock and the counter in one MULTI, so owner, lease and counter are of one moment:
 // a lock without holders, or a missing counter, has no TTL either (PTTL -2).
-func (r *lockReport) readNode(ctx context.Context, c *redis.Client) (lockNode, error) {
+func (r *lockReport) readNode(ctx context.Context, c redis.UniversalClient) (lockNode, error) {
 	pipe := c.TxPipeline()
 	holders, lease := pipe.HGetAll(ctx, r.LockKey), pipe.PTTL(ctx, r.LockKey)
 	counter, counterTTL := pipe.Get(ctx, r.CounterKey), pipe.PTTL(ctx, r.CounterKey)
@@ -111,8 +115,16 @@ func (r *lockReport) readNode(ctx context.Context, c *redis.Client) (lockNode, e
 	if err != nil {
 		return lockNode{}, err
 	}
-	return lockNode{Addr: c.Options().Addr, Holders: toHolders(holders.Val()), LeaseMS: leaseMS(lease.Val()),
+	return lockNode{Addr: addrOf(c), Holders: toHolders(holders.Val()), LeaseMS: leaseMS(lease.Val()),
 		Counter: token, CounterTTLMS: positiveMS(counterTTL.Val())}, nil
+}
+
+// addrOf is the address of a server's client; a cluster's is "cluster".
+func addrOf(c redis.UniversalClient) string {
+	if one, ok := c.(*redis.Client); ok {
+		return one.Options().Addr
+	}
+	return "cluster"
 }
 
 func toHolders(fields map[string]string) []lockHolder {

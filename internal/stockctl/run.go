@@ -34,12 +34,14 @@ type options struct {
 	all            bool
 	dryRun         bool
 	idle           time.Duration
+	partition      int
 	given          map[string]bool // flags given on the command line
 }
 
 // globalFlags apply to every command.
 var globalFlags = []string{"redis-url", "redis-tls-ca-file", "redis-tls-cert-file", "redis-tls-key-file",
-	"orders-stream", "results-stream", "poison-stream", "consumer-group", "redlock-urls", "json", "timeout"}
+	"orders-stream", "results-stream", "poison-stream", "consumer-group", "redis-cluster", "orders-partitions",
+	"redlock-urls", "json", "timeout"}
 
 func defineFlags(set *config.Set, o *options) {
 	stream.Flags(set, &o.Config)
@@ -52,6 +54,7 @@ func defineFlags(set *config.Set, o *options) {
 	set.Bool(&o.all, "all", "poison replay: replay every poison entry")
 	set.Bool(&o.dryRun, "dry-run", "poison replay, consumers prune: show what would be done, write nothing")
 	set.Duration(&o.idle, "idle", DefaultPruneIdle, "consumers prune: delete consumers idle longer than this (and without pending entries)")
+	set.Int(&o.partition, "partition", 0, "pending, poison, consumers: the partition whose streams they look at (with ORDERS_PARTITIONS or REDIS_CLUSTER)")
 }
 
 // Run runs the command in args (without the program name) and returns the exit code.
@@ -170,7 +173,10 @@ func (o *options) check() error {
 		config.Check(o.idle >= 0, "--idle", o.idle, "must not be negative"),
 		config.CheckNotEmpty("ORDERS_STREAM", o.OrdersStream),
 		config.CheckNotEmpty("POISON_STREAM", o.PoisonStream),
-		config.CheckNotEmpty("CONSUMER_GROUP", o.ConsumerGroup))
+		config.CheckNotEmpty("CONSUMER_GROUP", o.ConsumerGroup),
+		o.Validate(),
+		config.Check(o.partition >= 0 && o.partition < max(o.OrdersPartitions, 1), "--partition", o.partition,
+			fmt.Sprintf("want 0..%d (ORDERS_PARTITIONS is %d)", max(o.OrdersPartitions, 1)-1, o.OrdersPartitions)))
 }
 
 // idList is a repeatable string flag.

@@ -17,6 +17,8 @@ const (
 	MetaBadEntry = "stockflow_bad_entry"
 	// metaDeliveries is how many times the entry was delivered, failed attempts given back not counted.
 	metaDeliveries = "stockflow_deliveries"
+	// metaPartition is the index of the partition the entry was read from (Config.Partitions).
+	metaPartition = "stockflow_partition"
 )
 
 // Unmarshaller reads Watermill entries (_watermill_message_uuid, metadata, payload) and plain ones
@@ -30,13 +32,14 @@ func (Unmarshaller) Marshal(topic string, msg *message.Message) (map[string]any,
 }
 
 func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ error) {
-	id, deliveries := takeReaderFields(values)
+	id, deliveries, partition := takeReaderFields(values)
 	defer func() {
 		// A panic here would take the whole process down (it runs in the subscriber's goroutine).
 		if v := recover(); v != nil {
 			msg = badEntry(id, fmt.Sprintf("unreadable entry: %v", v))
 		}
 		msg.Metadata.Set(metaDeliveries, strconv.FormatInt(deliveries, 10))
+		msg.Metadata.Set(metaPartition, strconv.FormatInt(partition, 10))
 	}()
 	if _, ok := values[redisstream.UUIDHeaderKey]; !ok {
 		values[redisstream.UUIDHeaderKey] = id
@@ -54,16 +57,18 @@ func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ er
 }
 
 // takeReaderFields removes the fields a Reader added to values and returns them: the entry id (a new
-// UUID when the entry was not read through a Reader) and the delivery count.
-func takeReaderFields(values map[string]any) (id string, deliveries int64) {
+// UUID when the entry was not read through a Reader), the delivery count and the partition.
+func takeReaderFields(values map[string]any) (id string, deliveries, partition int64) {
 	id, _ = values[entryIDField].(string)
 	deliveries, _ = values[entryDeliveriesField].(int64)
+	partition, _ = values[entryPartitionField].(int64)
 	delete(values, entryIDField)
 	delete(values, entryDeliveriesField)
+	delete(values, entryPartitionField)
 	if id == "" {
 		id = watermill.NewUUID()
 	}
-	return id, deliveries
+	return id, deliveries, partition
 }
 
 // markUnusual drops the metadata a producer must not set, takes the trace context a foreign producer sent
@@ -109,6 +114,12 @@ func badEntry(id, reason string) *message.Message {
 	msg := message.NewMessage(id, nil)
 	msg.Metadata.Set(MetaBadEntry, reason)
 	return msg
+}
+
+// EntryPartition returns the index of the partition msg's entry was read from (Config.Partitions).
+func EntryPartition(msg *message.Message) int {
+	n, _ := strconv.Atoi(msg.Metadata.Get(metaPartition))
+	return n
 }
 
 // Deliveries returns how many times msg's entry was delivered (attempts given back not counted).

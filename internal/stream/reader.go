@@ -1,11 +1,13 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,7 @@ import (
 const (
 	entryIDField         = "\x00stockflow-entry-id"
 	entryDeliveriesField = "\x00stockflow-deliveries"
+	entryPartitionField  = "\x00stockflow-partition"
 )
 
 // MaxEntryBytes is the largest stream entry (field names and values) a worker accepts: an order payload at
@@ -38,11 +41,16 @@ var fetchScript = redis.NewScript(fetchLua)
 
 // Reader is the Redis client given to one redisstream subscriber. It changes how the subscriber reads,
 // claims and acks:
+//   - The subscriber's topic stands for every partition of the orders (Config.Partitions): each read takes
+//     the next entry of the first partition that has one, starting after the partition read last, and each
+//     claim round looks at the next partition in turn. Where it needs an entry id or a consumer name with
+//     its partition (XPENDING's reply, then XCLAIM; XINFO CONSUMERS, then XGROUP DELCONSUMER), it hands the
+//     subscriber "<partition>/<id>".
 //   - Entries are read and claimed by fetch.lua, which poisons oversized entries inside Redis (a worker
 //     never holds them: a blocking XREADGROUP would hand over any entry whole) and returns each entry's
 //     delivery count. The price is polling: an idle consumer reads every 10-100 ms.
-//   - Every entry is tagged with its stream ID, so the message UUID is the entry ID: stable across
-//     redeliveries, and what XACK needs.
+//   - Every entry is tagged with its stream ID and partition, so the message UUID is the entry ID: stable
+//     across redeliveries, and what XACK needs (EntryPartition).
 //   - A missing consumer group (Redis restarted without its data, the stream deleted) is created again.
 //   - XACK does nothing: the worker acks itself (ack middleware, poison), so that handing a message back
 //     to the subscriber without an ack leaves the entry pending, to be retried.
@@ -51,13 +59,17 @@ type Reader struct {
 	redis.UniversalClient
 	cfg   ReaderConfig
 	pause time.Duration // the read loop's current pause; only the read loop touches it
+	next  int           // the partition the next read starts at; only the read loop touches it
+	// claimNext and consumersNext are the partitions the next claim round and consumer check look at.
+	claimNext, consumersNext atomic.Int64
 }
 
 // ReaderConfig is what the readers of one worker share.
 type ReaderConfig struct {
-	Stream, Group, Poison string
-	PoisonMaxLen          int // approximate bound of the poison stream
-	Logger                *slog.Logger
+	Partitions   []Partition
+	Group        string
+	PoisonMaxLen int // approximate bound of the poison streams
+	Logger       *slog.Logger
 	// Failing is when reads started failing (unix ns), 0 while they succeed.
 	Failing *atomic.Int64
 	// ReplayFrom is where a lost group is created again: the first entry whose outcome record may still
@@ -65,9 +77,13 @@ type ReaderConfig struct {
 	ReplayFrom func(time.Time) string
 }
 
-// NewReader returns a reader on rdb, which it never closes.
-func NewReader(rdb redis.UniversalClient, cfg ReaderConfig) *Reader {
-	return &Reader{UniversalClient: rdb, cfg: cfg}
+// NewReader returns a reader on rdb, which it never closes. The readers of a worker's consumers start at
+// different partitions: consumer i at partition i.
+func NewReader(rdb redis.UniversalClient, cfg ReaderConfig, consumer int) *Reader {
+	c := &Reader{UniversalClient: rdb, cfg: cfg, next: consumer % len(cfg.Partitions)}
+	c.claimNext.Store(int64(c.next))
+	c.consumersNext.Store(int64(c.next))
+	return c
 }
 
 func (*Reader) Close() error { return nil }
@@ -76,24 +92,43 @@ func (*Reader) XAck(context.Context, string, string, ...string) *redis.IntCmd {
 	return redis.NewIntResult(0, nil)
 }
 
+// XGroupCreateMkStream does nothing: the worker created the group of every partition before the
+// subscribers started, and a read creates a lost one again.
+func (*Reader) XGroupCreateMkStream(context.Context, string, string, string) *redis.StatusCmd {
+	return redis.NewStatusResult("OK", nil)
+}
+
 func (c *Reader) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
-	msgs, err := c.fetch(ctx, "read", a.Consumer)
-	switch {
-	case redis.HasErrorPrefix(err, "NOGROUP"):
-		if err = c.recreateGroup(ctx); errors.Is(err, errNoStream) {
-			err = nil
-			c.wait(ctx)
+	n := len(c.cfg.Partitions)
+	var failed error
+	for k := range n {
+		p := c.cfg.Partitions[(c.next+k)%n]
+		msgs, err := c.read(ctx, p, a.Consumer)
+		if err != nil {
+			failed = cmp.Or(failed, err) // the other partitions may still be read (a cluster node is down)
+			continue
 		}
-	case err == nil && len(msgs) == 0:
+		if len(msgs) > 0 {
+			c.next, c.pause = (p.Index+1)%n, 0
+			return redis.NewXStreamSliceCmdResult([]redis.XStream{{Stream: p.Orders, Messages: msgs}}, nil)
+		}
+	}
+	if failed == nil {
 		c.wait(ctx)
-	case err == nil:
-		c.pause = 0
-		return redis.NewXStreamSliceCmdResult([]redis.XStream{{Stream: c.cfg.Stream, Messages: msgs}}, nil)
+		failed = redis.Nil // nothing read: the subscriber reads again at once
 	}
-	if err == nil {
-		err = redis.Nil // nothing read: the subscriber reads again at once
+	return redis.NewXStreamSliceCmdResult(nil, failed)
+}
+
+// read fetches the next entry of partition p, creating its group again when it was lost.
+func (c *Reader) read(ctx context.Context, p Partition, consumer string) ([]redis.XMessage, error) {
+	msgs, err := c.fetch(ctx, p, "read", consumer)
+	if redis.HasErrorPrefix(err, "NOGROUP") {
+		if err = c.recreateGroup(ctx, p); errors.Is(err, errNoStream) {
+			err = nil
+		}
 	}
-	return redis.NewXStreamSliceCmdResult(nil, err)
+	return msgs, err
 }
 
 // wait pauses the read loop after an empty read, 10 ms doubling up to 100 ms.
@@ -105,42 +140,110 @@ func (c *Reader) wait(ctx context.Context) {
 	}
 }
 
-func (c *Reader) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
-	args := []any{a.MinIdle.Milliseconds()}
-	for _, id := range a.Messages {
-		args = append(args, id)
+// XPendingExt looks at one partition per call, the next in turn, and names each entry
+// "<partition>/<id>" for XClaim.
+func (c *Reader) XPendingExt(ctx context.Context, a *redis.XPendingExtArgs) *redis.XPendingExtCmd {
+	p := c.turn(&c.claimNext)
+	args := *a
+	args.Stream = p.Orders
+	pending, err := c.UniversalClient.XPendingExt(ctx, &args).Result()
+	for i := range pending {
+		pending[i].ID = qualify(p, pending[i].ID)
 	}
-	return redis.NewXMessageSliceCmdResult(c.fetch(ctx, "claim", a.Consumer, args...))
+	cmd := redis.NewXPendingExtCmd(ctx)
+	cmd.SetVal(pending)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// XClaim claims entries named by XPendingExt.
+func (c *Reader) XClaim(ctx context.Context, a *redis.XClaimArgs) *redis.XMessageSliceCmd {
+	var claimed []redis.XMessage
+	for _, name := range a.Messages {
+		p, id, err := c.unqualify(name)
+		if err != nil {
+			return redis.NewXMessageSliceCmdResult(claimed, err)
+		}
+		msgs, err := c.fetch(ctx, p, "claim", a.Consumer, a.MinIdle.Milliseconds(), id)
+		if err != nil {
+			return redis.NewXMessageSliceCmdResult(claimed, err)
+		}
+		claimed = append(claimed, msgs...)
+	}
+	return redis.NewXMessageSliceCmdResult(claimed, nil)
+}
+
+// XInfoConsumers looks at one partition per call, the next in turn, and names each consumer
+// "<partition>/<name>" for XGroupDelConsumer (Watermill deletes the consumers idle for long with nothing
+// pending).
+func (c *Reader) XInfoConsumers(ctx context.Context, _, group string) *redis.XInfoConsumersCmd {
+	p := c.turn(&c.consumersNext)
+	consumers, err := c.UniversalClient.XInfoConsumers(ctx, p.Orders, group).Result()
+	for i := range consumers {
+		consumers[i].Name = qualify(p, consumers[i].Name)
+	}
+	cmd := redis.NewXInfoConsumersCmd(ctx, p.Orders, group)
+	cmd.SetVal(consumers)
+	cmd.SetErr(err)
+	return cmd
+}
+
+func (c *Reader) XGroupDelConsumer(ctx context.Context, _, group, name string) *redis.IntCmd {
+	p, consumer, err := c.unqualify(name)
+	if err != nil {
+		return redis.NewIntResult(0, err)
+	}
+	return c.UniversalClient.XGroupDelConsumer(ctx, p.Orders, group, consumer)
+}
+
+// turn returns the partition next names and moves it on.
+func (c *Reader) turn(next *atomic.Int64) Partition {
+	n := int64(len(c.cfg.Partitions))
+	return c.cfg.Partitions[(next.Add(1)-1)%n]
+}
+
+// qualify names what belongs to partition p: "<partition>/<name>".
+func qualify(p Partition, name string) string { return strconv.Itoa(p.Index) + "/" + name }
+
+// unqualify reads a name qualify made.
+func (c *Reader) unqualify(name string) (Partition, string, error) {
+	i, rest, ok := strings.Cut(name, "/")
+	n, err := strconv.Atoi(i)
+	if !ok || err != nil || n < 0 || n >= len(c.cfg.Partitions) {
+		return Partition{}, "", fmt.Errorf("stream: %q names no partition", name)
+	}
+	return c.cfg.Partitions[n], rest, nil
 }
 
 // errNoStream: the orders stream does not exist (Redis lost its data, or the key was deleted).
 var errNoStream = errors.New("stream: the orders stream does not exist")
 
-// recreateGroup creates the consumer group again, from the first entry younger than OUTCOME_TTL
+// recreateGroup creates partition p's consumer group again, from the first entry younger than OUTCOME_TTL
 // (ReaderConfig.ReplayFrom): every such entry is delivered again. That loses nothing the group could still
 // decide safely, and costs no second reservation: an order already decided only yields its recorded
 // outcome again, its record being younger than OUTCOME_TTL too. While the stream itself is missing
 // (errNoStream) there is nothing to lose: the group is created once the next order creates the stream,
 // and the worker is not ready meanwhile, which tells the operator that Redis lost its data.
-func (c *Reader) recreateGroup(ctx context.Context) error {
-	err := c.UniversalClient.XGroupCreate(ctx, c.cfg.Stream, c.cfg.Group, c.cfg.ReplayFrom(time.Now())).Err()
+func (c *Reader) recreateGroup(ctx context.Context, p Partition) error {
+	err := c.UniversalClient.XGroupCreate(ctx, p.Orders, c.cfg.Group, c.cfg.ReplayFrom(time.Now())).Err()
 	switch {
 	case redis.HasErrorPrefix(err, "BUSYGROUP"):
 		return nil // another consumer was first
 	case err != nil && strings.Contains(err.Error(), "requires the key to exist"):
 		return errNoStream
 	case err != nil:
-		return fmt.Errorf("consumer group %s of stream %s is missing and could not be created: %w", c.cfg.Group, c.cfg.Stream, err)
+		return fmt.Errorf("consumer group %s of stream %s is missing and could not be created: %w", c.cfg.Group, p.Orders, err)
 	}
 	c.cfg.Logger.Warn("consumer group was missing: created it again, from the first entry younger than OUTCOME_TTL",
-		"stream", c.cfg.Stream, "group", c.cfg.Group)
+		"stream", p.Orders, "group", c.cfg.Group)
 	groupsRecreated.Add(ctx, 1)
 	return nil
 }
 
-func (c *Reader) fetch(ctx context.Context, mode, consumer string, args ...any) ([]redis.XMessage, error) {
+// fetch runs fetch.lua on partition p and tags the entries with p.
+func (c *Reader) fetch(ctx context.Context, p Partition, mode, consumer string, args ...any) ([]redis.XMessage, error) {
 	argv := append([]any{mode, c.cfg.Group, consumer, MaxEntryBytes, c.cfg.PoisonMaxLen}, args...)
-	reply, err := fetchScript.Run(ctx, c.UniversalClient, []string{c.cfg.Stream, c.cfg.Poison}, argv...).Slice()
+	reply, err := fetchScript.Run(ctx, c.UniversalClient, []string{p.Orders, p.Poison}, argv...).Slice()
 	if err != nil {
 		c.cfg.Failing.CompareAndSwap(0, time.Now().UnixNano())
 		return nil, err
@@ -148,8 +251,11 @@ func (c *Reader) fetch(ctx context.Context, mode, consumer string, args ...any) 
 	c.cfg.Failing.Store(0)
 	msgs, poisonedIDs, err := parseFetch(reply)
 	for id, bytes := range poisonedIDs {
-		c.cfg.Logger.Warn("poisoned oversized entry", "stream", c.cfg.Stream, "id", id, "bytes", bytes, "limit", MaxEntryBytes)
+		c.cfg.Logger.Warn("poisoned oversized entry", "stream", p.Orders, "id", id, "bytes", bytes, "limit", MaxEntryBytes)
 		Poisoned.Add(ctx, 1, reasonOversized)
+	}
+	for _, m := range msgs {
+		m.Values[entryPartitionField] = int64(p.Index)
 	}
 	return msgs, err
 }

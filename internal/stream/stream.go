@@ -7,6 +7,8 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,12 +27,20 @@ type Config struct {
 	ResultsStream string
 	PoisonStream  string
 	ConsumerGroup string
+	// Cluster: REDIS_URL names a Redis Cluster (REDIS_CLUSTER).
+	Cluster bool
+	// OrdersPartitions is how many partitions the orders (and outcomes, and poison) streams have
+	// (ORDERS_PARTITIONS); see Partitions.
+	OrdersPartitions int
 }
+
+// MaxPartitions bounds ORDERS_PARTITIONS: every consumer reads every partition in turn.
+const MaxPartitions = 1024
 
 // DefaultConfig returns the default names.
 func DefaultConfig() Config {
 	return Config{RedisURL: DefaultRedisURL, OrdersStream: "orders", ResultsStream: "order-results",
-		PoisonStream: "orders-poison", ConsumerGroup: "inventory"}
+		PoisonStream: "orders-poison", ConsumerGroup: "inventory", OrdersPartitions: 1}
 }
 
 // Flags defines the settings of c on s, with the defaults of DefaultConfig.
@@ -42,6 +52,8 @@ func Flags(s *config.Set, c *Config) {
 	s.String(&c.ResultsStream, "RESULTS_STREAM", d.ResultsStream, "stream the outcomes are written to")
 	s.String(&c.PoisonStream, "POISON_STREAM", d.PoisonStream, "stream for entries that can never be processed")
 	s.String(&c.ConsumerGroup, "CONSUMER_GROUP", d.ConsumerGroup, "consumer group of the workers")
+	s.Bool(&c.Cluster, "REDIS_CLUSTER", "REDIS_URL is a Redis Cluster: redis://host:port?addr=host2:port2&addr=host3:port3")
+	s.Int(&c.OrdersPartitions, "ORDERS_PARTITIONS", d.OrdersPartitions, "partitions of the streams: the orders of a SKU go to <ORDERS_STREAM>:{crc32(sku) % N} (1 on one Redis: the names as set)")
 }
 
 // Validate reports every setting of c that cannot work, by name.
@@ -50,7 +62,9 @@ func (c Config) Validate() error {
 		config.CheckNotEmpty("ORDERS_STREAM", c.OrdersStream),
 		config.CheckNotEmpty("RESULTS_STREAM", c.ResultsStream),
 		config.CheckNotEmpty("POISON_STREAM", c.PoisonStream),
-		config.CheckNotEmpty("CONSUMER_GROUP", c.ConsumerGroup))
+		config.CheckNotEmpty("CONSUMER_GROUP", c.ConsumerGroup),
+		config.Check(c.OrdersPartitions >= 1 && c.OrdersPartitions <= MaxPartitions, "ORDERS_PARTITIONS", c.OrdersPartitions,
+			fmt.Sprintf("want 1..%d", MaxPartitions)))
 }
 
 // ValidateRedis checks the TLS files, then REDIS_URL, naming the setting that cannot work.
@@ -58,7 +72,13 @@ func (c Config) ValidateRedis() error {
 	if err := c.TLS.Validate(); err != nil {
 		return err
 	}
-	if _, err := c.RedisOptions(); err != nil {
+	var err error
+	if c.Cluster {
+		_, err = c.TLS.ClusterOptions(c.RedisURL)
+	} else {
+		_, err = c.RedisOptions()
+	}
+	if err != nil {
 		return fmt.Errorf("invalid REDIS_URL: %w", err)
 	}
 	return nil
@@ -66,3 +86,53 @@ func (c Config) ValidateRedis() error {
 
 // RedisOptions are the client options of REDIS_URL, with the TLS files.
 func (c Config) RedisOptions() (*redis.Options, error) { return c.TLS.RedisOptions(c.RedisURL) }
+
+// Client connects to REDIS_URL (lazily): a *redis.Client, or with REDIS_CLUSTER a *redis.ClusterClient.
+// poolSize bounds the connections (per node on a cluster); 0 keeps go-redis's default.
+func (c Config) Client(poolSize int) (redis.UniversalClient, error) {
+	if !c.Cluster {
+		opts, err := c.RedisOptions()
+		if err != nil {
+			return nil, err
+		}
+		opts.PoolSize = poolSize
+		return redis.NewClient(opts), nil
+	}
+	opts, err := c.TLS.ClusterOptions(c.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	opts.PoolSize = poolSize
+	return redis.NewClusterClient(opts), nil
+}
+
+// Partition names the streams of one partition of the orders.
+type Partition struct {
+	Index                   int
+	Orders, Results, Poison string
+}
+
+// Partitions lists the streams of every partition. With one partition on one Redis they are the names as
+// set (ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM); otherwise partition i's are <name>:{i}, whose hash
+// tag keeps the three in one cluster slot (the worker's scripts and transactions touch an orders stream
+// with its poison or results stream) and spreads the partitions over the cluster's masters.
+func (c Config) Partitions() []Partition {
+	n := max(c.OrdersPartitions, 1)
+	parts := make([]Partition, n)
+	for i := range parts {
+		parts[i] = Partition{Index: i, Orders: c.OrdersStream, Results: c.ResultsStream, Poison: c.PoisonStream}
+		if n > 1 || c.Cluster {
+			tag := ":{" + strconv.Itoa(i) + "}"
+			parts[i].Orders += tag
+			parts[i].Results += tag
+			parts[i].Poison += tag
+		}
+	}
+	return parts
+}
+
+// PartitionOf is the partition of sku's orders: crc32.ChecksumIEEE(sku) % ORDERS_PARTITIONS (IEEE CRC-32,
+// which every language has, so any producer routes the same way).
+func (c Config) PartitionOf(sku string) int {
+	return int(crc32.ChecksumIEEE([]byte(sku)) % uint32(max(c.OrdersPartitions, 1)))
+}

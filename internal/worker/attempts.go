@@ -51,7 +51,7 @@ func (c *consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 	delay := min(retryDelay*time.Duration(80+rand.IntN(41))/100, c.claimIdle/2)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 2*time.Second)
 	defer cancel()
-	if herr := c.reclaim(ctx, msg.UUID, c.claimIdle-delay, kind == transient); herr != nil {
+	if herr := c.reclaim(ctx, c.partition(msg), msg.UUID, c.claimIdle-delay, kind == transient); herr != nil {
 		c.logger.Warn("order failed, retrying here", "id", msg.UUID, "in", retryMin, "err", err, "hand_back_err", herr)
 		return false
 	}

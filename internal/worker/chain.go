@@ -38,10 +38,9 @@ import (
 // consumer is one consumer of the group: the one a message was delivered to, and its chain.
 type consumer struct {
 	rdb          redis.UniversalClient
-	stream       string // the orders stream
+	parts        []stream.Partition // the streams it reads
 	group        string
 	name         string
-	poisonStream string
 	poisonMaxLen int
 	maxAttempts  int
 	claimIdle    time.Duration
@@ -51,6 +50,11 @@ type consumer struct {
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
 	busy       *atomic.Int64 // since when the consumer has been handling its message (unix ns), 0 when idle
+}
+
+// partition is the partition msg's entry was read from.
+func (c *consumer) partition(msg *message.Message) stream.Partition {
+	return c.parts[stream.EntryPartition(msg)]
 }
 
 // chain wraps h, the last step, in the consumer's chain; inner are the steps between decode and h
@@ -74,7 +78,7 @@ func (c *consumer) chain(h message.HandlerFunc, inner ...message.HandlerMiddlewa
 func (c *consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
-		ctx, span := stream.Consumer{Stream: c.stream, Group: c.group, Name: c.name,
+		ctx, span := stream.Consumer{Stream: c.partition(msg).Orders, Group: c.group, Name: c.name,
 			Server: stream.ServerAttributes(c.rdb)}.StartProcess(orig, msg)
 		inFlight.Add(ctx, 1)
 		c.busy.Store(time.Now().UnixNano())
@@ -109,10 +113,11 @@ func (c *consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 		reason = truncate(reason, maxReason)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
 		defer cancel()
-		if err := c.toPoison(ctx, msg.UUID, reason); err != nil {
+		p := c.partition(msg)
+		if err := c.toPoison(ctx, p, msg.UUID, reason); err != nil {
 			return nil, fmt.Errorf("poison entry %s: %w", msg.UUID, err)
 		}
-		c.logger.Warn("poisoned entry", "stream", c.stream, "id", msg.UUID, "reason", reason)
+		c.logger.Warn("poisoned entry", "stream", p.Orders, "id", msg.UUID, "reason", reason)
 		stream.Poisoned.Add(ctx, 1, kind)
 		trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
 		return nil, nil
@@ -212,7 +217,7 @@ func (c *consumer) touchUntil(msg *message.Message, done <-chan struct{}) {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(msg.Context(), c.claimIdle/3)
-			_ = c.reclaim(ctx, msg.UUID, 0, false)
+			_ = c.reclaim(ctx, c.partition(msg), msg.UUID, 0, false)
 			cancel()
 		}
 	}

@@ -64,8 +64,8 @@ func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
 		t.Fatal(err)
 	}
 	e.store = &countingStore{Store: inv}
-	w := &Worker{cfg: Config{Config: stream.Config{OrdersStream: "orders", ConsumerGroup: "g", ResultsStream: "results"}, ResultsMaxLen: 1000},
-		rdb: e.rdb, reserver: &handlers.Reserver{Store: e.store, Worker: "w"}}
+	cfg := Config{Config: stream.Config{OrdersStream: "orders", ConsumerGroup: "g", ResultsStream: "results"}, ResultsMaxLen: 1000}
+	w := &Worker{cfg: cfg, rdb: e.rdb, parts: cfg.Partitions(), reserver: &handlers.Reserver{Store: e.store, Worker: "w"}}
 	e.c = newCombiner(maxWait, w.decide)
 	return e
 }

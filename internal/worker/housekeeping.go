@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -46,24 +47,47 @@ func (w *Worker) housekeepOnce(ctx context.Context) {
 	}
 }
 
-// trim runs trim.lua: entries older than the retention go, unless a group still needs them.
+// trim runs trim.lua on every partition: entries older than the retention go, unless a group still needs
+// them. The backlog gauges then show the sum over the partitions.
 func (w *Worker) trim(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	minID := strconv.FormatInt(time.Now().Add(-w.cfg.StreamRetention).UnixMilli(), 10) + "-0"
-	r, err := trimScript.Run(ctx, w.rdb, []string{w.cfg.OrdersStream}, minID, w.cfg.ConsumerGroup).Slice()
-	if err != nil {
-		return err
+	total := &backlog{}
+	var errs []error
+	for _, p := range w.parts {
+		r, err := trimScript.Run(ctx, w.rdb, []string{p.Orders}, minID, w.cfg.ConsumerGroup).Slice()
+		if err == nil && len(r) != 6 {
+			err = fmt.Errorf("unexpected reply %v", r)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.Orders, err))
+			continue
+		}
+		total.add(parseBacklog(r))
+		if trimmed, _ := r[0].(int64); trimmed > 0 {
+			w.logger.Debug("housekeeping: trimmed the orders stream", "stream", p.Orders, "entries", trimmed)
+		}
+		w.noteHolder(p.Orders, r[5])
 	}
-	if len(r) != 6 {
-		return fmt.Errorf("unexpected reply %v", r)
+	if len(errs) < len(w.parts) {
+		w.backlog.Store(total)
 	}
-	w.backlog.Store(parseBacklog(r))
-	if trimmed, _ := r[0].(int64); trimmed > 0 {
-		w.logger.Debug("housekeeping: trimmed the orders stream", "entries", trimmed)
+	return errors.Join(errs...)
+}
+
+// add adds another partition's backlog to b.
+func (b *backlog) add(o *backlog) {
+	b.found = b.found || o.found
+	b.pending += o.pending
+	if b.lag >= 0 && o.lag >= 0 {
+		b.lag += o.lag
+	} else {
+		b.lag = -1 // unknown in one partition: unknown
 	}
-	w.noteHolder(r[5])
-	return nil
+	if !o.oldest.IsZero() && (b.oldest.IsZero() || o.oldest.Before(b.oldest)) {
+		b.oldest = o.oldest
+	}
 }
 
 // parseBacklog reads trim.lua's reply {trimmed, found, pending, lag, oldest pending id, holder}.
@@ -89,14 +113,14 @@ func idTime(id string) time.Time {
 
 // noteHolder warns once each time another consumer group starts keeping entries older than the retention:
 // an abandoned group makes the stream grow without bound, and keeps entries past their outcome records.
-func (w *Worker) noteHolder(reply any) {
+func (w *Worker) noteHolder(stream string, reply any) {
 	holder, _ := reply.(string)
 	if holder == w.cfg.ConsumerGroup {
 		holder = "" // our own backlog shows in the pending gauges
 	}
 	if prev := w.holder.Swap(&holder); holder != "" && holder != deref(prev) {
 		w.logger.Warn("housekeeping: another consumer group keeps orders older than STREAM_RETENTION; delete it if nobody reads it",
-			"stream", w.cfg.OrdersStream, "group", holder)
+			"stream", stream, "group", holder)
 	}
 }
 

@@ -85,16 +85,19 @@ func (replyErr) RedisError()     {}
 
 var _ redis.Error = replyErr{}
 
+// testParts is one partition with the default stream names.
+var testParts = []stream.Partition{{Orders: "orders", Results: "order-results", Poison: "orders-poison"}}
+
 func testConsumer(rdb redis.UniversalClient) *consumer {
-	return &consumer{rdb: rdb, stream: "orders", group: "g", name: "c1", poisonStream: "orders-poison",
+	return &consumer{rdb: rdb, parts: testParts, group: "g", name: "c1",
 		poisonMaxLen: 1000, maxAttempts: 3, claimIdle: 30 * time.Second, drainCtx: context.Background(),
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), busy: new(atomic.Int64)}
 }
 
 func testReader(rdb redis.UniversalClient, cfg Config) *stream.Reader {
-	return stream.NewReader(rdb, stream.ReaderConfig{Stream: "orders", Group: "g", Poison: "orders-poison",
+	return stream.NewReader(rdb, stream.ReaderConfig{Partitions: testParts, Group: "g",
 		PoisonMaxLen: 1000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Failing: new(atomic.Int64),
-		ReplayFrom: cfg.replayFrom})
+		ReplayFrom: cfg.replayFrom}, 0)
 }
 
 // deliveries is the delivery count the reader gave an entry.
@@ -149,20 +152,20 @@ func TestFetchAndReclaim(t *testing.T) {
 	}
 
 	// A transient failure hands the entry back uncounted, idle enough to be claimed after 1 s.
-	if err := s.reclaim(ctx, small, 29*time.Second, true); err != nil {
+	if err := s.reclaim(ctx, testParts[0], small, 29*time.Second, true); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
+	claimed, err := c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{"0/" + small}}).Result()
 	if err != nil || len(claimed) != 0 {
 		t.Fatalf("claimed %v (%v) before the retry delay passed", claimed, err)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	claimed, err = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
+	claimed, err = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{"0/" + small}}).Result()
 	if err != nil || len(claimed) != 1 || deliveries(t, claimed[0]) != 1 {
 		t.Fatalf("claim after the delay: %v (%v), want %s with 1 delivery (the handed-back one not counted)", claimed, err, small)
 	}
 	// A permanent failure counts: the next claim sees 2 deliveries. c1 no longer owns it: nothing happens.
-	if err := s.reclaim(ctx, small, 0, false); err != nil {
+	if err := s.reclaim(ctx, testParts[0], small, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	if p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: small, End: small, Count: 1}).Val(); p[0].Consumer != "c2" {
@@ -170,10 +173,10 @@ func TestFetchAndReclaim(t *testing.T) {
 	}
 	s2 := *s
 	s2.name = "c2"
-	if err := s2.reclaim(ctx, small, 30*time.Second, false); err != nil {
+	if err := s2.reclaim(ctx, testParts[0], small, 30*time.Second, false); err != nil {
 		t.Fatal(err)
 	}
-	claimed, _ = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c3", MinIdle: 30 * time.Second, Messages: []string{small}}).Result()
+	claimed, _ = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c3", MinIdle: 30 * time.Second, Messages: []string{"0/" + small}}).Result()
 	if len(claimed) != 1 || deliveries(t, claimed[0]) != 2 {
 		t.Fatalf("claim after a counted hand-back: %v, want 2 deliveries", claimed)
 	}

@@ -60,6 +60,7 @@ func runMain(name string, args []string, lockers LockerFlags) error {
 		return err
 	}
 	logger.Info("worker started", "name", cfg.Name, "consumers", cfg.Concurrency, "orders", cfg.OrdersStream,
+		"partitions", cfg.OrdersPartitions, "cluster", cfg.Cluster,
 		"group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != "")
 	return w.Run(ctx)
 }

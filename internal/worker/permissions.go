@@ -44,7 +44,10 @@ func (w *Worker) checkPermissions(ctx context.Context) error {
 	if len(w.lockRDB) == 0 {
 		commands = append(commands, lockCommands()...)
 	}
-	if err := w.checkCommands(ctx, w.rdb, "REDIS_URL", commands); err != nil {
+	err := eachMaster(ctx, w.rdb, func(ctx context.Context, c *redis.Client) error {
+		return w.checkCommands(ctx, c, "REDIS_URL"+nodeName(w.rdb, c), commands)
+	})
+	if err != nil {
 		return err
 	}
 	for _, c := range w.lockRDB {
@@ -79,11 +82,12 @@ func (w *Worker) checkCommands(ctx context.Context, c *redis.Client, which strin
 }
 
 // streamCommands are the commands the worker runs on REDIS_URL besides the locks', with the keys they
-// touch: the orders stream and its group (read, claim, ack, trim, poison), the results and poison streams,
-// the stock hash and the outcome records (the stock scripts), and the fencing counter the stock script
-// reads.
+// touch: the orders stream and its group (read, claim, ack, trim, poison), the results and poison streams
+// (those of the first partition: the others' names differ only in their index), the stock hash and the
+// outcome records (the stock scripts), and the fencing counter the stock script reads.
 func (w *Worker) streamCommands() [][]string {
-	o, g := w.cfg.OrdersStream, w.cfg.ConsumerGroup
+	p := w.parts[0]
+	o, g := p.Orders, w.cfg.ConsumerGroup
 	return [][]string{
 		{"XREADGROUP", "GROUP", g, "probe", "COUNT", "1", "STREAMS", o, ">"},
 		{"XCLAIM", o, g, "probe", "0", "0-1"}, {"XPENDING", o, g}, {"XACK", o, g, "0-1"},
@@ -91,7 +95,7 @@ func (w *Worker) streamCommands() [][]string {
 		{"XINFO", "GROUPS", o}, {"XGROUP", "CREATE", o, g, "$", "MKSTREAM"},
 		// Watermill's subscribers delete the group's consumers idle for long with nothing pending, every 5 min.
 		{"XINFO", "CONSUMERS", o, g}, {"XGROUP", "DELCONSUMER", o, g, "probe"},
-		{"XADD", w.cfg.ResultsStream, "*", "payload", "probe"}, {"XADD", w.cfg.PoisonStream, "*", "payload", "probe"},
+		{"XADD", p.Results, "*", "payload", "probe"}, {"XADD", p.Poison, "*", "payload", "probe"},
 		{"MULTI"}, {"EXEC"},
 		{"HMGET", probeStock, "available"}, {"HGET", probeStock, "fence"}, {"HINCRBY", probeStock, "available", "1"},
 		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // poisonReason says why err sends its message to the poison stream, or "" when it does not.
@@ -44,10 +46,10 @@ func truncate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
-// toPoison adds the entry id to the poison stream with reason and acks it, in one MULTI.
-func (c *consumer) toPoison(ctx context.Context, id, reason string) error {
+// toPoison adds the entry id of partition p to p's poison stream with reason and acks it, in one MULTI.
+func (c *consumer) toPoison(ctx context.Context, p stream.Partition, id, reason string) error {
 	fields := map[string]any{}
-	entries, err := c.rdb.XRange(ctx, c.stream, id, id).Result()
+	entries, err := c.rdb.XRange(ctx, p.Orders, id, id).Result()
 	if err != nil {
 		return err
 	}
@@ -57,11 +59,11 @@ func (c *consumer) toPoison(ctx context.Context, id, reason string) error {
 		}
 	}
 	fields["poison_reason"] = reason
-	fields["poison_source_stream"] = c.stream
+	fields["poison_source_stream"] = p.Orders
 	fields["poison_source_id"] = id
-	_, err = c.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAdd(ctx, &redis.XAddArgs{Stream: c.poisonStream, Values: fields, MaxLen: int64(c.poisonMaxLen), Approx: true})
-		p.XAck(ctx, c.stream, c.group, id)
+	_, err = c.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: p.Poison, Values: fields, MaxLen: int64(c.poisonMaxLen), Approx: true})
+		pipe.XAck(ctx, p.Orders, c.group, id)
 		return nil
 	})
 	return err
@@ -71,13 +73,13 @@ func (c *consumer) toPoison(ctx context.Context, id, reason string) error {
 var reclaimLua string
 var reclaimScript = redis.NewScript(reclaimLua)
 
-// reclaim sets the idle time of the entry msgID if this consumer still owns it (reclaim.lua).
-func (c *consumer) reclaim(ctx context.Context, msgID string, idle time.Duration, uncount bool) error {
+// reclaim sets the idle time of partition p's entry msgID if this consumer still owns it (reclaim.lua).
+func (c *consumer) reclaim(ctx context.Context, p stream.Partition, msgID string, idle time.Duration, uncount bool) error {
 	flag := 0
 	if uncount {
 		flag = 1
 	}
-	return reclaimScript.Run(ctx, c.rdb, []string{c.stream}, c.group, c.name, msgID, idle.Milliseconds(), flag).Err()
+	return reclaimScript.Run(ctx, c.rdb, []string{p.Orders}, c.group, c.name, msgID, idle.Milliseconds(), flag).Err()
 }
 
 // panicError is a panic of the handler, recovered.
@@ -90,13 +92,17 @@ func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
 // handBackPending gives the entries the consumer still has pending back to the group, uncounted, to be
 // claimed at the next claim round; it returns how many it handed back.
-func (c *consumer) handBackPending(ctx context.Context) (int, error) {
-	pending, err := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.stream, Group: c.group, Start: "-",
-		End: "+", Count: 100, Consumer: c.name}).Result()
-	n := 0
-	for _, p := range pending {
-		if err = c.reclaim(ctx, p.ID, c.claimIdle, true); err == nil {
-			n++
+func (c *consumer) handBackPending(ctx context.Context) (n int, err error) {
+	for _, p := range c.parts {
+		pending, perr := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: c.group, Start: "-",
+			End: "+", Count: 100, Consumer: c.name}).Result()
+		err = cmp.Or(err, perr)
+		for _, e := range pending {
+			if perr := c.reclaim(ctx, p, e.ID, c.claimIdle, true); perr == nil {
+				n++
+			} else {
+				err = cmp.Or(err, perr)
+			}
 		}
 	}
 	return n, err

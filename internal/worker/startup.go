@@ -52,7 +52,10 @@ func (w *Worker) checkEviction(ctx context.Context, masters bool) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := w.evictionPolicy(ctx, w.rdb, "REDIS_URL"); err != nil || !masters {
+	err := eachMaster(ctx, w.rdb, func(ctx context.Context, c *redis.Client) error {
+		return w.evictionPolicy(ctx, c, "REDIS_URL"+nodeName(w.rdb, c))
+	})
+	if err != nil || !masters {
 		return err
 	}
 	for _, c := range w.lockRDB {
@@ -61,6 +64,22 @@ func (w *Worker) checkEviction(ctx context.Context, masters bool) error {
 		}
 	}
 	return nil
+}
+
+// eachMaster runs f on rdb, or on every master of a cluster (concurrently), returning the first error.
+func eachMaster(ctx context.Context, rdb redis.UniversalClient, f func(context.Context, *redis.Client) error) error {
+	if cluster, ok := rdb.(*redis.ClusterClient); ok {
+		return cluster.ForEachMaster(ctx, f)
+	}
+	return f(ctx, rdb.(*redis.Client))
+}
+
+// nodeName names node c of a cluster rdb in messages: " node <address>"; "" when rdb is one server.
+func nodeName(rdb redis.UniversalClient, c *redis.Client) string {
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		return " node " + c.Options().Addr
+	}
+	return ""
 }
 
 // evictionPolicy reads maxmemory_policy from INFO memory (CONFIG GET is often disabled on managed Redis).
@@ -90,28 +109,30 @@ func infoField(info, name string) string {
 	return ""
 }
 
-// ensureGroup creates the consumer group at CONSUMER_GROUP_START if it does not exist.
+// ensureGroup creates the consumer group of every partition at CONSUMER_GROUP_START where it does not exist.
 func (w *Worker) ensureGroup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	stream, group, start := w.cfg.OrdersStream, w.cfg.ConsumerGroup, w.cfg.GroupStart
+	group, start := w.cfg.ConsumerGroup, w.cfg.GroupStart
 	if start == "0" {
 		start = w.cfg.replayFrom(time.Now())
 	}
-	err := w.rdb.XGroupCreateMkStream(ctx, stream, group, start).Err()
-	if redis.HasErrorPrefix(err, "BUSYGROUP") {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("create consumer group %s of stream %s: %w", group, stream, err)
+	for _, p := range w.parts {
+		err := w.rdb.XGroupCreateMkStream(ctx, p.Orders, group, start).Err()
+		if redis.HasErrorPrefix(err, "BUSYGROUP") {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("create consumer group %s of stream %s: %w", group, p.Orders, err)
+		}
+		w.logGroupCreated(ctx, p.Orders, start)
 	}
-	w.logGroupCreated(ctx, start)
 	return nil
 }
 
-// logGroupCreated says where the new group starts, and warns when it skips entries already there.
-func (w *Worker) logGroupCreated(ctx context.Context, start string) {
-	n, _ := w.rdb.XLen(ctx, w.cfg.OrdersStream).Result()
-	attrs := []any{"stream", w.cfg.OrdersStream, "group", w.cfg.ConsumerGroup, "entries", n}
+// logGroupCreated says where the new group of stream starts, and warns when it skips entries already there.
+func (w *Worker) logGroupCreated(ctx context.Context, stream, start string) {
+	n, _ := w.rdb.XLen(ctx, stream).Result()
+	attrs := []any{"stream", stream, "group", w.cfg.ConsumerGroup, "entries", n}
 	if w.cfg.GroupStart == "$" && n > 0 {
 		w.logger.Warn("created the consumer group at $: the entries already in the stream will not be processed (CONSUMER_GROUP_START=0 processes them)", attrs...)
 		return
@@ -153,17 +174,19 @@ func (w *Worker) consuming() error {
 const readFailureGrace = 5 * time.Second
 
 func (w *Worker) groupExists(ctx context.Context) error {
-	missing := fmt.Errorf("consumer group %s of stream %s does not exist", w.cfg.ConsumerGroup, w.cfg.OrdersStream)
-	groups, err := w.rdb.XInfoGroups(ctx, w.cfg.OrdersStream).Result()
-	var reply redis.Error
-	switch {
-	case errors.As(err, &reply): // no such key, or not a stream
-		return fmt.Errorf("%w: %w", missing, err)
-	case err != nil:
-		return fmt.Errorf("redis: %w", err)
-	}
-	if !slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == w.cfg.ConsumerGroup }) {
-		return missing
+	for _, p := range w.parts {
+		missing := fmt.Errorf("consumer group %s of stream %s does not exist", w.cfg.ConsumerGroup, p.Orders)
+		groups, err := w.rdb.XInfoGroups(ctx, p.Orders).Result()
+		var reply redis.Error
+		switch {
+		case errors.As(err, &reply): // no such key, or not a stream
+			return fmt.Errorf("%w: %w", missing, err)
+		case err != nil:
+			return fmt.Errorf("redis: %w", err)
+		}
+		if !slices.ContainsFunc(groups, func(g redis.XInfoGroup) bool { return g.Name == w.cfg.ConsumerGroup }) {
+			return missing
+		}
 	}
 	return nil
 }

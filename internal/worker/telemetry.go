@@ -55,7 +55,7 @@ const (
 // db.client.connections.* metrics, by pool.name) until stopPoolMetrics.
 func (w *Worker) instrumentPools() error {
 	w.pools = make(chan struct{})
-	clients := map[string]*redis.Client{poolMain: w.rdb, poolSubscribers: w.subRDB}
+	clients := map[string]redis.UniversalClient{poolMain: w.rdb, poolSubscribers: w.subRDB}
 	for _, c := range w.lockRDB {
 		clients["redlock "+c.Options().Addr] = c
 	}

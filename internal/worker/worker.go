@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -35,9 +36,10 @@ var errShutdownTimeout = errors.New("worker: shutdown timeout")
 type Worker struct {
 	cfg     Config
 	logger  *slog.Logger
-	rdb     *redis.Client   // stock, locks, outcomes, poison, acks
-	subRDB  *redis.Client   // the subscribers' reads
-	lockRDB []*redis.Client // Redlock masters
+	rdb     redis.UniversalClient // stock, locks, outcomes, poison, acks
+	subRDB  redis.UniversalClient // the subscribers' reads
+	lockRDB []*redis.Client       // Redlock masters
+	parts   []stream.Partition    // the streams of the orders' partitions
 	locker  interface {
 		rlock.Locker
 		Close() error
@@ -124,12 +126,15 @@ func (w *Worker) build(opts Options) error {
 }
 
 // connect creates the clients: one for the handlers, one for the subscribers' reads.
-func (w *Worker) connect(tracing bool) error {
-	redisOpts, _ := w.cfg.RedisOptions()
-	w.rdb = redis.NewClient(redisOpts)
-	subOpts := *redisOpts
-	subOpts.PoolSize = 2*w.cfg.Concurrency + 4 // a read and a claim per consumer
-	w.subRDB = redis.NewClient(&subOpts)
+func (w *Worker) connect(tracing bool) (err error) {
+	w.parts = w.cfg.Partitions()
+	if w.rdb, err = w.cfg.Client(0); err != nil {
+		return err
+	}
+	// A read and a claim per consumer (per node, on a cluster).
+	if w.subRDB, err = w.cfg.Client(2*w.cfg.Concurrency + 4); err != nil {
+		return err
+	}
 	if !tracing || !w.cfg.TraceRedis {
 		return nil
 	}
@@ -195,38 +200,110 @@ func (w *Worker) setHandler() error {
 }
 
 // decide decides a batch of one SKU's orders under the lock's token, then publishes their outcome events
-// and acks their entries in one round trip, a MULTI/EXEC: a Redis that refuses the XADDs (OOM, say) must
-// not run the XACK, or the entries would be acked without an outcome (a command refused while queued
-// aborts the transaction). When no more orders of the SKU wait (more), that round trip also releases the
-// SKU's lock (the reentrant lock, on this Redis), and released says so: the leader then steps down.
+// to their partitions' results streams and acks their entries in one round trip, a MULTI/EXEC: a Redis
+// that refuses the XADDs (OOM, say) must not run the XACK, or the entries would be acked without an outcome
+// (a command refused while queued aborts the transaction). When no more orders of the SKU wait (more), that
+// round trip also releases the SKU's lock (the reentrant lock, on this Redis), and released says so: the
+// leader then steps down. On a cluster a transaction cannot span slots: each partition's outcomes and acks
+// go in a MULTI of their own, and the lock middleware releases the lock.
 func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more func() bool) (released bool, err error) {
 	msgs, err := w.reserver.Decide(ctx, requests(batch), token)
 	if err != nil {
 		return false, err
 	}
-	results := stream.Batch{Topic: w.cfg.ResultsStream, MaxLen: int64(w.cfg.ResultsMaxLen), Server: w.server}
-	pipe := w.rdb.TxPipeline()
-	ids := make([]string, len(batch))
-	for i, msg := range msgs {
-		if err := results.Add(pipe, msg); err != nil {
-			results.End()
+	pipes := []redis.Pipeliner{w.rdb.TxPipeline()}
+	var sent []*outcomes
+	for i, part := range w.byPartition(batch) {
+		if i > 0 && w.cfg.Cluster {
+			pipes = append(pipes, w.rdb.TxPipeline())
+		}
+		o, err := w.queueOutcomes(ctx, pipes[len(pipes)-1], part, msgs)
+		if o != nil {
+			sent = append(sent, o)
+		}
+		if err != nil {
+			endAll(sent)
 			return false, err
 		}
-		ids[i] = batch[i].msg.UUID
 	}
-	ack := pipe.XAck(ctx, w.cfg.OrdersStream, w.cfg.ConsumerGroup, ids...)
-	finish := w.releaseIn(ctx, pipe, more)
-	_, err = pipe.Exec(ctx)
+	var finish func(error) error
+	if !w.cfg.Cluster {
+		finish = w.releaseIn(ctx, pipes[0], more)
+	}
+	var execErr error
+	for _, pipe := range pipes {
+		_, err := pipe.Exec(ctx)
+		execErr = cmp.Or(execErr, err)
+	}
 	if finish != nil {
 		// The release's own failure (NOSCRIPT the first time, say) is finish's to mend.
-		if rerr := finish(err); rerr != nil && !errors.Is(rerr, rlock.ErrNotHeld) {
+		if rerr := finish(execErr); rerr != nil && !errors.Is(rerr, rlock.ErrNotHeld) {
 			w.logger.Warn("unlock failed; the lock expires with its lease", "sku", batch[0].order.SKU, "err", rerr)
 		}
 	}
-	if err := cmp.Or(results.End(), ack.Err()); err != nil {
+	if err := endAll(sent); err != nil {
 		return finish != nil, fmt.Errorf("publish and ack the outcomes of %d orders: %w", len(batch), err)
 	}
 	return finish != nil, nil
+}
+
+// outcomes are the outcome events and the ack of one partition's orders, queued on a pipeline.
+type outcomes struct {
+	results stream.Batch
+	ack     *redis.IntCmd
+}
+
+// queueOutcomes queues the outcome events (msgs, by the batch's order) of part's orders and their XACK on
+// pipe.
+func (w *Worker) queueOutcomes(ctx context.Context, pipe redis.Pipeliner, part partitionBatch, msgs []*message.Message) (*outcomes, error) {
+	o := &outcomes{results: stream.Batch{Topic: part.Results, MaxLen: int64(w.cfg.ResultsMaxLen), Server: w.server}}
+	ids := make([]string, len(part.orders))
+	for i, k := range part.orders {
+		if err := o.results.Add(pipe, msgs[k.index]); err != nil {
+			return o, err
+		}
+		ids[i] = k.msg.UUID
+	}
+	o.ack = pipe.XAck(ctx, part.Orders, w.cfg.ConsumerGroup, ids...)
+	return o, nil
+}
+
+// endAll ends the outcome events' spans and returns the first error of their XADDs and XACKs.
+func endAll(sent []*outcomes) error {
+	var first error
+	for _, o := range sent {
+		first = cmp.Or(first, o.results.End())
+		if o.ack != nil {
+			first = cmp.Or(first, o.ack.Err())
+		}
+	}
+	return first
+}
+
+// partitionBatch is the orders of a batch read from one partition (normally all of them: a SKU's orders
+// go to one partition, unless a producer routed one elsewhere).
+type partitionBatch struct {
+	stream.Partition
+	orders []indexed
+}
+
+type indexed struct {
+	*pending
+	index int // in the batch
+}
+
+// byPartition splits batch by the partition each order was read from, in the order they first appear.
+func (w *Worker) byPartition(batch []*pending) []partitionBatch {
+	var parts []partitionBatch
+	for i, p := range batch {
+		part := w.parts[stream.EntryPartition(p.msg)]
+		j := slices.IndexFunc(parts, func(b partitionBatch) bool { return b.Index == part.Index })
+		if j < 0 {
+			parts, j = append(parts, partitionBatch{Partition: part}), len(parts)
+		}
+		parts[j].orders = append(parts[j].orders, indexed{p, i})
+	}
+	return parts
 }
 
 // releaseIn queues the release of the message's lock on pipe when its stock writes are done and no more
@@ -256,15 +333,15 @@ func (w *Worker) storeOptions() []inventory.Option {
 func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 	cfg := w.cfg
 	w.busy = make(busyClock, cfg.Concurrency)
-	readers := stream.ReaderConfig{Stream: cfg.OrdersStream, Group: cfg.ConsumerGroup, Poison: cfg.PoisonStream,
-		PoisonMaxLen: cfg.PoisonMaxLen, Logger: w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
+	readers := stream.ReaderConfig{Partitions: w.parts, Group: cfg.ConsumerGroup, PoisonMaxLen: cfg.PoisonMaxLen,
+		Logger: w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
 	for i := range cfg.Concurrency {
 		name := fmt.Sprintf("%s-%d", cfg.Name, i)
-		c := &consumer{rdb: w.rdb, stream: cfg.OrdersStream, group: cfg.ConsumerGroup, name: name,
-			poisonStream: cfg.PoisonStream, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
+		c := &consumer{rdb: w.rdb, parts: w.parts, group: cfg.ConsumerGroup, name: name,
+			poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
 			claimIdle: cfg.ClaimIdle, logger: w.logger, drainCtx: w.drain, raiseToken: w.raiseToken, busy: &w.busy[i]}
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client:        stream.NewReader(w.subRDB, readers),
+			Client:        stream.NewReader(w.subRDB, readers, i),
 			Unmarshaller:  stream.Unmarshaller{},
 			ConsumerGroup: cfg.ConsumerGroup,
 			Consumer:      name,
@@ -419,9 +496,12 @@ func (w *Worker) Close() {
 }
 
 func (w *Worker) closeClients() {
-	for _, c := range append([]*redis.Client{w.rdb, w.subRDB}, w.lockRDB...) {
+	for _, c := range []redis.UniversalClient{w.rdb, w.subRDB} {
 		if c != nil {
 			_ = c.Close()
 		}
+	}
+	for _, c := range w.lockRDB {
+		_ = c.Close()
 	}
 }

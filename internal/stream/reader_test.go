@@ -1,0 +1,147 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+func TestPartitionNames(t *testing.T) {
+	c := DefaultConfig()
+	if got := c.Partitions(); len(got) != 1 || got[0] != (Partition{Orders: "orders", Results: "order-results", Poison: "orders-poison"}) {
+		t.Errorf("one partition on one Redis: %+v, want the names as set", got)
+	}
+	c.Cluster = true
+	if got := c.Partitions(); got[0].Orders != "orders:{0}" || got[0].Poison != "orders-poison:{0}" {
+		t.Errorf("one partition on a cluster: %+v, want tagged names (a script touches an orders and a poison stream)", got)
+	}
+	c.Cluster, c.OrdersPartitions = false, 16
+	got := c.Partitions()
+	if len(got) != 16 || got[7] != (Partition{Index: 7, Orders: "orders:{7}", Results: "order-results:{7}", Poison: "orders-poison:{7}"}) {
+		t.Errorf("16 partitions: %+v", got[7])
+	}
+	for _, sku := range []string{"SKU-0", "SKU-1", "a", "日本"} {
+		if want := int(crc32.ChecksumIEEE([]byte(sku)) % 16); c.PartitionOf(sku) != want {
+			t.Errorf("PartitionOf(%q) = %d, want %d", sku, c.PartitionOf(sku), want)
+		}
+	}
+	// The documented rule, checked by value (Python: zlib.crc32(b"SKU-1") == 0xee072bb4).
+	if c.PartitionOf("SKU-1") != 0xee072bb4%16 {
+		t.Errorf("PartitionOf(SKU-1) = %d, want IEEE CRC-32 0xee072bb4 %% 16", c.PartitionOf("SKU-1"))
+	}
+}
+
+func testReaderConfig(parts []Partition) ReaderConfig {
+	return ReaderConfig{Partitions: parts, Group: "g", PoisonMaxLen: 100,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Failing: new(atomic.Int64),
+		ReplayFrom: func(time.Time) string { return "0" }}
+}
+
+// A reader reads every partition in turn, tags each entry with its partition, claims and deletes consumers
+// through names that carry the partition, and poisons an oversized entry into its own partition's poison
+// stream.
+func TestReaderReadsEveryPartition(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3}.Partitions()
+	ids := map[string]int{} // entry id: partition
+	for _, p := range parts {
+		if err := rdb.XGroupCreateMkStream(ctx, p.Orders, "g", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			// Entries of different partitions may share an id: the partition tells them apart.
+			ids[p.Orders+"/"+rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}}).Val()] = p.Index
+		}
+	}
+	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[2].Orders, Values: []string{"payload", strings.Repeat("x", MaxEntryBytes)}}).Val()
+	r := NewReader(rdb, testReaderConfig(parts), 1)
+
+	var order []int
+	for range 6 {
+		xs, err := r.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c1"}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := Unmarshaller{}.Unmarshal(xs[0].Messages[0].Values)
+		p := EntryPartition(msg)
+		if want, ok := ids[xs[0].Stream+"/"+msg.UUID]; !ok || want != p || string(msg.Payload) != parts[p].Orders {
+			t.Fatalf("read %s %s tagged partition %d, payload %s", xs[0].Stream, msg.UUID, p, msg.Payload)
+		}
+		order = append(order, p)
+	}
+	// Consumer 1 starts at partition 1 and moves on after each entry it reads.
+	if want := []int{1, 2, 0, 1, 2, 0}; !slices.Equal(order, want) {
+		t.Errorf("partitions read in the order %v, want %v (round robin from the consumer's own)", order, want)
+	}
+	if _, err := r.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c1"}).Result(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("read of empty partitions: %v, want redis.Nil", err)
+	}
+	if n := rdb.XLen(ctx, parts[2].Poison).Val(); n != 1 || rdb.XLen(ctx, parts[0].Poison).Val() != 0 {
+		t.Errorf("oversized entry %s of partition 2: %d in its poison stream, want 1 there and none elsewhere", big, n)
+	}
+
+	// Every entry is pending for c1; claims look at one partition per round, in turn.
+	claimed := map[string]bool{}
+	for range 3 {
+		pending, err := r.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: "0", End: "+", Count: 10}).Result()
+		if err != nil || len(pending) != 2 {
+			t.Fatalf("pending %v (%v), want the 2 entries of one partition", pending, err)
+		}
+		var names []string
+		for _, p := range pending {
+			names = append(names, p.ID)
+		}
+		msgs, err := r.XClaim(ctx, &redis.XClaimArgs{Stream: "orders", Group: "g", Consumer: "c2", Messages: names}).Result()
+		if err != nil || len(msgs) != 2 {
+			t.Fatalf("claimed %v (%v), want 2 entries", msgs, err)
+		}
+		for _, name := range names {
+			claimed[name] = true
+		}
+	}
+	if len(claimed) != 6 {
+		t.Errorf("claimed %d distinct entries in 3 rounds, want all 6 of the 3 partitions", len(claimed))
+	}
+	for _, p := range parts {
+		if n := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: "g", Start: "-", End: "+", Count: 10, Consumer: "c2"}).Val(); len(n) != 2 {
+			t.Errorf("%s: %d entries pending for c2 after the claims, want 2", p.Orders, len(n))
+		}
+	}
+	if _, err := r.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", Messages: []string{"7/1-1"}}).Result(); err == nil {
+		t.Error("claim of an entry of partition 7 of 3 succeeded, want an error")
+	}
+
+	// Consumers: c1 has nothing pending any more; it is deleted where it is named.
+	consumers, err := r.XInfoConsumers(ctx, "orders", "g").Result()
+	if err != nil || len(consumers) != 2 {
+		t.Fatalf("consumers %v (%v)", consumers, err)
+	}
+	i := slices.IndexFunc(consumers, func(c redis.XInfoConsumer) bool { return strings.HasSuffix(c.Name, "/c1") })
+	if i < 0 {
+		t.Fatalf("consumers %v: no c1", consumers)
+	}
+	if err := r.XGroupDelConsumer(ctx, "orders", "g", consumers[i].Name).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for _, p := range parts {
+		if !slices.ContainsFunc(rdb.XInfoConsumers(ctx, p.Orders, "g").Val(), func(c redis.XInfoConsumer) bool { return c.Name == "c1" }) {
+			deleted++
+		}
+	}
+	if deleted != 1 {
+		t.Errorf("c1 gone from %d partitions' groups, want exactly the one named", deleted)
+	}
+}
