@@ -1,6 +1,7 @@
 // Package redisproc runs redis-server processes on free loopback ports, each in a directory of its own,
-// with the faults tests and benchmarks inject: kill, pause, resume, restart. internal/redistest wraps it
-// for tests; the demo and the benchmark harness use it directly.
+// with the faults tests and benchmarks inject: kill, pause, resume, restart. StartCluster joins such
+// servers into a Redis Cluster whose masters fail over to their replicas. internal/redistest wraps it for
+// tests; the demo and the benchmark harness use it directly.
 //
 // A server is an internal/childproc child: it dies with the process that started it (PR_SET_PDEATHSIG on
 // Linux). It carries the title marker ProcessMarker, which scripts/test.sh uses to prove no test left one
@@ -54,6 +55,12 @@ type Options struct {
 	// checks, and URL, log in as User with Password, whom the file must enable.
 	ACLFile        string
 	User, Password string
+	// Cluster runs the server as a Redis Cluster node (cluster-enabled, its state in nodes.conf in Dir), its
+	// cluster bus on a port of its own; StartCluster joins such nodes into a cluster.
+	Cluster bool
+	// NodeTimeout is the cluster-node-timeout of a Cluster node: how long a node may not answer before the
+	// others count it as failing and its replica takes over. Default DefaultNodeTimeout (1 s).
+	NodeTimeout time.Duration
 }
 
 // Server is one redis-server process.
@@ -61,9 +68,10 @@ type Server struct {
 	// Addr is host:port, stable across restarts.
 	Addr string
 
-	opts   Options
-	ownDir bool
-	bin    string
+	opts    Options
+	ownDir  bool
+	bin     string
+	busPort string // a Cluster node's cluster bus port, stable across restarts
 
 	mu    sync.Mutex
 	child *childproc.Process // nil when not running
@@ -140,6 +148,13 @@ func (s *Server) Pid() int {
 	return s.child.Pid()
 }
 
+// LogTail is the last n lines of the server's log, also after it was killed.
+func (s *Server) LogTail(n int) []string {
+	data, _ := os.ReadFile(filepath.Join(s.opts.Dir, "redis.log"))
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	return lines[max(0, len(lines)-n):]
+}
+
 // running applies do to the process, or fails when it is not running.
 func (s *Server) running(do func(*childproc.Process) error) error {
 	s.mu.Lock()
@@ -166,7 +181,7 @@ func (s *Server) launchOnFreePort() error {
 	}
 	var err error
 	for range startAttempts {
-		if s.Addr, err = childproc.FreeAddr(); err == nil {
+		if s.Addr, s.busPort, err = freePorts(s.opts.Cluster); err == nil {
 			if err = s.launchLocked(); err == nil {
 				return nil
 			}
@@ -207,6 +222,7 @@ func (s *Server) args() []string {
 		"--proc-title-template", "{title} {listen-addr} " + title(),
 	}
 	args = append(args, s.listenArgs(port)...)
+	args = append(args, s.clusterArgs()...)
 	return append(args, s.aclArgs()...)
 }
 

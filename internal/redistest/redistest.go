@@ -1,5 +1,6 @@
-// Package redistest starts real redis-server processes for tests: one, or several independent ones for
-// Redlock, each on a free loopback port in its own temp dir, with fault injection (kill, pause, restart).
+// Package redistest starts real redis-server processes for tests: one, several independent ones for
+// Redlock, or a Redis Cluster (StartCluster), each on a free loopback port in its own temp dir, with fault
+// injection (kill, pause, restart; a cluster's master killed for its replica to take over).
 //
 // Every server is stopped through t.Cleanup, also when the test fails or panics. If the test binary itself
 // dies, the kernel kills its servers (PR_SET_PDEATHSIG), so no server outlives the binary. Each process
