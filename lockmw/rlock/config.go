@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -47,6 +48,27 @@ func (h HandOff) allows(handOffs int, since time.Time) bool {
 	return handOffs < h.Max && time.Since(since) < h.Hold
 }
 
+// ShardedMode chooses between Redis's two kinds of pub/sub for unlock messages (Config.ShardedPubSub), as
+// Redisson's shardedSubscriptionMode does.
+type ShardedMode int
+
+const (
+	// ShardedAuto is sharded pub/sub on a Redis Cluster (NewReentrant given a *redis.ClusterClient), plain
+	// pub/sub otherwise.
+	ShardedAuto ShardedMode = iota
+	// ShardedOn is sharded pub/sub (Redis 7+): unlock messages go out with SPUBLISH, waiters listen with
+	// SSUBSCRIBE.
+	ShardedOn
+	// ShardedOff is plain pub/sub: PUBLISH and SUBSCRIBE.
+	ShardedOff
+)
+
+// on reports whether a locker on rdb uses sharded pub/sub.
+func (m ShardedMode) on(rdb redis.UniversalClient) bool {
+	_, cluster := rdb.(*redis.ClusterClient)
+	return m == ShardedOn || (m == ShardedAuto && cluster)
+}
+
 // Config configures a locker. The zero value is valid: zero fields take their defaults.
 type Config struct {
 	// Lease is how long a lock outlives its holder's last renewal. The watchdog renews every Lease/3 while
@@ -81,6 +103,14 @@ type Config struct {
 	// MeterProvider makes the metrics stockflow.lock.wait, stockflow.lock.hold and stockflow.lock.lost.
 	// Default otel.GetMeterProvider(): the global provider, a no-op until one is installed.
 	MeterProvider metric.MeterProvider
+	// ShardedPubSub chooses how unlock messages travel. Sharded (ShardedOn), the release script sends them
+	// with SPUBLISH and waiters listen with SSUBSCRIBE: on a Redis Cluster a message then stays on the
+	// shard of the lock's slot, where a PUBLISH is broadcast to every node over the cluster bus. Default
+	// ShardedAuto: sharded when the client given to NewReentrant is a *redis.ClusterClient, plain otherwise
+	// (Redlock's masters are independent servers: sharded with ShardedOn only). Every client of a lock,
+	// Redisson's included, must use the same kind: a PUBLISH reaches no SSUBSCRIBE, nor an SPUBLISH a
+	// SUBSCRIBE, and the waiters it misses retry only when the holder's lease would run out.
+	ShardedPubSub ShardedMode
 }
 
 func (c *Config) setDefaults() {
@@ -120,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.HandOff.Hold < 0 {
 		return fmt.Errorf("rlock: HandOff.Hold must not be negative, got %v", c.HandOff.Hold)
+	}
+	if c.ShardedPubSub < ShardedAuto || c.ShardedPubSub > ShardedOff {
+		return fmt.Errorf("rlock: ShardedPubSub must be ShardedAuto, ShardedOn or ShardedOff, got %d", c.ShardedPubSub)
 	}
 	if c.TokenTTL < 0 {
 		return fmt.Errorf("rlock: TokenTTL must not be negative, got %v", c.TokenTTL)

@@ -8,7 +8,7 @@
 // (Locker, Lease):
 //
 //	lock:{KEY}                          hash: field = owner id, value = reentry count; PEXPIRE = lease
-//	redisson_lock__channel:lock:{KEY}   pub/sub: "0" is published when the lock is freed
+//	redisson_lock__channel:lock:{KEY}   pub/sub: "0" is published when the lock is freed (SPUBLISH if sharded)
 //	redisson_lock_token:lock:{KEY}      string: fencing counter, INCR on every fresh acquisition
 //
 // Locks are reentrant per owner: a lease's context carries its owner, so an Acquire under lease.Context()
@@ -19,6 +19,12 @@
 // Waiters in one process queue first come first served, and only the head of each key's queue talks to
 // Redis; it is woken by the unlock message over the process's single pub/sub connection, with a fallback
 // retry at the holder's remaining lease in case a message is lost or the holder crashed.
+//
+// On a Redis Cluster (NewReentrant given a *redis.ClusterClient) the unlock messages are sharded, as
+// Redisson's in its sharded subscription mode: the release script sends them with SPUBLISH, so they stay
+// on the shard of the lock's slot instead of being broadcast to every node, and waiters listen with
+// SSUBSCRIBE, on a connection per key with waiters to the master of its slot. Config.ShardedPubSub
+// chooses, for the Redisson clients sharing the locks must choose alike.
 //
 // A release while another acquisition of the key waits in the same process hands the lock to that waiter
 // without a Redis call (lock cohorting: Dice, Marathe and Shavit, PPoPP 2012): the process keeps the lock in

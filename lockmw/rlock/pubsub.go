@@ -2,6 +2,7 @@ package rlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -12,9 +13,9 @@ import (
 // subscription between bursts instead of paying SUBSCRIBE, its confirmation and UNSUBSCRIBE every time.
 const unsubscribeAfter = 5 * time.Second
 
-// notifier owns the one pub/sub connection of a locker to one Redis server. Waiters of a key share one
-// subscription to its unlock channel; every message (and every resubscription after a reconnect, when
-// messages may have been lost) is handed to onMessage.
+// notifier owns the pub/sub connections of a locker to one Redis (a server, or a cluster). Waiters of a
+// key share one subscription to its unlock channel; every message (and every resubscription after a
+// reconnect, when messages may have been lost) is handed to onMessage.
 //
 // The mutex guards only the subscriptions in memory; SUBSCRIBE and UNSUBSCRIBE are sent by one goroutine,
 // in the order the subscriptions changed. An UNSUBSCRIBE of an idle channel thus reaches Redis before the
@@ -22,16 +23,25 @@ const unsubscribeAfter = 5 * time.Second
 // may come early (go-redis resubscribing, after a reconnect, a channel whose UNSUBSCRIBE is still queued);
 // the SUBSCRIBE queued behind that UNSUBSCRIBE is confirmed again, and every confirmation wakes the key's
 // queue, so an unlock published in between is not missed.
+//
+// Plain channels (SUBSCRIBE), and sharded ones (SSUBSCRIBE) on a single server, share one connection. On a
+// Redis Cluster a sharded channel is served by the master of its slot alone, and go-redis opens a pub/sub
+// connection on the node of its first channel's slot: each channel gets a connection of its own
+// (shard.go), on the master of its slot, which go-redis follows to the new master after a failover.
 type notifier struct {
-	ps        *redis.PubSub
-	onMessage func(channel string)
-	done      chan struct{}
-	closeOnce sync.Once
-	outbox    chan struct{} // signalled when commands are queued
+	rdb        redis.UniversalClient
+	sharded    bool // SSUBSCRIBE, not SUBSCRIBE
+	perChannel bool // sharded on a Redis Cluster: a connection per channel
+	onMessage  func(channel string)
+	done       chan struct{}
+	closeOnce  sync.Once
+	outbox     chan struct{} // signalled when commands are queued
 
 	mu     sync.Mutex
 	chans  map[string]*subscription
-	queued []command // to send, oldest first
+	queued []command        // to send, oldest first
+	conns  map[string]*conn // by channel; the shared connection under ""
+	closed bool
 }
 
 type subscription struct {
@@ -41,19 +51,52 @@ type subscription struct {
 	idleSince time.Time
 }
 
-// command is a SUBSCRIBE (or an UNSUBSCRIBE) of channels.
-type command struct {
-	unsubscribe bool
-	channels    []string
+// conn is one pub/sub connection of a notifier.
+type conn struct {
+	ps        *redis.PubSub
+	opened    time.Time
+	confirmed bool // Redis confirmed a subscription on it
 }
 
+// command is a SUBSCRIBE (or an UNSUBSCRIBE, or a new connection) of channels.
+type command struct {
+	op       op
+	channels []string
+}
+
+type op int
+
+const (
+	subscribe   op = iota
+	unsubscribe    // idle channels
+	resubscribe    // a channel's own connection, opened anew (shard.go)
+)
+
+// newNotifier returns a notifier of plain channels (SUBSCRIBE), with its connection.
 func newNotifier(rdb redis.UniversalClient, onMessage func(string)) *notifier {
+	return startNotifier(rdb, false, onMessage)
+}
+
+// startNotifier returns a notifier of sharded channels (SSUBSCRIBE) when sharded, plain ones otherwise.
+// Its shared connection is opened at once; a channel's own connection when the channel is subscribed.
+func startNotifier(rdb redis.UniversalClient, sharded bool, onMessage func(string)) *notifier {
+	_, cluster := rdb.(*redis.ClusterClient)
 	n := &notifier{
-		ps:        rdb.Subscribe(context.Background()),
-		onMessage: onMessage,
-		chans:     make(map[string]*subscription),
-		done:      make(chan struct{}),
-		outbox:    make(chan struct{}, 1),
+		rdb:        rdb,
+		sharded:    sharded,
+		perChannel: sharded && cluster,
+		onMessage:  onMessage,
+		chans:      make(map[string]*subscription),
+		conns:      make(map[string]*conn),
+		done:       make(chan struct{}),
+		outbox:     make(chan struct{}, 1),
+	}
+	if !n.perChannel {
+		open := rdb.Subscribe
+		if sharded {
+			open = rdb.SSubscribe
+		}
+		n.conns[""] = n.receiveOn(open(context.Background()))
 	}
 	go n.run()
 	go n.send()
@@ -69,7 +112,7 @@ func (n *notifier) hold(channel string) <-chan struct{} {
 	if s == nil {
 		s = &subscription{ready: make(chan struct{})}
 		n.chans[channel] = s
-		n.queueLocked(command{channels: []string{channel}})
+		n.queueLocked(command{op: subscribe, channels: []string{channel}})
 	}
 	s.refs++
 	return s.ready
@@ -96,17 +139,23 @@ func (n *notifier) subscribed(channel string) bool {
 }
 
 func (n *notifier) close() error {
-	var err error
+	var errs []error
 	n.closeOnce.Do(func() {
 		close(n.done)
-		err = n.ps.Close()
+		n.mu.Lock()
+		n.closed = true
+		conns := n.conns
+		n.conns = nil
+		n.mu.Unlock()
+		for _, c := range conns {
+			errs = append(errs, c.ps.Close())
+		}
 	})
-	return err
+	return errors.Join(errs...)
 }
 
-// run hands the messages and confirmations to onMessage, and unsubscribes idle channels.
+// run unsubscribes idle channels.
 func (n *notifier) run() {
-	msgs := n.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	sweep := time.NewTicker(unsubscribeAfter)
 	defer sweep.Stop()
 	for {
@@ -115,37 +164,7 @@ func (n *notifier) run() {
 			return
 		case <-sweep.C:
 			n.sweep()
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			n.receive(m)
 		}
-	}
-}
-
-func (n *notifier) receive(m any) {
-	switch m := m.(type) {
-	case *redis.Message:
-		n.onMessage(m.Channel)
-	case *redis.Subscription:
-		// Every confirmation counts as a possible unlock: one published before the subscription took
-		// effect (or during a reconnect) was not seen, and the head that attempted then may not have been
-		// the one that waited for this confirmation.
-		if m.Kind == "subscribe" {
-			n.confirm(m.Channel)
-			n.onMessage(m.Channel)
-		}
-	}
-}
-
-// confirm marks channel subscribed.
-func (n *notifier) confirm(channel string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if s := n.chans[channel]; s != nil && !s.confirmed {
-		s.confirmed = true
-		close(s.ready)
 	}
 }
 
@@ -161,8 +180,9 @@ func (n *notifier) sweep() {
 		}
 	}
 	if len(idle) > 0 {
-		n.queueLocked(command{unsubscribe: true, channels: idle})
+		n.queueLocked(command{op: unsubscribe, channels: idle})
 	}
+	n.retryUnconfirmedLocked()
 }
 
 // idle: no waiter since unsubscribeAfter. Only confirmed ones: a late confirmation must never be taken for
@@ -171,43 +191,14 @@ func (s *subscription) idle() bool {
 	return s.refs == 0 && s.confirmed && time.Since(s.idleSince) >= unsubscribeAfter
 }
 
-// queueLocked queues c behind the commands of earlier changes.
+// queue queues c behind the commands of earlier changes.
+func (n *notifier) queue(c command) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.queueLocked(c)
+}
+
 func (n *notifier) queueLocked(c command) {
 	n.queued = append(n.queued, c)
 	signal(n.outbox)
-}
-
-// send sends the queued commands to Redis, in order, outside the mutex.
-func (n *notifier) send() {
-	for {
-		select {
-		case <-n.done:
-			return
-		case <-n.outbox:
-			for _, c := range n.takeQueued() {
-				n.write(c)
-			}
-		}
-	}
-}
-
-func (n *notifier) takeQueued() []command {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	cs := n.queued
-	n.queued = nil
-	return cs
-}
-
-func (n *notifier) write(c command) {
-	if c.unsubscribe {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = n.ps.Unsubscribe(ctx, c.channels...)
-		return
-	}
-	// Not a waiter's context: a write cut off by its deadline would tear down the connection that every
-	// key shares. A failed write is retried by go-redis on reconnect (it resubscribes every channel); the
-	// waiter meanwhile falls back to polling at the lock's TTL.
-	_ = n.ps.Subscribe(context.Background(), c.channels...)
 }

@@ -74,7 +74,8 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 		cfg.Logger.Warn("rlock: Redlock over an even number of masters tolerates no more failures than one less",
 			"masters", len(clients))
 	}
-	nodes := redlockNodes{scripts: newScripts(cfg), clients: clients, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1}
+	sharded := cfg.ShardedPubSub == ShardedOn
+	nodes := redlockNodes{scripts: newScripts(cfg, sharded), clients: clients, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1}
 	b := newBreakers(len(clients), nodes.quorum)
 	for i, c := range clients {
 		c.AddHook(b.hook(i))
@@ -84,7 +85,7 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 		return nil, err
 	}
 	for _, c := range clients {
-		e.notifiers = append(e.notifiers, newNotifier(c, e.queue.notify))
+		e.notifiers = append(e.notifiers, startNotifier(c, sharded, e.queue.notify))
 	}
 	return &Redlock{e: e, nodes: nodes}, nil
 }

@@ -13,26 +13,32 @@ import (
 // Reentrant is the lock on a single Redis (or a Redis Cluster: all keys of a lock share one slot), in the
 // layout of Redisson's RLock, so Redisson clients and Reentrant exclude each other.
 type Reentrant struct {
-	e   *engine
-	rdb redis.UniversalClient
+	e    *engine
+	node singleNode
 }
 
 var _ Locker = (*Reentrant)(nil)
 
-// NewReentrant returns a locker on rdb. It opens one pub/sub connection for unlock messages; Close it.
-// The client should honour context deadlines (redis.Options.ContextTimeoutEnabled), or a stalled Redis
-// holds acquisitions past their context.
+// NewReentrant returns a locker on rdb: a *redis.Client, or a *redis.ClusterClient (each lock's keys share
+// one slot), whose unlock messages are then sharded (Config.ShardedPubSub). It opens one pub/sub
+// connection for unlock messages, or with sharded messages on a cluster one per key with waiters; Close
+// them. The client should honour context deadlines (redis.Options.ContextTimeoutEnabled), or a stalled
+// Redis holds acquisitions past their context. A cluster client should reload its slot map often
+// (redis.ClusterOptions.ClusterStateReloadInterval): go-redis reloads it on a MOVED reply, which a dead
+// master does not send, so by default it keeps calling a master for a minute after its replica took over.
 func NewReentrant(rdb redis.UniversalClient, cfg Config) (*Reentrant, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
-	e, err := newEngine("reentrant", cfg, singleNode{scripts: newScripts(cfg), rdb: rdb})
+	sharded := cfg.ShardedPubSub.on(rdb)
+	node := singleNode{scripts: newScripts(cfg, sharded), rdb: rdb}
+	e, err := newEngine("reentrant", cfg, node)
 	if err != nil {
 		return nil, err
 	}
-	e.notifiers = []*notifier{newNotifier(rdb, e.queue.notify)}
-	return &Reentrant{e: e, rdb: rdb}, nil
+	e.notifiers = []*notifier{startNotifier(rdb, sharded, e.queue.notify)}
+	return &Reentrant{e: e, node: node}, nil
 }
 
 // Acquire takes the lock of key, waiting until it is free, ctx is done or Config.MaxWait passes. The owner
@@ -74,7 +80,7 @@ func (r *Reentrant) Inspect(ctx context.Context, key string) (State, error) {
 		return State{}, err
 	}
 	n := namesFor(key)
-	pipe := r.rdb.TxPipeline() // owner and lease from the same moment
+	pipe := r.node.rdb.TxPipeline() // owner and lease from the same moment
 	all := pipe.HGetAll(ctx, n.lock)
 	ttl := pipe.PTTL(ctx, n.lock)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -98,11 +104,11 @@ func (r *Reentrant) ForceRelease(ctx context.Context, key string) (bool, error) 
 		return false, err
 	}
 	n := namesFor(key)
-	deleted, err := forceReleaseScript.Run(ctx, r.rdb, []string{n.lock, n.channel}).Int64()
+	deleted, err := r.node.runForceRelease(ctx, r.node.rdb, n)
 	if err != nil {
 		return false, fmt.Errorf("rlock: force release %s: %w", n.lock, err)
 	}
-	return deleted == 1, nil
+	return deleted, nil
 }
 
 // singleNode runs the lock scripts on one Redis.

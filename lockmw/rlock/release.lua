@@ -7,6 +7,8 @@
 -- ARGV[1] owner id
 -- ARGV[2] lease in milliseconds (for the holds that remain)
 -- ARGV[3] latch lifetime in milliseconds
+-- ARGV[4] the command that sends the unlock message: 'publish', or 'spublish' (sharded pub/sub), as Redisson
+--         passes it
 -- Returns {holds left for ARGV[1] (0: the lock is free; -1: ARGV[1] does not hold it), clients that received
 -- the unlock message (0 when none was sent)}.
 local done = redis.call('get', KEYS[3])
@@ -25,4 +27,4 @@ if count > 0 then
   return {count, 0}
 end
 redis.call('del', KEYS[1])
-return {0, redis.call('publish', KEYS[2], '0')}
+return {0, redis.call(ARGV[4], KEYS[2], '0')}

@@ -39,14 +39,21 @@ var (
 // latchTTL is how long a release remembers its result for a retry of the same request.
 const latchTTL = 10 * time.Second
 
-// scripts runs the lock scripts on one server, with a locker's lease and fencing counter TTL. Both
-// backends use it: Reentrant on its one server, Redlock on each master.
+// scripts runs the lock scripts on one server, with a locker's lease, fencing counter TTL and publish
+// command. Both backends use it: Reentrant on its one server, Redlock on each master.
 type scripts struct {
 	lease    time.Duration
 	tokenTTL time.Duration
+	publish  string // the command of unlock messages: publish, or spublish when sharded
 }
 
-func newScripts(cfg Config) scripts { return scripts{lease: cfg.Lease, tokenTTL: cfg.TokenTTL} }
+func newScripts(cfg Config, sharded bool) scripts {
+	s := scripts{lease: cfg.Lease, tokenTTL: cfg.TokenTTL, publish: "publish"}
+	if sharded {
+		s.publish = "spublish"
+	}
+	return s
+}
 
 func (s scripts) runAcquire(ctx context.Context, c redis.Scripter, n names, owner string) ([]int64, error) {
 	return acquireScript.Run(ctx, c, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
@@ -70,7 +77,14 @@ func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names
 }
 
 func (s scripts) releaseArgs(n names, owner, requestID string) (keys []string, args []any) {
-	return []string{n.lock, n.channel, n.latch(requestID)}, []any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds()}
+	return []string{n.lock, n.channel, n.latch(requestID)},
+		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish}
+}
+
+// runForceRelease deletes the lock of n whoever holds it and reports whether there was one.
+func (s scripts) runForceRelease(ctx context.Context, c redis.Scripter, n names) (bool, error) {
+	deleted, err := forceReleaseScript.Run(ctx, c, []string{n.lock, n.channel}, s.publish).Int64()
+	return deleted == 1, err
 }
 
 // parseRelease reads the reply of the release script.
