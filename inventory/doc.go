@@ -7,7 +7,7 @@
 //
 //   - available never goes below 0, and available + reserved changes only through SetStock and Restock.
 //   - An order is decided once. Reserve for an order that already has a recorded outcome returns that
-//     outcome with Replayed set and writes nothing, whatever quantity it is called with, so a redelivered
+//     outcome with Replayed set and changes nothing, whatever quantity it is called with, so a redelivered
 //     order is never decremented twice. Release gives a reservation back once.
 //   - ReserveBatch decides up to MaxBatch orders of one SKU in one script call, with the outcomes and
 //     writes of a Reserve for each in turn; an error fails the whole batch and writes nothing.
@@ -16,6 +16,10 @@
 //   - The scripts survive SCRIPT FLUSH and server restarts: they run with EVALSHA and fall back to EVAL.
 //   - A call cut short by its context may or may not have been applied; calling again with the same order
 //     id is always safe and returns what was decided.
+//   - With WithReplicaAcks(n, timeout) a write returns nil only once n replicas have received it (Redis
+//     WAIT on the write's own connection), else an error wrapping ErrReplicaAcks; the write stays applied
+//     on the master either way. This narrows, but does not close, the window in which a failover loses an
+//     acknowledged write: see WithReplicaAcks.
 //
 // # Key layout
 //

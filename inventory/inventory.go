@@ -22,6 +22,9 @@ var (
 	// ErrCorrupt means the SKU's stock hash holds a value no script can work with (a field that is not an
 	// integer). Retrying cannot help until an operator repairs the hash.
 	ErrCorrupt = errors.New("inventory: corrupt stock")
+	// ErrReplicaAcks means fewer replicas than WithReplicaAcks asks for acknowledged a write in time. The
+	// write stays applied on the master: the error is transient, see WithReplicaAcks for what to retry.
+	ErrReplicaAcks = errors.New("inventory: too few replica acks")
 )
 
 // Status is what happened to an order.
@@ -71,6 +74,9 @@ type Store struct {
 	ttlMillis int64
 	// fenceCounter names the lock's fencing counter of a SKU (WithFenceCounter); nil: none.
 	fenceCounter func(sku string) string
+	// replicaAcks replicas must acknowledge each write within ackTimeout (WithReplicaAcks); 0: no WAIT.
+	replicaAcks int
+	ackTimeout  time.Duration
 }
 
 // Option configures a Store.

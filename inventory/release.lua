@@ -3,6 +3,7 @@
 -- KEYS[2] order:{SKU}:<order_id>  string: the outcome recorded for the order (JSON)
 -- KEYS[3] optional: the lock's fencing counter (same slot), as in reserve.lua
 -- ARGV[1] fencing token, 0 = unfenced
+-- ARGV[2] 1: a replay rewrites the record as it is, as in reserve.lua; otherwise it writes nothing
 -- Returns {replayed (0|1), status, reason, quantity, available_after, fence}.
 -- Errors: NOTRESERVED <status|none>, STALEFENCE <stored fence>, STALETOKEN <current token>, UNKNOWNSKU, CORRUPT <field>. Every
 -- check runs before the first write, so an error leaves Redis untouched.
@@ -11,6 +12,7 @@ local record = redis.call('GET', KEYS[2])
 if not record then return redis.error_reply('NOTRESERVED none') end
 local o = cjson.decode(record)
 if o.status == 'released' then
+  if ARGV[2] == '1' then redis.call('SET', KEYS[2], record, 'KEEPTTL') end
   return {1, o.status, o.reason, o.quantity, o.available_after, o.fence}
 end
 if o.status ~= 'reserved' then return redis.error_reply('NOTRESERVED ' .. o.status) end

@@ -48,7 +48,7 @@ func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, err
 		return Outcome{}, err
 	}
 	return traceReserve(ctx, o, fence, func(ctx context.Context) (Outcome, error) {
-		reply, err := reserveScript.Run(ctx, s.rdb, s.keys(o.SKU, o.ID), o.Quantity, fence, s.ttlMillis).Slice()
+		reply, err := s.run(ctx, reserveScript, s.keys(o.SKU, o.ID), o.Quantity, fence, s.ttlMillis, s.replayWrites()).Slice()
 		if err != nil {
 			return Outcome{}, scriptError("reserve", o.ID, o.SKU, fence, err)
 		}
@@ -57,7 +57,7 @@ func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, err
 }
 
 // Release gives back the quantity reserved for orderID, once: it is the compensation for a cancelled
-// order. A second call writes nothing and returns the released outcome with Replayed set. An order that
+// order. A second call changes nothing and returns the released outcome with Replayed set. An order that
 // was rejected, or has no recorded outcome (never reserved, or expired), fails with ErrNotReserved.
 // Fencing works as in Reserve.
 func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (Outcome, error) {
@@ -70,7 +70,7 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
 		return Outcome{}, err
 	}
-	reply, err := releaseScript.Run(ctx, s.rdb, s.keys(sku, orderID), fence).Slice()
+	reply, err := s.run(ctx, releaseScript, s.keys(sku, orderID), fence, s.replayWrites()).Slice()
 	if err != nil {
 		return Outcome{}, scriptError("release", orderID, sku, fence, err)
 	}
@@ -89,7 +89,7 @@ func (s *Store) RaiseFence(ctx context.Context, sku string, token int64) error {
 	if err := checkRange("fence", token, 1, MaxStock); err != nil {
 		return err
 	}
-	if err := raiseFenceScript.Run(ctx, s.rdb, []string{stockKey(sku)}, token).Err(); err != nil {
+	if err := s.run(ctx, raiseFenceScript, []string{stockKey(sku)}, token, s.replayWrites()).Err(); err != nil {
 		return scriptError("raise the fence of", "", sku, token, err)
 	}
 	return nil

@@ -6,6 +6,9 @@
 -- ARGV[1] quantity, 1..MaxQuantity
 -- ARGV[2] fencing token, 0 = unfenced
 -- ARGV[3] outcome TTL in milliseconds
+-- ARGV[4] 1: a replay rewrites the record as it is (value and TTL), so that the call propagates to the
+--         replicas and a WAIT after it covers the write that recorded the outcome (WithReplicaAcks);
+--         otherwise a replay writes nothing
 -- Returns {replayed (0|1), status, reason, quantity, available_after, fence}.
 -- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs before the first write, so an
 -- error leaves Redis untouched.
@@ -14,6 +17,7 @@ local record = redis.call('GET', KEYS[2])
 if record then
   -- Redelivery: the first decision stands, even if this call asks for another quantity.
   local o = cjson.decode(record)
+  if ARGV[4] == '1' then redis.call('SET', KEYS[2], record, 'KEEPTTL') end
   return {1, o.status, o.reason, o.quantity, o.available_after, o.fence}
 end
 

@@ -32,7 +32,7 @@ func (s *Store) ReserveBatch(ctx context.Context, orders []Order, fence int64) (
 		return nil, err
 	}
 	return traceReserveBatch(ctx, orders, fence, func(ctx context.Context) ([]Outcome, error) {
-		reply, err := reserveBatchScript.Run(ctx, s.rdb, s.batchKeys(orders), batchArgs(orders, fence, s.ttlMillis)...).Slice()
+		reply, err := s.run(ctx, reserveBatchScript, s.batchKeys(orders), s.batchArgs(orders, fence)...).Slice()
 		if err != nil {
 			return nil, scriptError(fmt.Sprintf("reserve %d orders of", len(orders)), "", orders[0].SKU, fence, err)
 		}
@@ -73,10 +73,11 @@ func (s *Store) batchKeys(orders []Order) []string {
 	return keys
 }
 
-// batchArgs are the arguments of reserve_batch.lua: the fence, the outcome TTL, then each quantity.
-func batchArgs(orders []Order, fence, ttlMillis int64) []any {
-	args := make([]any, 0, len(orders)+2)
-	args = append(args, fence, ttlMillis)
+// batchArgs are the arguments of reserve_batch.lua: the fence, the outcome TTL, whether a replay writes,
+// then each quantity.
+func (s *Store) batchArgs(orders []Order, fence int64) []any {
+	args := make([]any, 0, len(orders)+3)
+	args = append(args, fence, s.ttlMillis, s.replayWrites())
 	for _, o := range orders {
 		args = append(args, o.Quantity)
 	}

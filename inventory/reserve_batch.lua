@@ -8,13 +8,15 @@
 -- KEYS[#KEYS-n+i]   order:{SKU}:<order_id> of order i (i = 1..n): the outcome recorded for it (JSON)
 -- ARGV[1]           fencing token, 0 = unfenced
 -- ARGV[2]           outcome TTL in milliseconds
--- ARGV[2+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 2
+-- ARGV[3]           1: a batch that writes nothing (all its orders replayed) rewrites its first record as
+--                   it is, as a replay does in reserve.lua (WithReplicaAcks)
+-- ARGV[3+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 3
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per order, in order.
 -- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. The checks run once,
 -- before the first write, so an error leaves Redis untouched. As in reserve.lua a recorded order is
 -- replayed unchecked: a batch whose orders all have a recorded outcome is not checked.
 
-local token, n = tonumber(ARGV[1]), #ARGV - 2
+local token, n = tonumber(ARGV[1]), #ARGV - 3
 local first = #KEYS - n -- KEYS[first + i] is the record of order i
 
 local function replay(o)
@@ -66,7 +68,7 @@ for i = 1, n do
     local d = decided[key]
     replies[i] = {1, d[2], d[3], d[4], d[5], d[6]}
   else
-    replies[i] = decide(tonumber(ARGV[2 + i]))
+    replies[i] = decide(tonumber(ARGV[3 + i]))
     decided[key], fresh[#fresh + 1] = replies[i], i
   end
 end
@@ -78,6 +80,9 @@ end
 -- Raise only, once, and as in reserve.lua never on an unknown SKU.
 if stock[1] and token > (tonumber(stock[3]) or 0) then
   redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+end
+if #fresh == 0 and ARGV[3] == '1' then
+  redis.call('SET', KEYS[first + 1], records[1], 'KEEPTTL')
 end
 for _, i in ipairs(fresh) do
   local r = replies[i]

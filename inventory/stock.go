@@ -30,7 +30,7 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 	if err := checkStockWrite(sku, "available", available, 0); err != nil {
 		return err
 	}
-	if err := setStockScript.Run(ctx, s.rdb, []string{stockKey(sku)}, available).Err(); err != nil {
+	if err := s.run(ctx, setStockScript, []string{stockKey(sku)}, available).Err(); err != nil {
 		return scriptError("set stock of", "", sku, 0, err)
 	}
 	return nil
@@ -43,7 +43,7 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (availa
 	if err := checkStockWrite(sku, "quantity", quantity, 1); err != nil {
 		return 0, err
 	}
-	available, err = restockScript.Run(ctx, s.rdb, []string{stockKey(sku)}, quantity, int64(MaxStock)).Int64()
+	available, err = s.run(ctx, restockScript, []string{stockKey(sku)}, quantity, int64(MaxStock)).Int64()
 	if err != nil {
 		return 0, restockError(sku, quantity, err)
 	}

@@ -22,6 +22,8 @@ const (
 	AttrReason    = attribute.Key("stockflow.stock.reason")     // why rejected (Reason), "" when reserved
 	AttrReplayed  = attribute.Key("stockflow.stock.replayed")   // the outcome recorded the first time
 	AttrBatchSize = attribute.Key("stockflow.stock.batch_size") // how many orders a ReserveBatch decided
+	// AttrReplicaAcks is how many replicas acknowledged the write (WithReplicaAcks), on the span only.
+	AttrReplicaAcks = attribute.Key("stockflow.stock.replica_acks")
 )
 
 // The names of the spans of Reserve and ReserveBatch.
