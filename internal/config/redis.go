@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -71,6 +72,9 @@ func (t TLSFiles) ClusterOptions(url string) (*redis.ClusterOptions, error) {
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.DisableIdentity = true
+	// go-redis reloads the slot map on a MOVED reply, but a dead master sends none: without a periodic
+	// reload (60 s by default) the client keeps dialing it long after its replica took over.
+	opts.ClusterStateReloadInterval = time.Second
 	if opts.TLSConfig, err = t.secure(opts.TLSConfig, url); err != nil {
 		return nil, err
 	}

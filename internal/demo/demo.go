@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -34,6 +35,8 @@ type Config struct {
 	Stock        int
 	Distribution string
 	Timeout      time.Duration
+	Cluster      bool // a Redis Cluster: REDIS_URL's, or a local one of 3 masters
+	Partitions   int  // stream partitions; 0: 1 on one Redis, 16 on a cluster
 }
 
 // Flags defines the demo's settings on s.
@@ -48,6 +51,8 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.Stock, "stock", 200, "stock of each SKU")
 	s.String(&c.Distribution, "distribution", "hot", "`distribution` of the orders over the SKUs: uniform, zipf or hot (half of the orders on SKU-0)")
 	s.Duration(&c.Timeout, "timeout", 2*time.Minute, "give up waiting for outcomes after this long")
+	s.Bool(&c.Cluster, "cluster", "run on a Redis Cluster: REDIS_URL's (a cluster URL), or else a local one of 3 masters (redis-server child processes)")
+	s.Int(&c.Partitions, "partitions", 0, "partitions of the streams (ORDERS_PARTITIONS); 0: 1 on one Redis, 16 on a cluster")
 }
 
 // Validate reports the first setting the demo cannot run with.
@@ -59,10 +64,27 @@ func (c Config) Validate() error {
 		return errors.New("REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE apply to a rediss:// REDIS_URL; " +
 			"without REDIS_URL the demo runs a Redis of its own, without TLS")
 	}
+	if c.Cluster && c.RedisURL == "" && redisMode(c.Redis) == "embedded" {
+		return errors.New("--cluster needs redis-server (the embedded Redis is no cluster)")
+	}
+	if c.Partitions < 0 || c.Partitions > stream.MaxPartitions {
+		return fmt.Errorf("--partitions must be 0..%d", stream.MaxPartitions)
+	}
 	if c.RedisURL == "" {
 		return nil
 	}
-	return (stream.Config{RedisURL: c.RedisURL, TLS: c.TLS}).ValidateRedis()
+	return (stream.Config{RedisURL: c.RedisURL, TLS: c.TLS, Cluster: c.Cluster}).ValidateRedis()
+}
+
+// streams sets the cluster mode and partitions of the demo on s.
+func (c Config) streams(s *stream.Config) {
+	s.Cluster, s.OrdersPartitions = c.Cluster, c.Partitions
+	if c.Partitions == 0 {
+		s.OrdersPartitions = 1
+		if c.Cluster {
+			s.OrdersPartitions = 16
+		}
+	}
 }
 
 // Run runs the demo, printing to out. It returns an error when the consistency check fails.
@@ -129,6 +151,7 @@ func (c Config) worker(url string, i int) worker.Config {
 	wc := worker.DefaultConfig()
 	wc.RedisURL, wc.Name, wc.Concurrency = url, fmt.Sprintf("demo-%d", i), c.Concurrency
 	wc.TLS = c.TLS
+	c.streams(&wc.Config)
 	return wc
 }
 
@@ -138,6 +161,7 @@ func (c Config) producer(url string) producer.Config {
 	pc.RedisURL, pc.TLS = url, c.TLS
 	pc.Orders, pc.SKUs, pc.SeedStock, pc.Distribution = c.Orders, c.SKUs, c.Stock, c.Distribution
 	pc.Wait, pc.Timeout = true, c.Timeout
+	c.streams(&pc.Config)
 	return pc
 }
 
@@ -159,6 +183,9 @@ func startRedis(cfg Config, out io.Writer) (url string, stop func(), err error) 
 	}
 	switch redisMode(cfg.Redis) {
 	case "server":
+		if cfg.Cluster {
+			return startCluster(out)
+		}
 		return startServer(out)
 	case "embedded":
 		return startEmbedded(out)
@@ -185,6 +212,16 @@ func startServer(out io.Writer) (url string, stop func(), err error) {
 	}
 	fmt.Fprintf(out, "Redis: a redis-server child process at %s\n", srv.URL())
 	return srv.URL(), srv.Stop, nil
+}
+
+// startCluster starts a local Redis Cluster of 3 masters (no replicas: nothing fails over in the demo).
+func startCluster(out io.Writer) (url string, stop func(), err error) {
+	c, err := redisproc.StartCluster(redisproc.ClusterOptions{Masters: 3})
+	if err != nil {
+		return "", nil, err
+	}
+	fmt.Fprintf(out, "Redis: a local cluster of 3 masters (redis-server child processes) at %s\n", strings.Join(c.Addrs(), ", "))
+	return c.URL(), c.Stop, nil
 }
 
 // startEmbedded starts an in-process miniredis.

@@ -93,10 +93,10 @@ func TestComposeMatchesTheCode(t *testing.T) {
 			if len(svc.Entrypoint) == 0 || svc.Entrypoint[0] != "/usr/local/bin/worker" {
 				t.Errorf("%s does not run the worker: %v", name, svc.Entrypoint)
 			}
-		case name == "producer":
+		case strings.HasPrefix(name, "producer"):
 			reads = producerEnv
 			if len(svc.Entrypoint) == 0 || svc.Entrypoint[0] != "/usr/local/bin/producer" {
-				t.Errorf("producer does not run the producer: %v", svc.Entrypoint)
+				t.Errorf("%s does not run the producer: %v", name, svc.Entrypoint)
 			}
 			checkFlags(t, svc.Command, producerFlags())
 		case name == "stockctl":

@@ -92,11 +92,14 @@ type proc struct {
 // testEnv is the worker environment of the end-to-end tests: short leases and claim times, so crashes
 // are recovered from within seconds. New groups start at 0: tests add entries right after starting a
 // worker, possibly before it created the group.
+// With s nil, REDIS_URL comes from the caller's entries (a cluster's).
 func testEnv(s *redistest.Server) []string {
-	return []string{
-		"REDIS_URL=" + s.URL(), "WORKER_CONCURRENCY=8", "LOCK_LEASE=2s", "LOCK_WAIT=1s",
-		"CLAIM_IDLE=3s", "SHUTDOWN_TIMEOUT=5s", "CONSUMER_GROUP_START=0",
+	env := []string{"WORKER_CONCURRENCY=8", "LOCK_LEASE=2s", "LOCK_WAIT=1s",
+		"CLAIM_IDLE=3s", "SHUTDOWN_TIMEOUT=5s", "CONSUMER_GROUP_START=0"}
+	if s != nil {
+		env = append(env, "REDIS_URL="+s.URL())
 	}
+	return env
 }
 
 // buildDemo returns the demo binary.

@@ -38,6 +38,8 @@ type Config struct {
 	Timeout   time.Duration // with Wait: how long to wait; default DefaultWaitTimeout
 	JSON      bool          // print the summary as JSON; default off
 	RunID     string        // prefix of the order ids; default (empty): Validate picks a random one
+	// Replicas is how many replicas must have received each order's XADD before it counts as published.
+	Replicas stream.Replicas
 }
 
 // DefaultConfig returns the producer's settings when nothing is set: the default streams on a Redis on
@@ -51,6 +53,7 @@ func DefaultConfig() Config {
 		Distribution: DefaultDistribution,
 		SeedStock:    DefaultSeedStock,
 		Timeout:      DefaultWaitTimeout,
+		Replicas:     stream.Replicas{Timeout: stream.DefaultReplicaAckTimeout},
 	}
 }
 
@@ -58,6 +61,7 @@ func DefaultConfig() Config {
 func Flags(s *config.Set, c *Config) {
 	d := DefaultConfig()
 	stream.Flags(s, &c.Config)
+	stream.ReplicaFlags(s, &c.Replicas, "each order's XADD")
 	s.Int(&c.Orders, "orders", d.Orders, "orders to publish")
 	s.Int(&c.SKUs, "skus", d.SKUs, "number of SKUs, named SKU-0 .. SKU-<n-1>")
 	s.String(&c.SKUList, "sku-list", d.SKUList, "comma-separated `skus` to use instead of --skus")
@@ -75,7 +79,7 @@ func Flags(s *config.Set, c *Config) {
 func (c *Config) Validate() error {
 	for _, validate := range []func() error{
 		c.validateOrders, c.validateSKUs, c.validateSKUList, c.validateQuantity, c.validateDistribution,
-		c.validateRedisURL, c.validateRunID,
+		c.validateRedisURL, c.validateRunID, c.Replicas.Validate,
 	} {
 		if err := validate(); err != nil {
 			return err

@@ -29,7 +29,7 @@ type placedOrder struct {
 // publish publishes the run's orders through Watermill, from several goroutines unless a rate is set, and
 // returns the orders it placed, by id.
 func (r *run) publish(ctx context.Context) (map[string]placedOrder, error) {
-	wpub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{r.rdb}}, watermill.NopLogger{})
+	wpub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{r.cfg.Replicas.Publishing(r.rdb)}}, watermill.NopLogger{})
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,9 @@ type Config struct {
 	MaxAttempts int
 	// AllowEviction lets the worker run on a Redis whose maxmemory-policy may evict keys.
 	AllowEviction bool
+	// Replicas is how many replicas must have received each stock write before the order's outcome is
+	// published and its entry acked (inventory.WithReplicaAcks).
+	Replicas stream.Replicas
 }
 
 // DefaultConfig returns the worker's settings when nothing is set: one Redis on localhost, a name made of
@@ -93,6 +96,7 @@ func DefaultConfig() Config {
 		ResultsMaxLen:   DefaultResultsMaxLen,
 		PoisonMaxLen:    DefaultPoisonMaxLen,
 		MaxAttempts:     DefaultMaxAttempts,
+		Replicas:        stream.Replicas{Timeout: stream.DefaultReplicaAckTimeout},
 	}
 }
 
@@ -117,6 +121,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.ResultsMaxLen, "RESULTS_MAXLEN", d.ResultsMaxLen, "approximate number of outcome events kept in the results stream")
 	s.Int(&c.PoisonMaxLen, "POISON_MAXLEN", d.PoisonMaxLen, "approximate number of entries kept in the poison stream")
 	s.Int(&c.MaxAttempts, "MAX_ATTEMPTS", d.MaxAttempts, "deliveries of an order that fails permanently (or whose worker dies) before it goes to the poison stream")
+	stream.ReplicaFlags(s, &c.Replicas, "each stock write (reservation and outcome record)")
 	s.Bool(&c.AllowEviction, "ALLOW_EVICTION", "run even when Redis may evict keys (maxmemory-policy other than noeviction): evicted outcome records mean double reservations")
 	s.Duration(&c.FaultDelayWrite, "FAULT_DELAY_WRITE", 0, "chaos tests only: hold each stock write this long after taking the lock, then send it even if the lease was lost")
 	s.String(&c.FaultHistoryDir, "FAULT_HISTORY_DIR", "", "fault tests only: append every lock acquisition and stock operation to a file of this process in this directory (JSON lines) for the history checker")
@@ -126,6 +131,7 @@ func Flags(s *config.Set, c *Config) {
 func (c Config) Validate() error {
 	return errors.Join(
 		c.Config.Validate(),
+		c.Replicas.Validate(),
 		c.validateRedlock(),
 		config.CheckNotEmpty("WORKER_NAME", c.Name),
 		config.Check(between(c.Concurrency, 1, 1024), "WORKER_CONCURRENCY", c.Concurrency, "want 1..1024"),

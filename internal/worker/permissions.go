@@ -42,7 +42,7 @@ func (w *Worker) checkPermissions(ctx context.Context) error {
 	defer cancel()
 	commands := w.streamCommands()
 	if len(w.lockRDB) == 0 {
-		commands = append(commands, lockCommands()...)
+		commands = append(commands, lockCommands(w.cfg.Cluster)...)
 	}
 	err := eachMaster(ctx, w.rdb, func(ctx context.Context, c *redis.Client) error {
 		return w.checkCommands(ctx, c, "REDIS_URL"+nodeName(w.rdb, c), commands)
@@ -51,7 +51,7 @@ func (w *Worker) checkPermissions(ctx context.Context) error {
 		return err
 	}
 	for _, c := range w.lockRDB {
-		err := w.checkCommands(ctx, c, "REDLOCK_URLS master "+c.Options().Addr, lockCommands())
+		err := w.checkCommands(ctx, c, "REDLOCK_URLS master "+c.Options().Addr, lockCommands(false))
 		if errors.Is(err, errPermission) {
 			return err
 		}
@@ -88,7 +88,7 @@ func (w *Worker) checkCommands(ctx context.Context, c *redis.Client, which strin
 func (w *Worker) streamCommands() [][]string {
 	p := w.parts[0]
 	o, g := p.Orders, w.cfg.ConsumerGroup
-	return [][]string{
+	commands := [][]string{
 		{"XREADGROUP", "GROUP", g, "probe", "COUNT", "1", "STREAMS", o, ">"},
 		{"XCLAIM", o, g, "probe", "0", "0-1"}, {"XPENDING", o, g}, {"XACK", o, g, "0-1"},
 		{"XDEL", o, "0-1"}, {"XTRIM", o, "MINID", "0"}, {"XLEN", o}, {"XRANGE", o, "-", "+"},
@@ -101,17 +101,30 @@ func (w *Worker) streamCommands() [][]string {
 		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},
 		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", rlock.TokenKey("probe")},
 	}
+	if w.cfg.Cluster {
+		// The cluster client's map of the slots, and its table of commands (to route them).
+		commands = append(commands, []string{"CLUSTER", "SLOTS"}, []string{"COMMAND"})
+	}
+	if w.cfg.Replicas.Acks > 0 {
+		commands = append(commands, []string{"WAIT", "1", "0"})
+	}
+	return commands
 }
 
-// lockCommands are the commands of the locks, where they live, with their keys and channel.
-func lockCommands() [][]string {
+// lockCommands are the commands of the locks, where they live, with their keys and channel; sharded: the
+// unlock messages of a cluster (SPUBLISH, SSUBSCRIBE).
+func lockCommands(sharded bool) [][]string {
 	token := rlock.TokenKey("probe")
+	publish, subscribe := "PUBLISH", "SUBSCRIBE"
+	if sharded {
+		publish, subscribe = "SPUBLISH", "SSUBSCRIBE"
+	}
 	return [][]string{
 		{"EXISTS", probeLock}, {"HEXISTS", probeLock, "probe"}, {"HINCRBY", probeLock, "probe", "1"},
 		{"HSET", probeLock, "probe", "1"}, {"PEXPIRE", probeLock, "1"}, {"PTTL", probeLock}, {"DEL", probeLock},
 		{"INCR", token}, {"GET", token}, {"SET", token, "1"}, {"PEXPIRE", token, "1"},
 		{"GET", probeLatch}, {"SET", probeLatch, "1", "PX", "1"},
-		{"PUBLISH", probeChannel, "0"}, {"SUBSCRIBE", probeChannel},
+		{publish, probeChannel, "0"}, {subscribe, probeChannel},
 		// The release script names the channel among its keys (as Redisson's does): the ACL checks it as a
 		// key too.
 		{"EVALSHA", strings.Repeat("0", 40), "3", probeLock, probeChannel, probeLatch},

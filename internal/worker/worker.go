@@ -322,7 +322,8 @@ func (w *Worker) releaseIn(ctx context.Context, pipe redis.Pipeliner, more func(
 // has the lock, not only once it wrote. (Redlock's counters live on its masters: there each acquisition
 // raises the stored fence, raiseFence.)
 func (w *Worker) storeOptions() []inventory.Option {
-	opts := []inventory.Option{inventory.WithOutcomeTTL(w.cfg.OutcomeTTL)}
+	opts := []inventory.Option{inventory.WithOutcomeTTL(w.cfg.OutcomeTTL),
+		inventory.WithReplicaAcks(w.cfg.Replicas.Acks, w.cfg.Replicas.Timeout)}
 	if w.fenceCounterAtStore() {
 		opts = append(opts, inventory.WithFenceCounter(rlock.TokenKey))
 	}

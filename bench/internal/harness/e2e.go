@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,7 +70,7 @@ func (b *bench) endToEnd(ctx context.Context) error {
 
 // e2eRound measures one mode on one workload and records it.
 func (b *bench) e2eRound(ctx context.Context, t *Table, wl e2eWorkload, mode e2eMode, round int) error {
-	res, err := b.e2eRun(ctx, mode, wl)
+	res, err := b.e2eRun(ctx, b.single(1), mode, wl)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", wl.id, mode.name, err)
 	}
@@ -92,9 +93,10 @@ func (b *bench) checkE2E(name string, round int, res e2eResult) {
 
 type e2eResult struct {
 	sum       *producer.Summary
-	redisCPU  time.Duration // CPU time Redis spent during the producer's run
-	workerCPU time.Duration // CPU time both workers spent during it
-	rssMiB    float64       // the larger peak RSS of the two workers
+	redisCPU  time.Duration   // CPU time Redis spent during the producer's run
+	nodesCPU  []time.Duration // the same, by server (site.masters)
+	workerCPU time.Duration   // CPU time both workers spent during it
+	rssMiB    float64         // the larger peak RSS of the two workers
 	exitErr   error
 }
 
@@ -112,20 +114,44 @@ func (res e2eResult) values(orders int) map[string]float64 {
 	}
 }
 
-// e2eRun runs one round on an emptied Redis: start 2 workers, produce and wait, read their peak RSS, stop
+// site is the Redis an end-to-end round runs on, and how its streams are laid out.
+type site struct {
+	url        string
+	cluster    bool
+	partitions int
+	masters    []string // the servers, for their CPU time
+	flush      func(context.Context) error
+}
+
+// single is the main server, with the streams in partitions.
+func (b *bench) single(partitions int) site {
+	return site{url: b.mainURL(), partitions: partitions, masters: []string{b.mainAddr},
+		flush: func(ctx context.Context) error { return b.main.FlushAll(ctx).Err() }}
+}
+
+// args are the worker's settings for the site.
+func (s site) args() []string {
+	args := []string{"--redis-url", s.url, "--orders-partitions", strconv.Itoa(s.partitions)}
+	if s.cluster {
+		args = append(args, "--redis-cluster")
+	}
+	return args
+}
+
+// e2eRun runs one round on the emptied site: start 2 workers, produce and wait, read their peak RSS, stop
 // them with SIGTERM.
-func (b *bench) e2eRun(ctx context.Context, mode e2eMode, wl e2eWorkload) (e2eResult, error) {
+func (b *bench) e2eRun(ctx context.Context, s site, mode e2eMode, wl e2eWorkload) (e2eResult, error) {
 	var res e2eResult
-	if err := b.main.FlushAll(ctx).Err(); err != nil {
+	if err := s.flush(ctx); err != nil {
 		return res, err
 	}
-	workers, err := b.startWorkers(ctx, mode.flag, 2)
+	workers, err := b.startWorkers(ctx, s, mode.flag, 2)
 	if err != nil {
 		return res, err
 	}
 	defer workers.kill() // after an early return; stopped workers are gone already
-	cpu, err := b.measureCPU(ctx, []string{b.mainAddr}, workers.pids(), func() (err error) {
-		if res.sum, err = producer.Run(ctx, b.producerConfig(wl), nil); err != nil {
+	cpu, err := b.measureCPU(ctx, s.masters, workers.pids(), func() (err error) {
+		if res.sum, err = producer.Run(ctx, b.producerConfig(s, wl), nil); err != nil {
 			return fmt.Errorf("producer: %w", err)
 		}
 		return nil
@@ -133,17 +159,17 @@ func (b *bench) e2eRun(ctx context.Context, mode e2eMode, wl e2eWorkload) (e2eRe
 	if err != nil {
 		return res, err
 	}
-	res.redisCPU, res.workerCPU = cpu.redis, cpu.procs
+	res.redisCPU, res.nodesCPU, res.workerCPU = cpu.redis, cpu.nodes, cpu.procs
 	res.rssMiB = workers.peakRSSMiB() // read before SIGTERM
 	res.exitErr = workers.stop(30 * time.Second)
 	return res, nil
 }
 
-// producerConfig places wl's orders on the main server and waits for every outcome.
-func (b *bench) producerConfig(wl e2eWorkload) producer.Config {
+// producerConfig places wl's orders on the site and waits for every outcome.
+func (b *bench) producerConfig(s site, wl e2eWorkload) producer.Config {
 	return producer.Config{
-		Config: stream.Config{RedisURL: b.mainURL(), OrdersStream: "orders", ResultsStream: "order-results",
-			PoisonStream: "orders-poison", ConsumerGroup: "inventory"},
+		Config: stream.Config{RedisURL: s.url, Cluster: s.cluster, OrdersPartitions: s.partitions, OrdersStream: "orders",
+			ResultsStream: "order-results", PoisonStream: "orders-poison", ConsumerGroup: "inventory"},
 		Orders: wl.orders, SKUs: 200, Quantity: 1, Distribution: wl.distribution, SeedStock: wl.seed(),
 		Wait: true, Timeout: 3 * time.Minute,
 	}

@@ -22,7 +22,7 @@ import (
 )
 
 // Comparisons are the names Config.Only accepts, in the order they run.
-var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e"}
+var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e", "scale"}
 
 // Config sizes a run.
 type Config struct {
@@ -156,6 +156,7 @@ func (b *bench) close() {
 func (b *bench) runComparisons(ctx context.Context) error {
 	steps := map[string]func(context.Context) error{
 		"uncontended": b.uncontended, "hotkey": b.hotKey, "redlock": b.redlock, "stock": b.stock, "e2e": b.endToEnd,
+		"scale": b.scale,
 	}
 	for _, name := range b.cfg.selected() {
 		if err := steps[name](ctx); err != nil {

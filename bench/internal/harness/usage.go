@@ -14,13 +14,16 @@ import (
 
 // What the processes of a run cost: CPU time of the redis-servers and of processes, peak memory.
 
-// cpuTime is CPU time (user + system) used: by redis-servers, and by processes.
-type cpuTime struct{ redis, procs time.Duration }
+// cpuTime is CPU time (user + system) used: by redis-servers (in all, and by server), and by processes.
+type cpuTime struct {
+	redis, procs time.Duration
+	nodes        []time.Duration
+}
 
 // measureCPU runs run and says how much CPU the servers at addrs and the processes pids used meanwhile.
 // The INFO calls to the servers are made outside the processes' measurement.
 func (b *bench) measureCPU(ctx context.Context, addrs []string, pids []int, run func() error) (cpuTime, error) {
-	redis0, err := b.redisCPU(ctx, addrs)
+	before, err := b.redisCPU(ctx, addrs)
 	if err != nil {
 		return cpuTime{}, err
 	}
@@ -28,22 +31,25 @@ func (b *bench) measureCPU(ctx context.Context, addrs []string, pids []int, run 
 	if err := run(); err != nil {
 		return cpuTime{}, err
 	}
-	procs := processesCPU(pids) - procs0
-	redis1, err := b.redisCPU(ctx, addrs)
-	return cpuTime{redis: redis1 - redis0, procs: procs}, err
+	used := cpuTime{procs: processesCPU(pids) - procs0}
+	after, err := b.redisCPU(ctx, addrs)
+	for i := range after {
+		used.nodes = append(used.nodes, after[i]-before[i])
+		used.redis += after[i] - before[i]
+	}
+	return used, err
 }
 
-// redisCPU is the CPU time the servers at addrs have used.
-func (b *bench) redisCPU(ctx context.Context, addrs []string) (time.Duration, error) {
-	var sum time.Duration
-	for _, addr := range addrs {
-		d, err := serverCPU(ctx, b.infoClient(addr))
-		if err != nil {
-			return 0, err
+// redisCPU is the CPU time each of the servers at addrs has used.
+func (b *bench) redisCPU(ctx context.Context, addrs []string) ([]time.Duration, error) {
+	used := make([]time.Duration, len(addrs))
+	for i, addr := range addrs {
+		var err error
+		if used[i], err = serverCPU(ctx, b.infoClient(addr)); err != nil {
+			return nil, err
 		}
-		sum += d
 	}
-	return sum, nil
+	return used, nil
 }
 
 // infoClient is the client that asks the server at addr for INFO, made on first use.

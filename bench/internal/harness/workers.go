@@ -23,11 +23,11 @@ type benchWorker struct {
 // benchWorkers are the workers of one round.
 type benchWorkers []*benchWorker
 
-// startWorkers starts n workers with --lock lockFlag on the main server and waits until all are ready.
-func (b *bench) startWorkers(ctx context.Context, lockFlag string, n int) (benchWorkers, error) {
+// startWorkers starts n workers with --lock lockFlag on site s and waits until all are ready.
+func (b *bench) startWorkers(ctx context.Context, s site, lockFlag string, n int) (benchWorkers, error) {
 	var workers benchWorkers
 	for i := range n {
-		w, err := b.startWorker(i, lockFlag)
+		w, err := b.startWorker(s, i, lockFlag)
 		if err != nil {
 			workers.kill()
 			return nil, err
@@ -42,13 +42,13 @@ func (b *bench) startWorkers(ctx context.Context, lockFlag string, n int) (bench
 }
 
 // startWorker starts worker i, named wi, its log in the run's temporary directory.
-func (b *bench) startWorker(i int, lockFlag string) (*benchWorker, error) {
+func (b *bench) startWorker(s site, i int, lockFlag string) (*benchWorker, error) {
 	addr, err := childproc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(b.cfg.WorkerBin, "--lock", lockFlag, "--redis-url", b.mainURL(), "--worker-name", "w"+strconv.Itoa(i),
-		"--metrics-addr", addr)
+	args := append([]string{"--lock", lockFlag, "--worker-name", "w" + strconv.Itoa(i), "--metrics-addr", addr}, s.args()...)
+	cmd := exec.Command(b.cfg.WorkerBin, args...)
 	p, err := childproc.Start(cmd, filepath.Join(b.tmp, "worker-"+strconv.Itoa(i)+".log"))
 	if err != nil {
 		return nil, err
