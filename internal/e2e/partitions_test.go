@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,13 @@ func TestPartitionedStreamsOnOneRedis(t *testing.T) {
 	r := awaitOutcome(t, rdb, wrong.Results, "misrouted-1")
 	if r.Status != inventory.StatusReserved || rdb.HGet(ctx, "stock:{SKU-W}", "available").Val() != "3" {
 		t.Fatalf("misrouted order: %+v, available %s; want reserved, 3 left", r, rdb.HGet(ctx, "stock:{SKU-W}", "available").Val())
+	}
+
+	// A worker with another number of partitions would leave streams unread: it refuses to start.
+	odd := startWorker(t, s, "p8", "ORDERS_PARTITIONS=8")
+	err, exited := odd.exited(10 * time.Second)
+	if !exited || err == nil || !strings.Contains(odd.logText(), "laid out with 4") {
+		t.Fatalf("worker with 8 partitions where 4 are recorded: exited %v (%v), log %s", exited, err, odd.logText())
 	}
 }
 

@@ -63,6 +63,9 @@ func (r *run) prepare(ctx context.Context) ([]outcomeCursor, error) {
 	if err := r.readStockBefore(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.cfg.CheckLayout(ctx, r.rdb); err != nil {
+		return nil, err
+	}
 	from, err := r.markOutcomes(ctx)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // Actions of consumers prune.
@@ -78,20 +80,10 @@ func pendingReason(n int64) string { return fmt.Sprintf("%d pending entries", n)
 
 func activeReason(idleMS int64) string { return "active " + human(idleMS) + " ago" }
 
-// pruneConsumer runs prune_consumer.lua for one consumer: its outcome, and the idle time or pending
+// pruneConsumer prunes one consumer (stream.PruneConsumer): its outcome, and the idle time or pending
 // count it decided on.
 func (a *app) pruneConsumer(ctx context.Context, name string) (string, int64, error) {
-	keys := []string{a.opts.OrdersStream}
-	reply, err := pruneScript.Run(ctx, a.rdb, keys, a.opts.ConsumerGroup, name, millis(a.opts.idle)).Slice()
-	if err != nil {
-		return "", 0, fmt.Errorf("prune consumer %s: %w", name, err)
-	}
-	if len(reply) != 2 {
-		return "", 0, fmt.Errorf("prune consumer %s: unexpected script reply %v", name, reply)
-	}
-	outcome, _ := reply[0].(string)
-	n, _ := reply[1].(int64)
-	return outcome, n, nil
+	return stream.PruneConsumer(ctx, a.rdb, a.opts.OrdersStream, a.opts.ConsumerGroup, name, a.opts.idle)
 }
 
 // withOutcome is res after the script's outcome: deleted, or kept and why.

@@ -11,8 +11,4 @@ var (
 	//go:embed poison_replay.lua
 	replayLua    string
 	replayScript = redis.NewScript(replayLua)
-
-	//go:embed prune_consumer.lua
-	pruneLua    string
-	pruneScript = redis.NewScript(pruneLua)
 )

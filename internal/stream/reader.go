@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -39,6 +41,17 @@ const (
 var fetchLua string
 var fetchScript = redis.NewScript(fetchLua)
 
+//go:embed prune_consumer.lua
+var pruneLua string
+var pruneScript = redis.NewScript(pruneLua)
+
+// A partition whose reads fail (its cluster node is down) is skipped for a while, doubling up to the
+// maximum, so the other partitions are read at full speed meanwhile.
+const (
+	minFailedPause = 100 * time.Millisecond
+	maxFailedPause = 5 * time.Second
+)
+
 // Reader is the Redis client given to one redisstream subscriber. It changes how the subscriber reads,
 // claims and acks:
 //   - The subscriber's topic stands for every partition of the orders (Config.Partitions): each read takes
@@ -60,8 +73,16 @@ type Reader struct {
 	cfg   ReaderConfig
 	pause time.Duration // the read loop's current pause; only the read loop touches it
 	next  int           // the partition the next read starts at; only the read loop touches it
+	// failed is, by partition, how long its reads are skipped after a failure and until when; only the
+	// read loop touches it.
+	failed []failure
 	// claimNext and consumersNext are the partitions the next claim round and consumer check look at.
 	claimNext, consumersNext atomic.Int64
+}
+
+type failure struct {
+	pause time.Duration
+	until time.Time
 }
 
 // ReaderConfig is what the readers of one worker share.
@@ -77,12 +98,14 @@ type ReaderConfig struct {
 	ReplayFrom func(time.Time) string
 }
 
-// NewReader returns a reader on rdb, which it never closes. The readers of a worker's consumers start at
-// different partitions: consumer i at partition i.
+// NewReader returns a reader on rdb, which it never closes. The readers of a worker's consumers read from
+// different partitions first (consumer i from partition i), and start their claim rounds at a random one,
+// so that the workers together look at every partition soon.
 func NewReader(rdb redis.UniversalClient, cfg ReaderConfig, consumer int) *Reader {
-	c := &Reader{UniversalClient: rdb, cfg: cfg, next: consumer % len(cfg.Partitions)}
-	c.claimNext.Store(int64(c.next))
-	c.consumersNext.Store(int64(c.next))
+	n := len(cfg.Partitions)
+	c := &Reader{UniversalClient: rdb, cfg: cfg, next: consumer % n, failed: make([]failure, n)}
+	c.claimNext.Store(rand.Int64N(int64(n)))
+	c.consumersNext.Store(rand.Int64N(int64(n)))
 	return c
 }
 
@@ -98,14 +121,22 @@ func (*Reader) XGroupCreateMkStream(context.Context, string, string, string) *re
 	return redis.NewStatusResult("OK", nil)
 }
 
+// XReadGroup reads the next entry of the first partition that has one. A partition whose read failed is
+// skipped for a while (failure.pause); the read fails only when every partition tried failed.
 func (c *Reader) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
 	n := len(c.cfg.Partitions)
 	var failed error
+	tried, failures := 0, 0
 	for k := range n {
 		p := c.cfg.Partitions[(c.next+k)%n]
+		if time.Now().Before(c.failed[p.Index].until) {
+			continue
+		}
+		tried++
 		msgs, err := c.read(ctx, p, a.Consumer)
+		c.noteRead(p, err)
 		if err != nil {
-			failed = cmp.Or(failed, err) // the other partitions may still be read (a cluster node is down)
+			failed, failures = cmp.Or(failed, err), failures+1
 			continue
 		}
 		if len(msgs) > 0 {
@@ -113,11 +144,33 @@ func (c *Reader) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis
 			return redis.NewXStreamSliceCmdResult([]redis.XStream{{Stream: p.Orders, Messages: msgs}}, nil)
 		}
 	}
-	if failed == nil {
+	if failures == 0 || failures < tried {
 		c.wait(ctx)
 		failed = redis.Nil // nothing read: the subscriber reads again at once
 	}
 	return redis.NewXStreamSliceCmdResult(nil, failed)
+}
+
+// noteRead records how a read of partition p went: a failure skips the partition for a while, longer
+// each time; a success clears it. Reads count as failing (ReaderConfig.Failing) while some partition fails.
+func (c *Reader) noteRead(p Partition, err error) {
+	f := &c.failed[p.Index]
+	if err == nil {
+		if f.pause > 0 {
+			c.cfg.Logger.Info("reading a partition works again", "stream", p.Orders)
+		}
+		*f = failure{}
+		if !slices.ContainsFunc(c.failed, func(f failure) bool { return f.pause > 0 }) {
+			c.cfg.Failing.Store(0)
+		}
+		return
+	}
+	if f.pause == 0 {
+		c.cfg.Logger.Warn("reading a partition failed; skipping it for a while", "stream", p.Orders, "err", err)
+	}
+	f.pause = min(max(2*f.pause, minFailedPause), maxFailedPause)
+	f.until = time.Now().Add(f.pause)
+	c.cfg.Failing.CompareAndSwap(0, time.Now().UnixNano())
 }
 
 // read fetches the next entry of partition p, creating its group again when it was lost.
@@ -188,12 +241,36 @@ func (c *Reader) XInfoConsumers(ctx context.Context, _, group string) *redis.XIn
 	return cmd
 }
 
+// XGroupDelConsumer deletes the consumer only when it still has no pending entries (PruneConsumer): one
+// that read an entry since XInfoConsumers listed it keeps it.
 func (c *Reader) XGroupDelConsumer(ctx context.Context, _, group, name string) *redis.IntCmd {
 	p, consumer, err := c.unqualify(name)
 	if err != nil {
 		return redis.NewIntResult(0, err)
 	}
-	return c.UniversalClient.XGroupDelConsumer(ctx, p.Orders, group, consumer)
+	outcome, _, err := PruneConsumer(ctx, c.UniversalClient, p.Orders, group, consumer, 0)
+	if outcome == "deleted" {
+		return redis.NewIntResult(1, err)
+	}
+	return redis.NewIntResult(0, err)
+}
+
+// PruneConsumer deletes consumer of group on stream when it has no pending entries and has been idle
+// longer than minIdle, checked and done in one step inside Redis (prune_consumer.lua): a consumer that
+// reads an entry meanwhile is never deleted with it, which would drop the entry from the pending list. It
+// returns what it found: "deleted", "pending", "active" or "missing", with the idle time or pending count
+// it decided on.
+func PruneConsumer(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, minIdle time.Duration) (string, int64, error) {
+	reply, err := pruneScript.Run(ctx, rdb, []string{stream}, group, consumer, minIdle.Milliseconds()).Slice()
+	if err != nil {
+		return "", 0, fmt.Errorf("prune consumer %s: %w", consumer, err)
+	}
+	if len(reply) != 2 {
+		return "", 0, fmt.Errorf("prune consumer %s: unexpected script reply %v", consumer, reply)
+	}
+	outcome, _ := reply[0].(string)
+	n, _ := reply[1].(int64)
+	return outcome, n, nil
 }
 
 // turn returns the partition next names and moves it on.
@@ -245,10 +322,8 @@ func (c *Reader) fetch(ctx context.Context, p Partition, mode, consumer string, 
 	argv := append([]any{mode, c.cfg.Group, consumer, MaxEntryBytes, c.cfg.PoisonMaxLen}, args...)
 	reply, err := fetchScript.Run(ctx, c.UniversalClient, []string{p.Orders, p.Poison}, argv...).Slice()
 	if err != nil {
-		c.cfg.Failing.CompareAndSwap(0, time.Now().UnixNano())
 		return nil, err
 	}
-	c.cfg.Failing.Store(0)
 	msgs, poisonedIDs, err := parseFetch(reply)
 	for id, bytes := range poisonedIDs {
 		c.cfg.Logger.Warn("poisoned oversized entry", "stream", p.Orders, "id", id, "bytes", bytes, "limit", MaxEntryBytes)

@@ -145,3 +145,81 @@ func TestReaderReadsEveryPartition(t *testing.T) {
 		t.Errorf("c1 gone from %d partitions' groups, want exactly the one named", deleted)
 	}
 }
+
+// The first process records the number of partitions; one with another number is refused, naming both.
+func TestCheckLayout(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	c := DefaultConfig()
+	c.OrdersPartitions = 4
+	for range 2 {
+		if err := c.CheckLayout(ctx, rdb); err != nil {
+			t.Fatalf("4 partitions where 4 are recorded (or none): %v", err)
+		}
+	}
+	if got := rdb.Get(ctx, "orders:partitions").Val(); got != "4" {
+		t.Fatalf("recorded %q, want 4", got)
+	}
+	c.OrdersPartitions = 16
+	err := c.CheckLayout(ctx, rdb)
+	if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), "ORDERS_PARTITIONS is 16") || !strings.Contains(err.Error(), "laid out with 4") {
+		t.Fatalf("16 partitions where 4 are recorded: %v, want ErrLayout naming both", err)
+	}
+}
+
+// A partition whose reads fail (here a key of the wrong type; in production a cluster node that is down)
+// does not keep the reader from the others: their entries are read, an empty pass is no error, and the
+// failure shows in ReaderConfig.Failing. Only when every partition fails does the read fail.
+func TestReaderSkipsAFailingPartition(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3}.Partitions()
+	for _, p := range []Partition{parts[0], parts[2]} {
+		if err := rdb.XGroupCreateMkStream(ctx, p.Orders, "g", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}})
+	}
+	rdb.Set(ctx, parts[1].Orders, "not a stream", 0)
+	cfg := testReaderConfig(parts)
+	r := NewReader(rdb, cfg, 1) // starts at the failing partition
+	var read []string
+	for range 3 {
+		xs, err := r.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c"}).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			t.Fatalf("read failed while two partitions work: %v", err)
+		default:
+			read = append(read, xs[0].Stream)
+		}
+	}
+	slices.Sort(read)
+	if !slices.Equal(read, []string{parts[0].Orders, parts[2].Orders}) {
+		t.Errorf("read %v, want the entries of the two working partitions", read)
+	}
+	if cfg.Failing.Load() == 0 {
+		t.Error("a partition fails, but the reads are not marked failing")
+	}
+
+	for _, p := range []Partition{parts[0], parts[2]} {
+		rdb.Del(ctx, p.Orders)
+		rdb.Set(ctx, p.Orders, "not a stream either", 0)
+	}
+	all := NewReader(rdb, testReaderConfig(parts), 0)
+	if err := all.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c"}).Err(); err == nil || errors.Is(err, redis.Nil) {
+		t.Errorf("every partition failing: %v, want their error", err)
+	}
+}
+
+func TestPartitionedNamesCarryNoTagOfTheirOwn(t *testing.T) {
+	c := DefaultConfig()
+	c.ResultsStream = "results{x}"
+	if err := c.Validate(); err != nil {
+		t.Errorf("braces with one partition on one Redis: %v, want accepted (no tag is added)", err)
+	}
+	c.OrdersPartitions = 4
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "RESULTS_STREAM") {
+		t.Errorf("braces with 4 partitions: %v, want RESULTS_STREAM refused", err)
+	}
+}

@@ -43,15 +43,20 @@ func (r Replicas) Validate() error {
 var ErrReplicaAcks = errors.New("too few replica acks")
 
 // Publishing is rdb for a Watermill publisher whose XADDs each wait for r.Acks replicas: the XADD and a
-// WAIT go in one pipeline on the stream's master, hence on one connection (WAIT counts the writes of its
-// own connection; a cluster client would send a WAIT, which names no key, to any master). Without acks it
-// is rdb.
+// WAIT go in one pipeline on a connection to the stream's master (WAIT counts the writes of its own
+// connection; a cluster client would send a WAIT, which names no key, to any master), and while too few
+// replicas have it the WAIT is repeated there, up to replicaPatience, rather than the entry added again.
+// Without acks it is rdb.
 func (r Replicas) Publishing(rdb redis.UniversalClient) redis.UniversalClient {
 	if r.Acks == 0 {
 		return rdb
 	}
 	return replicated{rdb, r}
 }
+
+// replicaPatience is how long an XADD waits for its replicas (a shard whose replica is being replaced)
+// before it fails, and the producer adds the order again.
+const replicaPatience = 30 * time.Second
 
 type replicated struct {
 	redis.UniversalClient
@@ -63,15 +68,23 @@ func (c replicated) XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCm
 	if err != nil {
 		return redis.NewStringResult("", err)
 	}
-	pipe := node.Pipeline()
+	conn := node.Conn()
+	defer conn.Close()
+	pipe := conn.Pipeline()
 	add := pipe.XAdd(ctx, a)
 	wait := pipe.Do(ctx, "wait", c.r.Acks, c.r.Timeout.Milliseconds())
 	_, _ = pipe.Exec(ctx)
-	if add.Err() != nil {
-		return add
-	}
-	if n, err := wait.Int(); err != nil || n < c.r.Acks {
-		add.SetErr(fmt.Errorf("XADD %s: %w: %d of %d within %v (%v)", a.Stream, ErrReplicaAcks, n, c.r.Acks, c.r.Timeout, err))
+	deadline := time.Now().Add(replicaPatience)
+	for add.Err() == nil {
+		n, err := wait.Int()
+		switch {
+		case err == nil && n >= c.r.Acks:
+			return add
+		case err != nil || ctx.Err() != nil || time.Now().After(deadline):
+			add.SetErr(fmt.Errorf("XADD %s: %w: %d of %d (%v)", a.Stream, ErrReplicaAcks, n, c.r.Acks, err))
+			return add
+		}
+		wait = conn.Do(ctx, "wait", c.r.Acks, c.r.Timeout.Milliseconds())
 	}
 	return add
 }

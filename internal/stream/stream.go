@@ -5,10 +5,12 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -64,7 +66,17 @@ func (c Config) Validate() error {
 		config.CheckNotEmpty("POISON_STREAM", c.PoisonStream),
 		config.CheckNotEmpty("CONSUMER_GROUP", c.ConsumerGroup),
 		config.Check(c.OrdersPartitions >= 1 && c.OrdersPartitions <= MaxPartitions, "ORDERS_PARTITIONS", c.OrdersPartitions,
-			fmt.Sprintf("want 1..%d", MaxPartitions)))
+			fmt.Sprintf("want 1..%d", MaxPartitions)),
+		c.checkNoHashTag("ORDERS_STREAM", c.OrdersStream), c.checkNoHashTag("RESULTS_STREAM", c.ResultsStream),
+		c.checkNoHashTag("POISON_STREAM", c.PoisonStream))
+}
+
+// checkNoHashTag refuses braces in a stream name that gets a partition's hash tag: a tag of its own would
+// put the partition's streams in different cluster slots.
+func (c Config) checkNoHashTag(name, value string) error {
+	partitioned := c.Cluster || c.OrdersPartitions > 1
+	return config.Check(!partitioned || !strings.ContainsAny(value, "{}"), name, strconv.Quote(value),
+		"no { or } with partitions: the partition's hash tag {i} must be the name's only one")
 }
 
 // ValidateRedis checks the TLS files, then REDIS_URL, naming the setting that cannot work.
@@ -135,4 +147,29 @@ func (c Config) Partitions() []Partition {
 // which every language has, so any producer routes the same way).
 func (c Config) PartitionOf(sku string) int {
 	return int(crc32.ChecksumIEEE([]byte(sku)) % uint32(max(c.OrdersPartitions, 1)))
+}
+
+// ErrLayout: the streams were laid out with another ORDERS_PARTITIONS than this process's.
+var ErrLayout = errors.New("stream: partitions differ")
+
+// LayoutKey is the key that records ORDERS_PARTITIONS: <ORDERS_STREAM>:partitions.
+func (c Config) LayoutKey() string { return c.OrdersStream + ":partitions" }
+
+// CheckLayout records ORDERS_PARTITIONS in Redis (LayoutKey) when nothing is recorded yet, and otherwise
+// fails with ErrLayout unless it is the number recorded: a producer that routes over another number of
+// partitions than the workers read would leave orders in streams that nobody reads.
+func (c Config) CheckLayout(ctx context.Context, rdb redis.UniversalClient) error {
+	n := max(c.OrdersPartitions, 1)
+	recorded, err := rdb.SetArgs(ctx, c.LayoutKey(), n, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil // recorded now
+	case err != nil:
+		return fmt.Errorf("read %s: %w", c.LayoutKey(), err)
+	case recorded != strconv.Itoa(n):
+		return fmt.Errorf("%w: ORDERS_PARTITIONS is %d, but the streams were laid out with %s (%s); every producer and "+
+			"worker must use the same. To change it: stop the producers, let the workers drain every partition, "+
+			"DEL %s, then start everything with the new value", ErrLayout, n, recorded, c.LayoutKey(), c.LayoutKey())
+	}
+	return nil
 }

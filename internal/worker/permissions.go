@@ -100,6 +100,7 @@ func (w *Worker) streamCommands() [][]string {
 		{"HMGET", probeStock, "available"}, {"HGET", probeStock, "fence"}, {"HINCRBY", probeStock, "available", "1"},
 		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},
 		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", rlock.TokenKey("probe")},
+		{"SET", w.cfg.LayoutKey(), "1", "NX", "GET"},
 	}
 	if w.cfg.Cluster {
 		// The cluster client's map of the slots, and its table of commands (to route them).

@@ -9,18 +9,20 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // errEvicting refuses a Redis that may evict keys.
 var errEvicting = errors.New("worker: Redis may evict keys")
 
 // prepare runs before the first message: it waits until Redis answers, refuses a user without the
-// worker's permissions and a Redis that may evict keys, and creates the consumer group if it does not
-// exist.
+// worker's permissions, a Redis that may evict keys and streams laid out in another number of partitions
+// (stream.Config.CheckLayout), and creates the consumer groups that do not exist.
 func (w *Worker) prepare(ctx context.Context) error {
 	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
 		err := w.prepareOnce(ctx)
-		if err == nil || errors.Is(err, errEvicting) || errors.Is(err, errPermission) {
+		if err == nil || errors.Is(err, errEvicting) || errors.Is(err, errPermission) || errors.Is(err, stream.ErrLayout) {
 			return err
 		}
 		w.logger.Warn("waiting for Redis", "err", err, "in", backoff.String())
@@ -37,6 +39,9 @@ func (w *Worker) prepareOnce(ctx context.Context) error {
 		return err
 	}
 	if err := w.checkEviction(ctx, true); err != nil {
+		return err
+	}
+	if err := w.cfg.CheckLayout(ctx, w.rdb); err != nil {
 		return err
 	}
 	return w.ensureGroup(ctx)
@@ -173,10 +178,18 @@ func (w *Worker) consuming() error {
 // readFailureGrace is how long reads may fail (a Redis restart, a failover) before the worker is not ready.
 const readFailureGrace = 5 * time.Second
 
+// groupExists checks that every partition's consumer group exists, in one pipeline (one round trip per
+// node).
 func (w *Worker) groupExists(ctx context.Context) error {
-	for _, p := range w.parts {
+	pipe := w.rdb.Pipeline()
+	cmds := make([]*redis.XInfoGroupsCmd, len(w.parts))
+	for i, p := range w.parts {
+		cmds[i] = pipe.XInfoGroups(ctx, p.Orders)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, p := range w.parts {
 		missing := fmt.Errorf("consumer group %s of stream %s does not exist", w.cfg.ConsumerGroup, p.Orders)
-		groups, err := w.rdb.XInfoGroups(ctx, p.Orders).Result()
+		groups, err := cmds[i].Result()
 		var reply redis.Error
 		switch {
 		case errors.As(err, &reply): // no such key, or not a stream
