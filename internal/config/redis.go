@@ -75,6 +75,11 @@ func (t TLSFiles) ClusterOptions(url string) (*redis.ClusterOptions, error) {
 	// go-redis reloads the slot map on a MOVED reply, but a dead master sends none: without a periodic
 	// reload (60 s by default) the client keeps dialing it long after its replica took over.
 	opts.ClusterStateReloadInterval = time.Second
+	// A node cut off would hold each new connection for go-redis's default 5 s (a waiter's sharded
+	// subscription among them); ?dial_timeout= in the URL overrides.
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = time.Second
+	}
 	if opts.TLSConfig, err = t.secure(opts.TLSConfig, url); err != nil {
 		return nil, err
 	}

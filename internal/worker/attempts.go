@@ -24,6 +24,11 @@ const (
 // retryDelay is how long a failed attempt waits, on average, before a consumer claims it again.
 const retryDelay = time.Second
 
+// replicaRetryDelay replaces retryDelay after too few replica acks (REPLICA_ACKS): a shard without a replica
+// stays so until one is back, and each attempt holds a consumer for up to REPLICA_ACK_TIMEOUT, which the
+// orders of the other shards need meanwhile.
+const replicaRetryDelay = 5 * time.Second
+
 // A failed attempt is one of:
 //   - transient (Redis unreachable or busy, a lock wait over, a lost lease, a stale fence): the entry goes
 //     back to the group as pending, to be claimed by any consumer after about retryDelay, and the delivery
@@ -48,7 +53,11 @@ func (c *consumer) failed(msg *message.Message, deliveries int, err error) error
 // handBack leaves the entry pending for a consumer to claim after a retry delay. It reports false when
 // Redis could not be told.
 func (c *consumer) handBack(msg *message.Message, kind failureKind, deliveries int, err error) bool {
-	delay := min(retryDelay*time.Duration(80+rand.IntN(41))/100, c.claimIdle/2)
+	wait := retryDelay
+	if errors.Is(err, inventory.ErrReplicaAcks) {
+		wait = replicaRetryDelay
+	}
+	delay := min(wait*time.Duration(80+rand.IntN(41))/100, c.claimIdle/2)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 2*time.Second)
 	defer cancel()
 	if herr := c.reclaim(ctx, c.partition(msg), msg.UUID, c.claimIdle-delay, kind == transient); herr != nil {

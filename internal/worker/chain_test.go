@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -198,5 +199,27 @@ func TestDrainOutlivesTheMessageContextUntilTheDeadline(t *testing.T) {
 	}
 	if msg.Context() != msgCtx {
 		t.Fatal("the message context was not restored")
+	}
+}
+
+// Too few replica acks is handed back for about 5 s (replicaRetryDelay), other transient failures for about
+// 1 s: a shard without a replica would otherwise keep consumers waiting on its orders' WAITs.
+func TestReplicaAckFailuresWaitLongerBeforeTheirRetry(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		min, max time.Duration // how long before the entry can be claimed
+	}{
+		{errors.New("redis down"), 700 * time.Millisecond, 1300 * time.Millisecond},
+		{fmt.Errorf("reserve: %w", inventory.ErrReplicaAcks), 3900 * time.Millisecond, 6100 * time.Millisecond},
+	} {
+		e := newChainEnv(t)
+		msg := e.deliver(t, 1)
+		if _, err := e.c.retry((&stub{err: tc.err}).handle)(msg); err != nil {
+			t.Fatal(err)
+		}
+		p := e.pending(t)
+		if left := e.c.claimIdle - p[0].Idle; left < tc.min || left > tc.max {
+			t.Errorf("%v: claimable in %v, want %v..%v", tc.err, left, tc.min, tc.max)
+		}
 	}
 }
