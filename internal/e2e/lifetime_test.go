@@ -256,7 +256,8 @@ func TestRetentionBoundsWhatRedisKeeps(t *testing.T) {
 		if rdb.PTTL(ctx, key).Val() > 0 {
 			continue
 		}
-		if strings.HasPrefix(key, "stock:{SKU-") || key == "orders" || key == "order-results" {
+		// orders:partitions: one key, the number of partitions the streams are laid out in.
+		if strings.HasPrefix(key, "stock:{SKU-") || key == "orders" || key == "order-results" || key == "orders:partitions" {
 			continue
 		}
 		permanent = append(permanent, key)

@@ -80,10 +80,10 @@ func pendingReason(n int64) string { return fmt.Sprintf("%d pending entries", n)
 
 func activeReason(idleMS int64) string { return "active " + human(idleMS) + " ago" }
 
-// pruneConsumer prunes one consumer (stream.PruneConsumer): its outcome, and the idle time or pending
-// count it decided on.
+// pruneConsumer prunes one consumer (stream.Group.PruneConsumer): its outcome, and the idle time or
+// pending count it decided on.
 func (a *app) pruneConsumer(ctx context.Context, name string) (string, int64, error) {
-	return stream.PruneConsumer(ctx, a.rdb, a.opts.OrdersStream, a.opts.ConsumerGroup, name, a.opts.idle)
+	return stream.Group{Stream: a.opts.OrdersStream, Name: a.opts.ConsumerGroup}.PruneConsumer(ctx, a.rdb, name, a.opts.idle)
 }
 
 // withOutcome is res after the script's outcome: deleted, or kept and why.

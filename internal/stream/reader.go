@@ -241,27 +241,30 @@ func (c *Reader) XInfoConsumers(ctx context.Context, _, group string) *redis.XIn
 	return cmd
 }
 
-// XGroupDelConsumer deletes the consumer only when it still has no pending entries (PruneConsumer): one
+// XGroupDelConsumer deletes the consumer only when it still has no pending entries (Group.PruneConsumer): one
 // that read an entry since XInfoConsumers listed it keeps it.
 func (c *Reader) XGroupDelConsumer(ctx context.Context, _, group, name string) *redis.IntCmd {
 	p, consumer, err := c.unqualify(name)
 	if err != nil {
 		return redis.NewIntResult(0, err)
 	}
-	outcome, _, err := PruneConsumer(ctx, c.UniversalClient, p.Orders, group, consumer, 0)
+	outcome, _, err := Group{p.Orders, group}.PruneConsumer(ctx, c.UniversalClient, consumer, 0)
 	if outcome == "deleted" {
 		return redis.NewIntResult(1, err)
 	}
 	return redis.NewIntResult(0, err)
 }
 
-// PruneConsumer deletes consumer of group on stream when it has no pending entries and has been idle
-// longer than minIdle, checked and done in one step inside Redis (prune_consumer.lua): a consumer that
-// reads an entry meanwhile is never deleted with it, which would drop the entry from the pending list. It
-// returns what it found: "deleted", "pending", "active" or "missing", with the idle time or pending count
-// it decided on.
-func PruneConsumer(ctx context.Context, rdb redis.Scripter, stream, group, consumer string, minIdle time.Duration) (string, int64, error) {
-	reply, err := pruneScript.Run(ctx, rdb, []string{stream}, group, consumer, minIdle.Milliseconds()).Slice()
+// Group is a consumer group of a stream.
+type Group struct{ Stream, Name string }
+
+// PruneConsumer deletes consumer of the group when it has no pending entries and has been idle longer
+// than minIdle, checked and done in one step inside Redis (prune_consumer.lua): a consumer that reads an
+// entry meanwhile is never deleted with it, which would drop the entry from the pending list. It returns
+// what it found: "deleted", "pending", "active" or "missing", with the idle time or pending count it
+// decided on.
+func (g Group) PruneConsumer(ctx context.Context, rdb redis.Scripter, consumer string, minIdle time.Duration) (string, int64, error) {
+	reply, err := pruneScript.Run(ctx, rdb, []string{g.Stream}, g.Name, consumer, minIdle.Milliseconds()).Slice()
 	if err != nil {
 		return "", 0, fmt.Errorf("prune consumer %s: %w", consumer, err)
 	}
