@@ -131,12 +131,17 @@ func TestClusterFailoverMovesTheSubscription(t *testing.T) {
 	old := c.MasterOf(n.lock)
 	start := time.Now()
 	now := c.Failover(n.lock)
-	subscribers := func() int64 {
-		return shardSubscribers(t, old.Addr, n.channel) + shardSubscribers(t, now.Addr, n.channel)
+	// The waiter's subscription must have moved: gone from the old master (which drops it when it gives up
+	// the slot) and back on the new one. Counting both nodes together once let the test go on while the
+	// old subscription was still there, about to be dropped, and the release's message then came between
+	// the drop and the new subscription (a CI run: the waiter woke after its lease, 10 s).
+	moved := func() bool {
+		return shardSubscribers(t, old.Addr, n.channel) == 0 && shardSubscribers(t, now.Addr, n.channel) == 1
 	}
-	for end := time.Now().Add(5 * time.Second); subscribers() != 1; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(5 * time.Second); !moved(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("%d subscribers on the old and the new master after the failover, want the waiter", subscribers())
+			t.Fatalf("subscribers after the failover: %d on the old master, %d on the new one; want the waiter on the new one",
+				shardSubscribers(t, old.Addr, n.channel), shardSubscribers(t, now.Addr, n.channel))
 		}
 	}
 	t.Logf("the waiter subscribed again %v after the failover began", time.Since(start))

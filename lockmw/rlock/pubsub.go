@@ -55,7 +55,8 @@ type subscription struct {
 type conn struct {
 	ps        *redis.PubSub
 	opened    time.Time
-	confirmed bool // Redis confirmed a subscription on it
+	confirmed bool   // Redis confirmed a subscription on it
+	node      string // a channel's own connection: the address of the master it was opened on
 }
 
 // command is a SUBSCRIBE (or an UNSUBSCRIBE, or a new connection) of channels.
@@ -154,14 +155,18 @@ func (n *notifier) close() error {
 	return errors.Join(errs...)
 }
 
-// run unsubscribes idle channels.
+// run unsubscribes idle channels, and on a cluster moves the channels' own connections whose slot moved.
 func (n *notifier) run() {
 	sweep := time.NewTicker(unsubscribeAfter)
 	defer sweep.Stop()
+	recheck := time.NewTicker(confirmWithin)
+	defer recheck.Stop()
 	for {
 		select {
 		case <-n.done:
 			return
+		case <-recheck.C:
+			n.resubscribeMoved()
 		case <-sweep.C:
 			n.sweep()
 		}

@@ -50,6 +50,7 @@ func (n *notifier) writeOwn(c command) {
 // openOwn opens channel's connection, subscribed to it. The SSUBSCRIBE goes first: it makes go-redis
 // connect to the slot's master, where a read would connect to any node.
 func (n *notifier) openOwn(channel string) {
+	node := n.masterOf(channel)
 	ps := n.rdb.SSubscribe(context.Background(), channel)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -57,7 +58,48 @@ func (n *notifier) openOwn(channel string) {
 		_ = ps.Close()
 		return
 	}
-	n.conns[channel] = n.receiveOn(ps)
+	c := n.receiveOn(ps)
+	c.node = node
+	n.conns[channel] = c
+}
+
+// masterOf is the address of the master of channel's slot as the cluster client knows it now; "" when
+// the client is not a cluster's or does not know.
+func (n *notifier) masterOf(channel string) string {
+	cluster, ok := n.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	m, err := cluster.MasterForKey(ctx, channel)
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
+}
+
+// resubscribeMoved opens anew the channels' own connections whose slot has another master now (a
+// failover): a demoted master does not always drop its sharded subscriptions, and does not get the new
+// master's unlock messages. The new subscription's confirmation counts as a possible unlock, so a waiter
+// that missed one meanwhile tries again.
+func (n *notifier) resubscribeMoved() {
+	if !n.perChannel {
+		return
+	}
+	n.mu.Lock()
+	nodes := make(map[string]string, len(n.conns))
+	for channel, c := range n.conns {
+		if c.node != "" && n.chans[channel] != nil {
+			nodes[channel] = c.node
+		}
+	}
+	n.mu.Unlock()
+	for channel, node := range nodes {
+		if now := n.masterOf(channel); now != "" && now != node {
+			n.queue(command{op: resubscribe, channels: []string{channel}})
+		}
+	}
 }
 
 func (n *notifier) closeOwn(channel string) {
