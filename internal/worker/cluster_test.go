@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// A batch whose orders came from two partitions on different masters (a producer routed one elsewhere)
+// publishes each outcome to its own partition's results stream and acks each entry in its own stream: on a
+// cluster each partition's outcomes and ack are a MULTI of their own, since one MULTI cannot span slots.
+func TestDecideSplitsABatchByPartitionOnACluster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rdb := c.Client()
+	ctx := context.Background()
+	cfg := Config{Config: stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison",
+		ConsumerGroup: "g", Cluster: true, OrdersPartitions: 16}, ResultsMaxLen: 1000}
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "SKU-1", 5); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := &Worker{cfg: cfg, rdb: rdb, parts: cfg.Partitions(), logger: logger,
+		reserver: &handlers.Reserver{Store: store, Worker: "w"}}
+	home := w.parts[cfg.PartitionOf("SKU-1")]
+	away := home
+	for _, p := range w.parts {
+		if c.MasterOf(p.Orders).Addr != c.MasterOf(home.Orders).Addr {
+			away = p
+			break
+		}
+	}
+	for _, p := range []stream.Partition{home, away} {
+		if err := rdb.XGroupCreateMkStream(ctx, p.Orders, "g", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", fmt.Sprintf("o-%d", p.Index)}})
+	}
+	reader := stream.NewReader(rdb, stream.ReaderConfig{Partitions: w.parts, Group: "g", PoisonMaxLen: 100,
+		Logger: logger, Failing: new(atomic.Int64), ReplayFrom: func(time.Time) string { return "0" }}, 0)
+	var batch []*pending
+	for range 2 {
+		xs, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c"}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := stream.Unmarshaller{}.Unmarshal(xs[0].Messages[0].Values)
+		o := handlers.Order{OrderID: string(msg.Payload), SKU: "SKU-1", Quantity: 1}
+		batch = append(batch, &pending{msg: msg, order: o, since: time.Now()})
+	}
+
+	if _, err := w.decide(ctx, batch, 0, func() bool { return false }); err != nil {
+		t.Fatalf("decide a batch of two partitions on a cluster: %v", err)
+	}
+	for _, p := range []stream.Partition{home, away} {
+		results := rdb.XRange(ctx, p.Results, "-", "+").Val()
+		var r handlers.Result
+		if len(results) == 1 {
+			_ = json.Unmarshal([]byte(results[0].Values["payload"].(string)), &r)
+		}
+		if len(results) != 1 || r.OrderID != fmt.Sprintf("o-%d", p.Index) || r.Status != inventory.StatusReserved {
+			t.Errorf("%s: %v, want the reserved outcome of o-%d alone", p.Results, results, p.Index)
+		}
+		if n := rdb.XPending(ctx, p.Orders, "g").Val().Count; n != 0 {
+			t.Errorf("%s: %d entries pending after the outcomes were published, want 0 (acked)", p.Orders, n)
+		}
+	}
+	if st, _ := store.Get(ctx, "SKU-1"); st.Available != 3 {
+		t.Errorf("available %d after two orders of 1, want 3", st.Available)
+	}
+}
