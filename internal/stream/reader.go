@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -75,7 +74,8 @@ type Reader struct {
 	next  int           // the partition the next read starts at; only the read loop touches it
 	// failed is, by partition, how long its reads are skipped after a failure and until when; only the
 	// read loop touches it.
-	failed []failure
+	failed  []failure
+	failing int // partitions in failed with a pause
 	// claimNext and consumersNext are the partitions the next claim round and consumer check look at.
 	claimNext, consumersNext atomic.Int64
 }
@@ -124,12 +124,12 @@ func (*Reader) XGroupCreateMkStream(context.Context, string, string, string) *re
 // XReadGroup reads the next entry of the first partition that has one. A partition whose read failed is
 // skipped for a while (failure.pause); the read fails only when every partition tried failed.
 func (c *Reader) XReadGroup(ctx context.Context, a *redis.XReadGroupArgs) *redis.XStreamSliceCmd {
-	n := len(c.cfg.Partitions)
+	n, now := len(c.cfg.Partitions), time.Now()
 	var failed error
 	tried, failures := 0, 0
 	for k := range n {
 		p := c.cfg.Partitions[(c.next+k)%n]
-		if time.Now().Before(c.failed[p.Index].until) {
+		if now.Before(c.failed[p.Index].until) {
 			continue
 		}
 		tried++
@@ -158,15 +158,17 @@ func (c *Reader) noteRead(p Partition, err error) {
 	if err == nil {
 		if f.pause > 0 {
 			c.cfg.Logger.Info("reading a partition works again", "stream", p.Orders)
+			*f = failure{}
+			c.failing--
 		}
-		*f = failure{}
-		if !slices.ContainsFunc(c.failed, func(f failure) bool { return f.pause > 0 }) {
+		if c.failing == 0 {
 			c.cfg.Failing.Store(0)
 		}
 		return
 	}
 	if f.pause == 0 {
 		c.cfg.Logger.Warn("reading a partition failed; skipping it for a while", "stream", p.Orders, "err", err)
+		c.failing++
 	}
 	f.pause = min(max(2*f.pause, minFailedPause), maxFailedPause)
 	f.until = time.Now().Add(f.pause)

@@ -38,7 +38,8 @@ import (
 // consumer is one consumer of the group: the one a message was delivered to, and its chain.
 type consumer struct {
 	rdb          redis.UniversalClient
-	parts        []stream.Partition // the streams it reads
+	server       []attribute.KeyValue // rdb's address, for the spans (stream.ServerAttributes)
+	parts        []stream.Partition   // the streams it reads
 	group        string
 	name         string
 	poisonMaxLen int
@@ -79,7 +80,7 @@ func (c *consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
 		ctx, span := stream.Consumer{Stream: c.partition(msg).Orders, Group: c.group, Name: c.name,
-			Server: stream.ServerAttributes(c.rdb)}.StartProcess(orig, msg)
+			Server: c.server}.StartProcess(orig, msg)
 		inFlight.Add(ctx, 1)
 		c.busy.Store(time.Now().UnixNano())
 		defer func() {

@@ -89,7 +89,7 @@ var _ redis.Error = replyErr{}
 var testParts = []stream.Partition{{Orders: "orders", Results: "order-results", Poison: "orders-poison"}}
 
 func testConsumer(rdb redis.UniversalClient) *consumer {
-	return &consumer{rdb: rdb, parts: testParts, group: "g", name: "c1",
+	return &consumer{rdb: rdb, server: stream.ServerAttributes(rdb), parts: testParts, group: "g", name: "c1",
 		poisonMaxLen: 1000, maxAttempts: 3, claimIdle: 30 * time.Second, drainCtx: context.Background(),
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), busy: new(atomic.Int64)}
 }

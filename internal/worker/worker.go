@@ -338,7 +338,7 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 		Logger: w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
 	for i := range cfg.Concurrency {
 		name := fmt.Sprintf("%s-%d", cfg.Name, i)
-		c := &consumer{rdb: w.rdb, parts: w.parts, group: cfg.ConsumerGroup, name: name,
+		c := &consumer{rdb: w.rdb, server: w.server, parts: w.parts, group: cfg.ConsumerGroup, name: name,
 			poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
 			claimIdle: cfg.ClaimIdle, logger: w.logger, drainCtx: w.drain, raiseToken: w.raiseToken, busy: &w.busy[i]}
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
