@@ -217,19 +217,26 @@ func (c *Cluster) Failover(ctx context.Context, key string) (*Server, error) {
 	}
 }
 
-// replicaOf returns a running replica of master.
+// replicaOf returns a running replica of master, as master's view of the cluster shows it. The view may
+// not list a replica yet just after the cluster came up (a CI run): it is read again until ctx ends.
 func (c *Cluster) replicaOf(ctx context.Context, master *Server) (*Server, error) {
-	view, err := c.view(ctx, master)
-	if err != nil {
-		return nil, err
-	}
-	i := slices.IndexFunc(view, func(n clusterNode) bool { return n.has("myself") })
-	for _, n := range view {
-		if s := c.node(n.addr); i >= 0 && n.masterID == view[i].id && s != nil && s.Pid() != 0 {
-			return s, nil
+	for {
+		view, err := c.view(ctx, master)
+		if err != nil {
+			return nil, err
+		}
+		i := slices.IndexFunc(view, func(n clusterNode) bool { return n.has("myself") })
+		for _, n := range view {
+			if s := c.node(n.addr); i >= 0 && n.masterID == view[i].id && s != nil && s.Pid() != 0 {
+				return s, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redisproc: master %s has no running replica: %w", master.Addr, context.Cause(ctx))
+		case <-time.After(pollInterval):
 		}
 	}
-	return nil, fmt.Errorf("redisproc: master %s has no running replica", master.Addr)
 }
 
 // Stop stops every node.
