@@ -34,10 +34,13 @@ func OrderOf(msg *message.Message) (Order, error) {
 	return o, nil
 }
 
-// SKU is the lock key of a message: the SKU of its order. It needs Decode to have run.
-func SKU(msg *message.Message) (string, error) {
+// SKUs are the lock keys of a message: the SKUs of its order (Order.SKUs). It needs Decode to have run.
+func SKUs(msg *message.Message) ([]string, error) {
 	o, err := OrderOf(msg)
-	return o.SKU, err
+	if err != nil {
+		return nil, err
+	}
+	return o.SKUs(), nil
 }
 
 // Reserver is the order handler: it decides the orders of one SKU waiting in the process together, in one
@@ -51,6 +54,9 @@ type Reserver struct {
 // Store decides orders: *inventory.Store, or a wrapper around it (the worker's history recording).
 type Store interface {
 	ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error)
+	ReserveLines(ctx context.Context, orderID string, lines []inventory.Line, fences inventory.Fences) (inventory.OrderOutcome, error)
+	Cancel(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)
+	Fulfil(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)
 }
 
 // Request is one order to decide: its message's context (the outcome event continues its trace) and how
@@ -92,4 +98,31 @@ func orderIDs(reqs []Request) string {
 		return "order " + reqs[0].Order.OrderID
 	}
 	return fmt.Sprintf("%d orders of %s (%s ...)", len(reqs), reqs[0].Order.SKU, reqs[0].Order.OrderID)
+}
+
+// DecideOrder decides an order that is not Single (a basket, a cancel or a fulfil) under the locks of all
+// its SKUs (fences: their tokens; nil: unfenced) and returns its outcome event. As with Decide, an error
+// decides nothing that a retry would not decide the same way.
+func (r *Reserver) DecideOrder(ctx context.Context, req Request, fences inventory.Fences) (*message.Message, error) {
+	o := req.Order
+	var out inventory.OrderOutcome
+	var err error
+	switch o.Kind() {
+	case TypeCancel:
+		out, err = r.Store.Cancel(ctx, o.OrderID, o.SKU, fences)
+	case TypeFulfil:
+		out, err = r.Store.Fulfil(ctx, o.OrderID, o.SKU, fences)
+	default:
+		out, err = r.Store.ReserveLines(ctx, o.OrderID, o.Lines, fences)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, err)
+	}
+	payload, err := json.Marshal(newOrderResult(o, out, r.Worker, req.Waited))
+	if err != nil {
+		return nil, err
+	}
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	msg.SetContext(req.Ctx)
+	return msg, nil
 }

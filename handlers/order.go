@@ -2,11 +2,13 @@ package handlers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -21,27 +23,88 @@ const MaxPayload = 64 << 10
 // invalid. Such a message goes to the poison stream instead of being retried.
 var ErrBadInput = errors.New("handlers: bad input")
 
-// Order is the event producers publish to the orders stream, as the JSON payload of a stream entry:
+// Order is the event producers publish to the orders stream, as the JSON payload of a stream entry. A
+// reservation names one SKU, or several as lines (a basket: all lines are reserved, or none):
 //
 //	{"order_id":"o-1","sku":"SKU-1","quantity":2,"placed_at":"2026-11-21T10:00:00Z"}
+//	{"order_id":"o-2","lines":[{"sku":"SKU-1","quantity":2},{"sku":"SKU-7","quantity":1}]}
 //
-// order_id and sku are 1-128 characters of [A-Za-z0-9._:-]; quantity is 1..1,000,000; placed_at
+// and a reserved order is cancelled (its stock goes back) or fulfilled (it leaves the stock for good) by
+// an event that names the order and one of its SKUs, any one (lifecycle events route by it):
+//
+//	{"type":"cancel","order_id":"o-2","sku":"SKU-7"}
+//	{"type":"fulfil","order_id":"o-2","sku":"SKU-1"}
+//
+// order_id and sku are 1-128 characters of [A-Za-z0-9._:-]; quantity is 1..1,000,000; a basket has 1 to
+// MaxLines lines, and lines of the same SKU are merged (their sum within the quantity limit); placed_at
 // (RFC 3339) is optional. Unknown fields are ignored.
 type Order struct {
+	Type     Type      `json:"type,omitzero"` // "" is TypeReserve
 	OrderID  string    `json:"order_id"`
-	SKU      string    `json:"sku"`
-	Quantity int64     `json:"quantity"`
+	SKU      string    `json:"sku,omitzero"`
+	Quantity int64     `json:"quantity,omitzero"`
+	Lines    []Line    `json:"lines,omitzero"` // a basket, sorted by SKU once decoded
 	PlacedAt time.Time `json:"placed_at,omitzero"`
+}
+
+// Line is one SKU of a basket and how many of it.
+type Line = inventory.Line
+
+// MaxLines is the most lines a basket may have.
+const MaxLines = inventory.MaxLines
+
+// Type is what an order event asks for.
+type Type string
+
+// The types of order events.
+const (
+	TypeReserve Type = "reserve"
+	TypeCancel  Type = "cancel"
+	TypeFulfil  Type = "fulfil"
+)
+
+// Kind is the order's type, TypeReserve when none was given.
+func (o Order) Kind() Type { return cmp.Or(o.Type, TypeReserve) }
+
+// Single reports whether o reserves one SKU in the single-SKU form: the orders the worker decides in
+// batches per SKU. Baskets and lifecycle events are decided one at a time.
+func (o Order) Single() bool { return o.Kind() == TypeReserve && o.Lines == nil }
+
+// SKUs are the SKUs whose locks o needs, sorted: a basket's lines, or its one SKU (a lifecycle event's
+// lines are known once its order was looked up: the worker fills them in).
+func (o Order) SKUs() []string {
+	if o.Lines == nil {
+		return []string{o.SKU}
+	}
+	skus := make([]string, len(o.Lines))
+	for i, l := range o.Lines {
+		skus[i] = l.SKU
+	}
+	return skus
+}
+
+// RouteSKU is the SKU whose partition the order goes to: its sku, or the least SKU of a basket.
+func (o Order) RouteSKU() string {
+	if o.SKU != "" || len(o.Lines) == 0 {
+		return o.SKU
+	}
+	return slices.MinFunc(o.Lines, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) }).SKU
 }
 
 // Result is the outcome event the worker publishes to the results stream for every processed order. A
 // redelivered order yields the outcome recorded the first time (Replayed), never a second decrement.
+//
+// The outcome of a basket or a lifecycle event has Lines, each line's own result, sorted by SKU; its
+// Quantity is the sum of the lines, its SKU the line that rejected it (empty otherwise), and its
+// AvailableAfter and Fence are 0. A lifecycle event's outcome has its Type.
 type Result struct {
+	Type     Type             `json:"type,omitzero"`
 	OrderID  string           `json:"order_id"`
 	SKU      string           `json:"sku"`
 	Quantity int64            `json:"quantity"`
 	Status   inventory.Status `json:"status"`
 	Reason   inventory.Reason `json:"reason"`
+	Lines    []LineResult     `json:"lines,omitzero"`
 	// AvailableAfter is the SKU's available stock right after the reservation, or when it was rejected.
 	AvailableAfter int64 `json:"available_after"`
 	// Fence is the fencing token the stock write carried, 0 when unfenced.
@@ -54,10 +117,34 @@ type Result struct {
 	LockWaitMs float64 `json:"lock_wait_ms"`
 }
 
+// LineResult is the result of one line of a basket or lifecycle event.
+type LineResult struct {
+	SKU            string           `json:"sku"`
+	Quantity       int64            `json:"quantity"`
+	Status         inventory.Status `json:"status"`
+	Reason         inventory.Reason `json:"reason"`
+	AvailableAfter int64            `json:"available_after"`
+	Fence          int64            `json:"fence"`
+}
+
 func newResult(out inventory.Outcome, worker string, waited time.Duration) Result {
 	return Result{OrderID: out.OrderID, SKU: out.SKU, Quantity: out.Quantity, Status: out.Status,
 		Reason: out.Reason, AvailableAfter: out.AvailableAfter, Fence: out.Fence, Replayed: out.Replayed,
 		Worker: worker, ProcessedAt: time.Now().UTC(), LockWaitMs: float64(waited.Microseconds()) / 1000}
+}
+
+func newOrderResult(o Order, out inventory.OrderOutcome, worker string, waited time.Duration) Result {
+	r := Result{OrderID: out.OrderID, SKU: out.SKU, Status: out.Status, Reason: out.Reason, Replayed: out.Replayed,
+		Worker: worker, ProcessedAt: time.Now().UTC(), LockWaitMs: float64(waited.Microseconds()) / 1000}
+	if o.Kind() != TypeReserve {
+		r.Type = o.Type
+	}
+	for _, l := range out.Lines {
+		r.Lines = append(r.Lines, LineResult{SKU: l.SKU, Quantity: l.Quantity, Status: l.Status, Reason: l.Reason,
+			AvailableAfter: l.AvailableAfter, Fence: l.Fence})
+		r.Quantity += l.Quantity
+	}
+	return r
 }
 
 // DecodeOrder parses and validates an order payload. Its errors wrap ErrBadInput and say what is wrong.
@@ -80,22 +167,71 @@ func DecodeOrder(payload []byte) (Order, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return o, fmt.Errorf("%w: payload has data after the order JSON object", ErrBadInput)
 	}
-	if err := inventory.ValidateOrder(o.OrderID, o.SKU, o.Quantity); err != nil {
+	if err := validate(&o); err != nil {
 		return o, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	return o, nil
 }
 
-// orderFields are the keys of an order and where their values go.
-var orderFields = map[string]func(*Order) any{
-	"order_id":  func(o *Order) any { return &o.OrderID },
-	"sku":       func(o *Order) any { return &o.SKU },
-	"quantity":  func(o *Order) any { return &o.Quantity },
-	"placed_at": func(o *Order) any { return &o.PlacedAt },
+// validate checks a decoded order by its type, and merges and sorts a basket's lines.
+func validate(o *Order) error {
+	switch o.Kind() {
+	case TypeReserve:
+		if o.Lines == nil {
+			return inventory.ValidateOrder(o.OrderID, o.SKU, o.Quantity)
+		}
+		if o.SKU != "" || o.Quantity != 0 {
+			return errors.New("an order has either sku and quantity or lines, not both")
+		}
+		if err := inventory.ValidateOrderID(o.OrderID); err != nil {
+			return err
+		}
+		var err error
+		o.Lines, err = inventory.MergeLines(o.Lines)
+		return err
+	case TypeCancel, TypeFulfil:
+		if o.Quantity != 0 || o.Lines != nil {
+			return fmt.Errorf("a %s event names the order and one of its SKUs: it takes no quantity or lines", o.Type)
+		}
+		if err := inventory.ValidateOrderID(o.OrderID); err != nil {
+			return err
+		}
+		return inventory.ValidateSKU(o.SKU)
+	}
+	return fmt.Errorf("type %.40q: want %s (the default), %s or %s", o.Type, TypeReserve, TypeCancel, TypeFulfil)
 }
 
 // decodeObject reads one JSON object into o, key by key, refusing repeated and case-variant keys.
 func decodeObject(dec *json.Decoder, o *Order) error {
+	return decodeFields(dec, map[string]any{"type": &o.Type, "order_id": &o.OrderID, "sku": &o.SKU,
+		"quantity": &o.Quantity, "placed_at": &o.PlacedAt, "lines": linesOf{&o.Lines}})
+}
+
+// linesOf decodes a basket's lines as strictly as the order around them.
+type linesOf struct{ lines *[]Line }
+
+func (l linesOf) decode(dec *json.Decoder) error {
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return notAnOrder(err, "lines is not an array")
+	}
+	*l.lines = []Line{}
+	for i := 0; dec.More(); i++ {
+		if i == MaxLines {
+			return fmt.Errorf("lines: more than %d", MaxLines)
+		}
+		var line Line
+		if err := decodeFields(dec, map[string]any{"sku": &line.SKU, "quantity": &line.Quantity}); err != nil {
+			return fmt.Errorf("line %d: %w", i+1, err)
+		}
+		*l.lines = append(*l.lines, line)
+	}
+	_, err := dec.Token() // the closing bracket
+	return err
+}
+
+// decodeFields reads one JSON object into fields (key: pointer to its value, or a linesOf), key by key,
+// refusing repeated and case-variant keys.
+func decodeFields(dec *json.Decoder, fields map[string]any) error {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return notAnOrder(err, "it does not start with {")
 	}
@@ -106,25 +242,25 @@ func decodeObject(dec *json.Decoder, o *Order) error {
 			return notAnOrder(err, "")
 		}
 		key, _ := tok.(string)
-		if err := checkKey(seen, key); err != nil {
+		if err := checkKey(seen, fields, key); err != nil {
 			return err
 		}
-		if err := decodeValue(dec, o, key); err != nil {
-			return notAnOrder(err, "")
+		if err := decodeValue(dec, fields[key]); err != nil {
+			return err
 		}
 	}
 	_, err := dec.Token() // the closing brace
 	return notAnOrder(err, "")
 }
 
-// checkKey refuses a key seen before, or one that only case-folds to an order field's name.
-func checkKey(seen map[string]bool, key string) error {
+// checkKey refuses a key seen before, or one that only case-folds to the name of one of fields.
+func checkKey(seen map[string]bool, fields map[string]any, key string) error {
 	folded := foldKey(key)
 	if seen[folded] {
 		return fmt.Errorf("payload has the key %.64q more than once (keys are compared without case)", key)
 	}
 	seen[folded] = true
-	for field := range orderFields {
+	for field := range fields {
 		if key != field && strings.EqualFold(key, field) {
 			return fmt.Errorf("payload key %.64q differs from the field %q only in case", key, field)
 		}
@@ -144,13 +280,17 @@ func foldKey(key string) string {
 	}, key)
 }
 
-// decodeValue reads the value of key into its field, or skips it when the key is not an order field.
-func decodeValue(dec *json.Decoder, o *Order, key string) error {
-	if field, ok := orderFields[key]; ok {
-		return dec.Decode(field(o))
+// decodeValue reads the next value into field, or skips it when field is nil (an unknown key).
+func decodeValue(dec *json.Decoder, field any) error {
+	switch f := field.(type) {
+	case nil:
+		var skip json.RawMessage
+		return notAnOrder(dec.Decode(&skip), "")
+	case linesOf:
+		return f.decode(dec)
+	default:
+		return notAnOrder(dec.Decode(f), "")
 	}
-	var skip json.RawMessage
-	return dec.Decode(&skip)
 }
 
 func notAnOrder(err error, why string) error {

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ func TestDecodeOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Order{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, PlacedAt: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("decoded %+v, want %+v", o, want)
 	}
 	if _, err := DecodeOrder([]byte(`{"order_id":"o-1","sku":"SKU-1","quantity":2,"channel":"web"}`)); err != nil {
@@ -53,6 +55,55 @@ func TestDecodeOrder(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.mention) {
 				t.Fatalf("err %q does not mention %q", err, tc.mention)
+			}
+		})
+	}
+}
+
+func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
+	o, err := DecodeOrder([]byte(`{"order_id":"o-2","lines":[{"sku":"B","quantity":1},{"sku":"A","quantity":2},{"sku":"B","quantity":4}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Line{{SKU: "A", Quantity: 2}, {SKU: "B", Quantity: 5}}; !reflect.DeepEqual(o.Lines, want) || o.Single() {
+		t.Fatalf("lines %v (single %v), want %v merged and sorted", o.Lines, o.Single(), want)
+	}
+	if o.RouteSKU() != "A" || !reflect.DeepEqual(o.SKUs(), []string{"A", "B"}) {
+		t.Fatalf("route %q, skus %v", o.RouteSKU(), o.SKUs())
+	}
+	o, err = DecodeOrder([]byte(`{"type":"cancel","order_id":"o-2","sku":"B"}`))
+	if err != nil || o.Kind() != TypeCancel || o.Single() || o.RouteSKU() != "B" {
+		t.Fatalf("cancel: %+v, %v", o, err)
+	}
+	if o, err := DecodeOrder([]byte(`{"order_id":"o","sku":"S","quantity":1}`)); err != nil || !o.Single() || o.Kind() != TypeReserve {
+		t.Fatalf("single: %+v, %v", o, err)
+	}
+
+	line := func(i int) string { return fmt.Sprintf(`{"sku":"S%d","quantity":1}`, i) }
+	many := make([]string, MaxLines+1)
+	for i := range many {
+		many[i] = line(i)
+	}
+	bad := []struct{ name, payload, mention string }{
+		{"sku and lines together", `{"order_id":"o","sku":"S","quantity":1,"lines":[{"sku":"A","quantity":1}]}`, "not both"},
+		{"no lines", `{"order_id":"o","lines":[]}`, "number of lines 0"},
+		{"lines that are not an array", `{"order_id":"o","lines":{"sku":"A"}}`, "lines is not an array"},
+		{"a bad line names it", `{"order_id":"o","lines":[{"sku":"A","quantity":1},{"sku":"A B","quantity":1}]}`, "line 2: "},
+		{"a line with a zero quantity", `{"order_id":"o","lines":[{"sku":"A","quantity":0}]}`, "line 1: "},
+		{"a line key in other case", `{"order_id":"o","lines":[{"sku":"A","Quantity":1}]}`, "line 1: payload key"},
+		{"a line key twice", `{"order_id":"o","lines":[{"sku":"A","quantity":1,"quantity":9}]}`, "line 1: payload has the key"},
+		{"more than 50 lines", `{"order_id":"o","lines":[` + strings.Join(many, ",") + `]}`, "more than 50"},
+		{"merged lines over the limit", `{"order_id":"o","lines":[{"sku":"A","quantity":1000000},{"sku":"A","quantity":1}]}`, "add up to"},
+		{"an unknown type", `{"type":"refund","order_id":"o","sku":"S"}`, `type "refund"`},
+		{"a cancel with a quantity", `{"type":"cancel","order_id":"o","sku":"S","quantity":1}`, "no quantity"},
+		{"a fulfil without a sku", `{"type":"fulfil","order_id":"o"}`, "sku"},
+		{"a type in other case", `{"Type":"cancel","order_id":"o","sku":"S"}`, "only in case"},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeOrder([]byte(tc.payload))
+			if !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), tc.mention) {
+				t.Fatalf("err %v, want ErrBadInput mentioning %q", err, tc.mention)
 			}
 		})
 	}

@@ -1,5 +1,5 @@
 -- Read the stock of a SKU.
--- KEYS[1] stock:{SKU}  hash: available, reserved, fence
--- Returns {available, reserved, fence}, each nil when the field is missing.
+-- KEYS[1] stock:{SKU}  hash: available, reserved, fence, fulfilled
+-- Returns {available, reserved, fence, fulfilled}, each nil when the field is missing.
 
-return redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
+return redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence', 'fulfilled')

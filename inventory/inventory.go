@@ -25,6 +25,12 @@ var (
 	// ErrReplicaAcks means fewer replicas than WithReplicaAcks asks for acknowledged a write in time. The
 	// write stays applied on the master: the error is transient, see WithReplicaAcks for what to retry.
 	ErrReplicaAcks = errors.New("inventory: too few replica acks")
+	// ErrInProgress means a lifecycle event found its basket still being reserved (on a Redis Cluster a
+	// basket is reserved line by line, and a crash can leave it half done until its redelivery): retry.
+	ErrInProgress = errors.New("inventory: order still being reserved")
+	// ErrNotLocked means a lifecycle call found the order holds a SKU for which the caller passed no fence:
+	// its lock was not taken. Look the lines up again (Lines), lock them all, retry.
+	ErrNotLocked = errors.New("inventory: a SKU of the order is not locked")
 )
 
 // Status is what happened to an order.
@@ -35,6 +41,10 @@ const (
 	StatusReserved Status = "reserved"
 	StatusRejected Status = "rejected"
 	StatusReleased Status = "released"
+	// A reserved order cancelled (Cancel): its stock went back to available.
+	StatusCancelled Status = "cancelled"
+	// A reserved order fulfilled (Fulfil): its stock left reserved for good.
+	StatusFulfilled Status = "fulfilled"
 )
 
 // Reason says why an order was rejected.
@@ -44,6 +54,13 @@ type Reason string
 const (
 	ReasonInsufficientStock Reason = "insufficient_stock"
 	ReasonUnknownSKU        Reason = "unknown_sku"
+	// A line of a basket that would have fitted, rejected with its basket because another line did not.
+	ReasonOtherLine Reason = "other_line_rejected"
+	// Lifecycle events (Cancel, Fulfil) that cannot apply to the order as recorded.
+	ReasonUnknownOrder     Reason = "unknown_order"     // no order of that id has a record for the SKU
+	ReasonNotReserved      Reason = "not_reserved"      // the order was rejected
+	ReasonAlreadyCancelled Reason = "already_cancelled" // a fulfil after a cancel
+	ReasonAlreadyFulfilled Reason = "already_fulfilled" // a cancel after a fulfil
 )
 
 // Outcome is the decision recorded for an order. Its JSON field names are those of the outcome event.
@@ -66,6 +83,9 @@ type Stock struct {
 	Available int64 `json:"available"`
 	Reserved  int64 `json:"reserved"`
 	Fence     int64 `json:"fence"`
+	// Fulfilled is what fulfilled orders took out of the stock for good: available + reserved + fulfilled
+	// is what was stocked.
+	Fulfilled int64 `json:"fulfilled"`
 }
 
 // Store reserves and restocks inventory in one Redis. It is safe for concurrent use.
@@ -77,6 +97,9 @@ type Store struct {
 	// replicaAcks replicas must acknowledge each write within ackTimeout (WithReplicaAcks); 0: no WAIT.
 	replicaAcks int
 	ackTimeout  time.Duration
+	// crashAfterLine, set by tests, runs after each line of a basket reserved line by line (and makes every
+	// basket go line by line); an error stops the basket there as a crash would.
+	crashAfterLine func(line int) error
 }
 
 // Option configures a Store.

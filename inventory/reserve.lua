@@ -9,6 +9,8 @@
 -- ARGV[4] 1: a replay rewrites the record as it is (value and TTL), so that the call propagates to the
 --         replicas and a WAIT after it covers the write that recorded the outcome (WithReplicaAcks);
 --         otherwise a replay writes nothing
+-- ARGV[5] optional: more members of the record, as JSON text starting with a comma (a basket's line:
+--         ,"lines":[...] on its first SKU, ,"anchor":"<first SKU>" on the others; see lines.go)
 -- Returns {replayed (0|1), status, reason, quantity, available_after, fence}.
 -- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs before the first write, so an
 -- error leaves Redis untouched.
@@ -57,6 +59,6 @@ end
 -- Built by hand rather than with cjson: cheaper, and %d keeps integers exact where cjson would print
 -- large numbers in exponent form.
 redis.call('SET', KEYS[2], string.format(
-  '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d}',
-  status, reason, quantity, after, token), 'PX', ARGV[3])
+  '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d%s}',
+  status, reason, quantity, after, token, ARGV[5] or ''), 'PX', ARGV[3])
 return {0, status, reason, quantity, after, token}

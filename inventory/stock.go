@@ -80,17 +80,18 @@ func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
 	return decodeStock(sku, reply)
 }
 
-// decodeStock reads the reply of get_stock.lua: available, reserved and fence, each nil when missing.
+// decodeStock reads the reply of get_stock.lua: available, reserved, fence and fulfilled, each nil
+// when missing.
 func decodeStock(sku string, reply []any) (Stock, error) {
-	if len(reply) != 3 {
+	if len(reply) != 4 {
 		return Stock{}, fmt.Errorf("inventory: get sku %q: unexpected script reply %v", sku, reply)
 	}
 	if reply[0] == nil {
 		return Stock{}, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
 	}
 	var st Stock
-	names := [...]string{"available", "reserved", "fence"}
-	for i, dst := range []*int64{&st.Available, &st.Reserved, &st.Fence} {
+	names := [...]string{"available", "reserved", "fence", "fulfilled"}
+	for i, dst := range []*int64{&st.Available, &st.Reserved, &st.Fence, &st.Fulfilled} {
 		n, err := stockField(reply[i])
 		if err != nil {
 			return Stock{}, fmt.Errorf("inventory: get sku %q: stock field %s: %w", sku, names[i], err)

@@ -22,6 +22,8 @@ const (
 	AttrReason    = attribute.Key("stockflow.stock.reason")     // why rejected (Reason), "" when reserved
 	AttrReplayed  = attribute.Key("stockflow.stock.replayed")   // the outcome recorded the first time
 	AttrBatchSize = attribute.Key("stockflow.stock.batch_size") // how many orders a ReserveBatch decided
+	AttrLines     = attribute.Key("stockflow.stock.lines")      // how many lines (SKUs) an order has
+	AttrOrderID   = attribute.Key("stockflow.stock.order_id")   // on the spans of ReserveLines, Cancel, Fulfil
 	// AttrReplicaAcks is how many replicas acknowledged the write (WithReplicaAcks), on the span only.
 	AttrReplicaAcks = attribute.Key("stockflow.stock.replica_acks")
 )
@@ -31,6 +33,29 @@ const (
 	SpanReserve      = "stock reserve"
 	SpanReserveBatch = "stock reserve batch"
 )
+
+// The names of the spans of ReserveLines, Cancel and Fulfil: "stock " and the operation.
+const (
+	SpanReserveLines = "stock reserve lines"
+	SpanCancel       = "stock cancel"
+	SpanFulfil       = "stock fulfil"
+)
+
+// traceOrder runs op inside a span named name and counts the order's outcome (once per order, whatever
+// its number of lines).
+func traceOrder(ctx context.Context, name, orderID string, op func(context.Context) (OrderOutcome, error)) (OrderOutcome, error) {
+	ctx, span := otel.Tracer(scope).Start(ctx, name, trace.WithAttributes(AttrOrderID.String(orderID)))
+	defer span.End()
+	out, err := op(ctx)
+	if err != nil {
+		return out, failed(span, err)
+	}
+	attrs := []attribute.KeyValue{AttrOutcome.String(string(out.Status)), AttrReason.String(string(out.Reason)),
+		AttrReplayed.Bool(out.Replayed)}
+	orders.Add(ctx, 1, metric.WithAttributes(attrs...))
+	span.SetAttributes(append(attrs, AttrLines.Int(len(out.Lines)), AttrSKU.String(out.SKU))...)
+	return out, nil
+}
 
 // orders counts decided orders by outcome; no per-SKU attribute, which would grow without bound.
 var orders, _ = otel.Meter(scope).Int64Counter("stockflow.orders",

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
@@ -19,8 +21,16 @@ import (
 type Middleware struct {
 	// Locker takes the locks. Required.
 	Locker rlock.Locker
-	// Key returns the lock key of a message. Required. An error is returned by the handler as is.
+	// Key returns the lock key of a message. An error is returned by the handler as is. Key or Keys is
+	// required.
 	Key func(msg *message.Message) (string, error)
+	// Keys returns the lock keys of a message, used instead of Key when set: one key is taken as Key's;
+	// several are taken all or none with rlock.AcquireAll (in sorted order, so handlers whose key sets
+	// overlap cannot deadlock), under one wait of at most Wait for the set, and the handler runs under the
+	// MultiLease (MultiLeaseFrom), which ends when any of the leases ends.
+	Keys func(msg *message.Message) ([]string, error)
+	// Wait bounds how long a message waits for all its Keys together; 0: only the locker's own wait.
+	Wait time.Duration
 	// Instance names this process in lock owners: a handler run owns its lock as
 	// "<Instance>:<random>:<message UUID>:<run>", so a nested acquisition of the same key in the run
 	// re-enters it, while a second delivery of the same message (a claim while the first still runs)
@@ -32,16 +42,42 @@ type Middleware struct {
 
 type leaseKey struct{}
 
-// LeaseFrom returns the lease the middleware holds for the message whose context is ctx.
+// LeaseFrom returns the lease the middleware holds for the message whose context is ctx, when it took one
+// key's lock.
 func LeaseFrom(ctx context.Context) (rlock.Lease, bool) {
 	lease, ok := ctx.Value(leaseKey{}).(rlock.Lease)
 	return lease, ok
 }
 
+// MultiLeaseFrom returns the leases the middleware holds for the message whose context is ctx, when it took
+// several keys' locks.
+func MultiLeaseFrom(ctx context.Context) (*rlock.MultiLease, bool) {
+	m, ok := ctx.Value(leaseKey{}).(*rlock.MultiLease)
+	return m, ok
+}
+
+// LeasesFrom returns every lease the middleware holds for the message whose context is ctx, sorted by key:
+// one, several, or none.
+func LeasesFrom(ctx context.Context) []rlock.Lease {
+	if m, ok := MultiLeaseFrom(ctx); ok {
+		return m.Leases()
+	}
+	if lease, ok := LeaseFrom(ctx); ok {
+		return []rlock.Lease{lease}
+	}
+	return nil
+}
+
+// held is what a handler run holds: a lease, or a MultiLease.
+type held interface {
+	Context() context.Context
+	Release(ctx context.Context) error
+}
+
 // Middleware wraps h.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	if m.Locker == nil || m.Key == nil {
-		panic("lockmw: Middleware needs a Locker and a Key function")
+	if m.Locker == nil || (m.Key == nil && m.Keys == nil) {
+		panic("lockmw: Middleware needs a Locker and a Key or Keys function")
 	}
 	prefix := m.ownerPrefix()
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -60,30 +96,51 @@ func (m *Middleware) ownerPrefix() string {
 	return prefix
 }
 
-// handle runs h on msg under the lock of the message's key.
-func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix string) (_ []*message.Message, err error) {
+// keys returns the lock keys of msg.
+func (m *Middleware) keys(msg *message.Message) ([]string, error) {
+	if m.Keys != nil {
+		return m.Keys(msg)
+	}
 	key, err := m.Key(msg)
+	return []string{key}, err
+}
+
+// handle runs h on msg under the locks of the message's keys.
+func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix string) (_ []*message.Message, err error) {
+	keys, err := m.keys(msg)
 	if err != nil {
 		return nil, err
 	}
 	orig := msg.Context()
 	owner := prefix + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
-	lease, err := m.Locker.Acquire(rlock.WithOwner(orig, owner), key)
+	lease, err := m.acquire(rlock.WithOwner(orig, owner), keys)
+	name := strings.Join(keys, ",")
 	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", key, err)
+		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
 	defer func() {
 		if rerr := releaseRun(msg, orig, lease); rerr != nil {
-			err = withUnlockError(err, key, rerr)
+			err = withUnlockError(err, name, rerr)
 		}
 	}()
 	msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
 	return h(msg)
 }
 
+// acquire takes the lock of one key, or of several with AcquireAll within Wait.
+func (m *Middleware) acquire(ctx context.Context, keys []string) (held, error) {
+	if len(keys) == 1 {
+		return m.Locker.Acquire(ctx, keys[0])
+	}
+	if m.Wait > 0 {
+		ctx = rlock.WithWaitDeadline(ctx, time.Now().Add(m.Wait))
+	}
+	return rlock.AcquireAll(ctx, m.Locker, keys)
+}
+
 // releaseRun gives the message its context back and releases the lease; a lease that was lost or expired
 // is no error here.
-func releaseRun(msg *message.Message, orig context.Context, lease rlock.Lease) error {
+func releaseRun(msg *message.Message, orig context.Context, lease held) error {
 	msg.SetContext(orig) // a retry must not start from a released lease's context
 	// The release must not inherit a cancelled message context: it frees the key for others.
 	if err := lease.Release(context.WithoutCancel(orig)); !errors.Is(err, rlock.ErrNotHeld) {

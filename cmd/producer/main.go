@@ -78,6 +78,6 @@ func printSummary(w io.Writer, cfg producer.Config, sum *producer.Summary) {
 	case cfg.Wait:
 		sum.Print(w)
 	default:
-		fmt.Fprintf(w, "run %s: %d orders published to %s\n", sum.RunID, sum.Published, cfg.OrdersStream)
+		fmt.Fprintf(w, "run %s: %s to %s\n", sum.RunID, sum.PublishedText(), cfg.OrdersStream)
 	}
 }

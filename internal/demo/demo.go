@@ -34,6 +34,9 @@ type Config struct {
 	SKUs         int
 	Stock        int
 	Distribution string
+	Lines        string  // baskets of MIN-MAX lines ("": single-SKU orders)
+	Cancel       float64 // fraction of the orders cancelled afterwards
+	Fulfil       float64 // fraction of the orders fulfilled afterwards
 	Timeout      time.Duration
 	Cluster      bool // a Redis Cluster: REDIS_URL's, or a local one of 3 masters
 	Partitions   int  // stream partitions; 0: 1 on one Redis, 16 on a cluster
@@ -50,6 +53,9 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.SKUs, "skus", 20, "SKUs")
 	s.Int(&c.Stock, "stock", 200, "stock of each SKU")
 	s.String(&c.Distribution, "distribution", "hot", "`distribution` of the orders over the SKUs: uniform, zipf or hot (half of the orders on SKU-0)")
+	s.String(&c.Lines, "lines", "1-3", "each order a basket of `min-max` lines over distinct SKUs (\"\": single-SKU orders)")
+	s.Float(&c.Cancel, "cancel", 0.1, "`fraction` of the orders cancelled after they were placed")
+	s.Float(&c.Fulfil, "fulfil", 0.2, "`fraction` of the orders fulfilled after they were placed")
 	s.Duration(&c.Timeout, "timeout", 2*time.Minute, "give up waiting for outcomes after this long")
 	s.Bool(&c.Cluster, "cluster", "run on a Redis Cluster: REDIS_URL's (a cluster URL), or else a local one of 3 masters (redis-server child processes)")
 	s.Int(&c.Partitions, "partitions", 0, "partitions of the streams (ORDERS_PARTITIONS); 0: 1 on one Redis, 16 on a cluster")
@@ -160,6 +166,7 @@ func (c Config) producer(url string) producer.Config {
 	pc := producer.DefaultConfig()
 	pc.RedisURL, pc.TLS = url, c.TLS
 	pc.Orders, pc.SKUs, pc.SeedStock, pc.Distribution = c.Orders, c.SKUs, c.Stock, c.Distribution
+	pc.Lines, pc.Cancel, pc.Fulfil = c.Lines, c.Cancel, c.Fulfil
 	pc.Wait, pc.Timeout = true, c.Timeout
 	c.streams(&pc.Config)
 	return pc

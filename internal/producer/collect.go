@@ -23,19 +23,28 @@ type collector struct {
 	cfg    Config
 	parts  []stream.Partition
 	sum    *Summary
-	placed map[string]placedOrder
+	placed map[eventKey]placedOrder
 	from   []outcomeCursor // by partition
 	bar    *bar
 
-	seen        map[string]handlers.Result // the first outcome of each order
-	latencies   []time.Duration            // from placed to processed, an order each
-	waits       []float64                  // lock wait in milliseconds, an order each
-	first, last time.Time                  // the first order placed and the last one processed
+	// seen is the outcome of each event: its first, but for a cancel or fulfil first refused and then,
+	// redelivered, done.
+	seen        map[eventKey]handlers.Result
+	poisoned    map[eventKey]bool
+	latencies   []time.Duration // from placed to processed, an event each
+	waits       []float64       // lock wait in milliseconds, an event each
+	first, last time.Time       // the first event placed and the last one processed
 }
 
-// collect reads events until every order has an outcome, then computes the throughput and percentiles. When
-// the Timeout passes first, it counts the orders left without one as missing, for check to report, and
-// computes no figures.
+// newCollector returns a collector of the outcomes of the placed events into sum.
+func newCollector(cfg Config, sum *Summary, placed map[eventKey]placedOrder, progress *bar) *collector {
+	return &collector{cfg: cfg, parts: cfg.Partitions(), sum: sum, placed: placed, bar: progress,
+		seen: make(map[eventKey]handlers.Result, len(placed)), poisoned: map[eventKey]bool{}}
+}
+
+// collect reads events until every event placed has an outcome, then computes the throughput and
+// percentiles. When the Timeout passes first, it counts the events left without one as missing, for check
+// to report, and computes no figures. Either way it settles the orders' final states.
 func (c *collector) collect(ctx context.Context, rdb redis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -53,12 +62,14 @@ func (c *collector) collect(ctx context.Context, rdb redis.UniversalClient) {
 		select {
 		case <-ctx.Done():
 			c.sum.Missing = c.pending()
+			c.settle()
 			return
 		case streams := <-events:
 			c.add(streams)
 		}
 	}
 	c.finish()
+	c.settle()
 }
 
 // follow reads partition p's outcome and poison events after cursor into events until ctx ends, moving the
@@ -98,8 +109,8 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// pending is the number of orders with neither an outcome nor a poison entry yet.
-func (c *collector) pending() int { return len(c.placed) - len(c.seen) - c.sum.Poisoned }
+// pending is the number of events with neither an outcome nor a poison entry yet.
+func (c *collector) pending() int { return len(c.placed) - len(c.seen) - len(c.poisoned) }
 
 // add takes the events read.
 func (c *collector) add(streams []redis.XStream) {
@@ -116,39 +127,48 @@ func (c *collector) add(streams []redis.XStream) {
 	}
 }
 
-// addPoison counts a poison entry when it is one of this run's orders.
+// addPoison counts a poison entry when it is one of this run's events, once.
 func (c *collector) addPoison(payload string) {
 	var o handlers.Order
 	if json.Unmarshal([]byte(payload), &o) != nil {
 		return
 	}
-	if _, ours := c.placed[o.OrderID]; ours {
+	if _, ours := c.placed[keyOf(o)]; ours && !c.poisoned[keyOf(o)] {
+		c.poisoned[keyOf(o)] = true
 		c.sum.Poisoned++
 		c.bar.add(1)
 	}
 }
 
-// addResult counts an outcome event of this run: the first of its order, or a duplicate.
+// addResult takes an outcome event of this run: the first of its event, or a further one. Each is checked
+// on its own as it comes.
 func (c *collector) addResult(payload string) {
 	var r handlers.Result
 	if json.Unmarshal([]byte(payload), &r) != nil {
 		return
 	}
-	p, ours := c.placed[r.OrderID]
+	k := eventKey{cmp.Or(r.Type, handlers.TypeReserve), r.OrderID}
+	p, ours := c.placed[k]
 	if !ours {
 		return
 	}
-	if first, dup := c.seen[r.OrderID]; dup {
-		c.sum.duplicate(first, r)
+	c.sum.Problems = append(c.sum.Problems, outcomeProblems(k, r, c.orderOf(k).lines)...)
+	if first, dup := c.seen[k]; dup {
+		c.again(k, first, r)
 		return
 	}
-	c.seen[r.OrderID] = r
+	c.seen[k] = r
 	c.bar.add(1)
 	c.timing(p, r)
-	c.sum.tally(r)
+	c.sum.tally(k, r, c.orderOf(k).lines)
 }
 
-// timing records how long an order took and waited for its lock.
+// orderOf is the reservation of event k's order.
+func (c *collector) orderOf(k eventKey) placedOrder {
+	return c.placed[eventKey{handlers.TypeReserve, k.orderID}]
+}
+
+// timing records how long an event took and waited for its locks.
 func (c *collector) timing(p placedOrder, r handlers.Result) {
 	c.latencies = append(c.latencies, r.ProcessedAt.Sub(p.placedAt))
 	c.waits = append(c.waits, r.LockWaitMs)
@@ -160,35 +180,59 @@ func (c *collector) timing(p placedOrder, r handlers.Result) {
 	}
 }
 
-// tally counts the first outcome of an order.
-func (s *Summary) tally(r handlers.Result) {
-	k := s.SKUs[r.SKU]
+// tally counts the first outcome of an event: a reservation's is reserved (or, replayed, since cancelled
+// or fulfilled) or rejected; and the SKUs of its order had it decided.
+func (s *Summary) tally(k eventKey, r handlers.Result, lines []inventory.Line) {
+	for _, l := range lines {
+		if sku := s.SKUs[l.SKU]; sku != nil {
+			sku.decided(r)
+		}
+	}
+	switch {
+	case k.kind != handlers.TypeReserve:
+	case r.Status == inventory.StatusRejected:
+		s.Rejected++
+	case reservedOnce(r.Status):
+		s.Reserved++
+	}
+}
+
+// decided counts an event of the SKU decided by r's worker after r's wait for the locks.
+func (k *SKUSummary) decided(r handlers.Result) {
 	k.LockWaitMs += r.LockWaitMs
 	if k.DecidedBy == nil {
 		k.DecidedBy = map[string]int{}
 	}
 	k.DecidedBy[r.Worker]++
-	switch r.Status {
-	case inventory.StatusReserved:
-		s.Reserved++
-		k.OrdersReserved += r.Quantity
-	case inventory.StatusRejected:
-		s.Rejected++
-		k.OrdersRejected++
+}
+
+// again takes a further outcome of an event, a duplicate. One that contradicts the first is a problem. A
+// redelivered reservation may replay its order as since cancelled or fulfilled, and a cancel or fulfil
+// refused (its order not decided yet) may be done by its redelivery: either is then the event's outcome.
+func (c *collector) again(k eventKey, first, r handlers.Result) {
+	c.sum.Duplicates++
+	keep, contradicts := againLifecycle(first.Status, r.Status)
+	if k.kind == handlers.TypeReserve {
+		contradicts = !sameReservation(first.Status, r.Status)
+		keep = !contradicts && r.Status != inventory.StatusReserved
+	}
+	if keep {
+		c.seen[k] = r
+	}
+	if contradicts {
+		c.sum.Problems = append(c.sum.Problems, fmt.Sprintf("%s has outcomes %s and %s", k, first.Status, r.Status))
 	}
 }
 
-// duplicate counts a second outcome event of an order; one that disagrees with the first is a problem.
-func (s *Summary) duplicate(first, again handlers.Result) {
-	s.Duplicates++
-	if first.Status != again.Status {
-		s.Problems = append(s.Problems, fmt.Sprintf("order %s has outcomes %s and %s", again.OrderID, first.Status, again.Status))
-	}
+// againLifecycle judges a further outcome of a cancel or fulfil: done after it was refused is kept, refused
+// after it was done contradicts it.
+func againLifecycle(first, again inventory.Status) (keep, contradicts bool) {
+	refused, now := first == inventory.StatusRejected, again == inventory.StatusRejected
+	return refused && !now, !refused && now
 }
 
-// finish computes the throughput and the percentiles once every order has an outcome.
+// finish computes the throughput and the percentiles once every event has an outcome.
 func (c *collector) finish() {
-	c.sum.Outcomes = len(c.seen)
 	if span := c.last.Sub(c.first).Seconds(); span > 0 {
 		c.sum.Throughput = float64(len(c.seen)) / span
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/inventory"
 )
 
 func TestPercentile(t *testing.T) {
@@ -82,13 +83,11 @@ func TestLockWait(t *testing.T) {
 func TestCollectorAdd(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	sum := &Summary{SKUs: map[string]*SKUSummary{"SKU-0": {}, "SKU-1": {}}}
-	c := &collector{cfg: Config{Config: stream.DefaultConfig()}, parts: stream.DefaultConfig().Partitions(), sum: sum, bar: newBar(nil, "", 0),
-		placed: map[string]placedOrder{
-			"r-1": {sku: "SKU-0", quantity: 2, placedAt: t0},
-			"r-2": {sku: "SKU-1", quantity: 1, placedAt: t0.Add(time.Second)},
-			"r-3": {sku: "SKU-0", quantity: 1, placedAt: t0},
-		},
-		seen: map[string]handlers.Result{}}
+	c := newCollector(Config{Config: stream.DefaultConfig()}, sum, map[eventKey]placedOrder{
+		{handlers.TypeReserve, "r-1"}: {lines: []inventory.Line{{SKU: "SKU-0", Quantity: 2}}, placedAt: t0},
+		{handlers.TypeReserve, "r-2"}: {lines: []inventory.Line{{SKU: "SKU-1", Quantity: 1}}, placedAt: t0.Add(time.Second)},
+		{handlers.TypeReserve, "r-3"}: {lines: []inventory.Line{{SKU: "SKU-0", Quantity: 1}}, placedAt: t0},
+	}, newBar(nil, "", 0))
 	result := func(id, order, sku, status string, qty int, processed time.Duration, waitMs float64) redis.XMessage {
 		return redis.XMessage{ID: id, Values: map[string]any{"payload": fmt.Sprintf(
 			`{"order_id":%q,"sku":%q,"quantity":%d,"status":%q,"processed_at":%q,"lock_wait_ms":%v}`,
@@ -108,6 +107,7 @@ func TestCollectorAdd(t *testing.T) {
 		{Stream: "orders-poison", Messages: []redis.XMessage{
 			{ID: "7-0", Values: map[string]any{"payload": `{"order_id":"other-2","sku":"SKU-0","quantity":1}`}},
 			{ID: "8-0", Values: map[string]any{"payload": `{"order_id":"r-3","sku":"SKU-0","quantity":1}`}},
+			{ID: "9-0", Values: map[string]any{"payload": `{"order_id":"r-3","sku":"SKU-0","quantity":1}`}}, // poisoned twice
 		}},
 	})
 	c.add([]redis.XStream{{Stream: "order-results", Messages: []redis.XMessage{
@@ -117,6 +117,7 @@ func TestCollectorAdd(t *testing.T) {
 		t.Fatalf("pending %d after every order has an outcome or is poisoned, want 0", c.pending())
 	}
 	c.finish()
+	c.settle()
 
 	if sum.Reserved != 1 || sum.Rejected != 1 || sum.Poisoned != 1 || sum.Outcomes != 2 || sum.Duplicates != 2 {
 		t.Errorf("counted %d reserved, %d rejected, %d poisoned, %d outcomes, %d duplicates; want 1, 1, 1, 2, 2",

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,6 +20,9 @@ const (
 	DefaultDistribution = "uniform"       // how the orders spread over the SKUs
 	DefaultSeedStock    = -1              // leave the stock as it is
 	DefaultWaitTimeout  = 2 * time.Minute // how long --wait waits for the outcomes
+	DefaultLines        = ""              // single-SKU orders, no baskets
+	DefaultCancel       = 0               // no order is cancelled
+	DefaultFulfil       = 0               // no order is fulfilled
 )
 
 // Config is the producer's configuration.
@@ -29,6 +33,12 @@ type Config struct {
 	SKUList      string // comma-separated SKUs; default none
 	Quantity     int    // default DefaultQuantity
 	Distribution string // uniform, zipf or hot; default DefaultDistribution
+	// Lines is "MIN-MAX": each order is a basket of MIN to MAX lines (1 <= MIN <= MAX <= 50) of distinct
+	// SKUs drawn by Distribution, each of Quantity. Default DefaultLines: single-SKU orders.
+	Lines string
+	// Cancel and Fulfil are the fractions of the orders (0..1, adding up to at most 1) that a cancel or a
+	// fulfil event of the order follows, lifecycleLag orders later. Default DefaultCancel, DefaultFulfil.
+	Cancel, Fulfil float64
 	// Rate is orders per second, 0 (the default): as fast as possible.
 	Rate float64
 	// SeedStock is set as each SKU's available stock before publishing; < 0 (DefaultSeedStock): leave the
@@ -51,6 +61,9 @@ func DefaultConfig() Config {
 		SKUs:         DefaultSKUs,
 		Quantity:     DefaultQuantity,
 		Distribution: DefaultDistribution,
+		Lines:        DefaultLines,
+		Cancel:       DefaultCancel,
+		Fulfil:       DefaultFulfil,
 		SeedStock:    DefaultSeedStock,
 		Timeout:      DefaultWaitTimeout,
 		Replicas:     stream.Replicas{Timeout: stream.DefaultReplicaAckTimeout},
@@ -67,6 +80,9 @@ func Flags(s *config.Set, c *Config) {
 	s.String(&c.SKUList, "sku-list", d.SKUList, "comma-separated `skus` to use instead of --skus")
 	s.Int(&c.Quantity, "quantity", d.Quantity, "quantity of each order")
 	s.String(&c.Distribution, "distribution", d.Distribution, "`distribution` of the orders over the SKUs: uniform, zipf, or hot (half on the first SKU)")
+	s.String(&c.Lines, "lines", d.Lines, "each order a basket of `min-max` lines: a random number in that range (1 <= min <= max <= 50), of distinct SKUs drawn by --distribution, sent in random order (default: single-SKU orders)")
+	s.Float(&c.Cancel, "cancel", d.Cancel, fmt.Sprintf("`fraction` of the orders (0..1) that a cancel event of the order follows, %d orders later", lifecycleLag))
+	s.Float(&c.Fulfil, "fulfil", d.Fulfil, fmt.Sprintf("`fraction` of the orders (0..1) that a fulfil event of the order follows, %d orders later; --cancel + --fulfil <= 1", lifecycleLag))
 	s.Float(&c.Rate, "rate", d.Rate, "orders per second (0: as fast as possible)")
 	s.Int(&c.SeedStock, "seed-stock", d.SeedStock, "set each SKU's available stock to this first (-1: leave it)")
 	s.Bool(&c.Wait, "wait", "wait for every outcome, print a summary and check consistency")
@@ -79,7 +95,7 @@ func Flags(s *config.Set, c *Config) {
 func (c *Config) Validate() error {
 	for _, validate := range []func() error{
 		c.validateOrders, c.validateSKUs, c.validateSKUList, c.validateQuantity, c.validateDistribution,
-		c.validateRedisURL, c.validateRunID, c.Replicas.Validate,
+		c.validateLines, c.validateLifecycle, c.validateRedisURL, c.validateRunID, c.Replicas.Validate,
 	} {
 		if err := validate(); err != nil {
 			return err
@@ -125,6 +141,41 @@ func (c *Config) validateDistribution() error {
 	return nil
 }
 
+func (c *Config) validateLines() error {
+	_, most, err := c.lineRange()
+	if n := len(distinct(c.skus())); err == nil && most > n {
+		return fmt.Errorf("invalid --lines %q: a basket's lines have distinct SKUs, and there are only %d (--skus, --sku-list)", c.Lines, n)
+	}
+	return err
+}
+
+// lineRange reads Lines: the fewest and the most lines of an order, 0 and 0 for single-SKU orders.
+func (c *Config) lineRange() (fewest, most int, err error) {
+	if c.Lines == "" {
+		return 0, 0, nil
+	}
+	// Printed back, the numbers read must be what was written: no sign, space or trailing text.
+	if _, err := fmt.Sscanf(c.Lines, "%d-%d", &fewest, &most); err != nil || fmt.Sprintf("%d-%d", fewest, most) != c.Lines {
+		return 0, 0, fmt.Errorf("invalid --lines %q: want MIN-MAX, as 2-5", c.Lines)
+	}
+	ok := 1 <= fewest && fewest <= most && most <= inventory.MaxLines
+	return fewest, most, config.Check(ok, "--lines", strconv.Quote(c.Lines), fmt.Sprintf("want 1 <= MIN <= MAX <= %d", inventory.MaxLines))
+}
+
+// validateLifecycle checks --cancel and --fulfil: fractions, and an order is followed by one of them at
+// most.
+func (c *Config) validateLifecycle() error {
+	const fraction = "want a fraction 0..1"
+	if err := cmp.Or(config.Check(c.Cancel >= 0 && c.Cancel <= 1, "--cancel", c.Cancel, fraction), // NaN fails too
+		config.Check(c.Fulfil >= 0 && c.Fulfil <= 1, "--fulfil", c.Fulfil, fraction)); err != nil {
+		return err
+	}
+	if c.Cancel+c.Fulfil > 1+1e-9 {
+		return fmt.Errorf("invalid --cancel %v and --fulfil %v: they add up to over 1 (an order is followed by one of them at most)", c.Cancel, c.Fulfil)
+	}
+	return nil
+}
+
 // validateRedisURL checks REDIS_URL and the TLS files.
 func (c *Config) validateRedisURL() error { return c.Config.ValidateRedis() }
 
@@ -147,6 +198,19 @@ func (c *Config) skus() []string {
 	out := make([]string, c.SKUs)
 	for i := range out {
 		out[i] = "SKU-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// distinct is skus without repeats, in their first order.
+func distinct(skus []string) []string {
+	seen := make(map[string]bool, len(skus))
+	out := make([]string, 0, len(skus))
+	for _, sku := range skus {
+		if !seen[sku] {
+			seen[sku] = true
+			out = append(out, sku)
+		}
 	}
 	return out
 }

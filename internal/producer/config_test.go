@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -47,6 +48,19 @@ func TestValidateNamesTheFirstBadSetting(t *testing.T) {
 		{"an empty SKU in the list", func(c *Config) { c.SKUList = "A,,B" }, "invalid --sku-list"},
 		{"no quantity", func(c *Config) { c.Quantity = 0 }, "invalid --quantity"},
 		{"an unknown distribution", func(c *Config) { c.Distribution = "pareto" }, `invalid --distribution "pareto": want uniform, zipf or hot`},
+		{"lines that are not a range", func(c *Config) { c.Lines = "3" }, `invalid --lines "3": want MIN-MAX`},
+		{"lines that are not numbers", func(c *Config) { c.Lines = "a-b" }, `invalid --lines "a-b": want MIN-MAX`},
+		{"lines with more after the range", func(c *Config) { c.Lines = "2-5x" }, `invalid --lines "2-5x": want MIN-MAX`},
+		{"lines with a sign", func(c *Config) { c.Lines = "+2-5" }, `invalid --lines "+2-5": want MIN-MAX`},
+		{"a range of lines from 0", func(c *Config) { c.Lines = "0-3" }, `invalid --lines "0-3": want 1 <= MIN <= MAX <= 50`},
+		{"a range of lines upside down", func(c *Config) { c.Lines = "4-2" }, `invalid --lines "4-2": want 1 <= MIN <= MAX <= 50`},
+		{"more lines than a basket may have", func(c *Config) { c.Lines, c.SKUs = "1-51", 100 }, `invalid --lines "1-51": want 1 <= MIN <= MAX <= 50`},
+		{"more lines than SKUs", func(c *Config) { c.Lines = "2-11" }, `invalid --lines "2-11": a basket's lines have distinct SKUs, and there are only 10`},
+		{"more lines than distinct SKUs in the list", func(c *Config) { c.Lines, c.SKUList = "3-3", "A,B,A" }, "there are only 2"},
+		{"a negative cancel fraction", func(c *Config) { c.Cancel = -0.1 }, "invalid --cancel -0.1: want a fraction 0..1"},
+		{"a fulfil fraction over 1", func(c *Config) { c.Fulfil = 1.5 }, "invalid --fulfil 1.5: want a fraction 0..1"},
+		{"a cancel fraction that is not a number", func(c *Config) { c.Cancel = math.NaN() }, "invalid --cancel NaN"},
+		{"cancels and fulfils over 1 together", func(c *Config) { c.Cancel, c.Fulfil = 0.6, 0.5 }, "invalid --cancel 0.6 and --fulfil 0.5: they add up to over 1"},
 		{"not a Redis URL", func(c *Config) { c.RedisURL = "http://localhost" }, "invalid REDIS_URL"},
 		{"a run id that makes bad order ids", func(c *Config) { c.RunID = "run 1" }, "invalid --run-id"},
 	} {
@@ -71,6 +85,47 @@ func TestValidateAcceptsAndNamesTheRun(t *testing.T) {
 	}
 	if c.RunID = "mine"; c.Validate() != nil || c.RunID != "mine" {
 		t.Errorf("a run id that was set became %q", c.RunID)
+	}
+}
+
+func TestValidateAcceptsBasketsAndLifecycleEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		lines          string
+		skus           int
+		cancel, fulfil float64
+		wantLo, wantHi int
+	}{
+		{"single-SKU orders", "", 10, 0, 0, 0, 0},
+		{"baskets of one line", "1-1", 1, 0, 0, 1, 1},
+		{"baskets of as many lines as there are SKUs", "2-10", 10, 0, 0, 2, 10},
+		{"the largest baskets", "50-50", 50, 0, 0, 50, 50},
+		{"every order cancelled", "", 10, 1, 0, 0, 0},
+		{"every order cancelled or fulfilled", "1-3", 10, 0.7, 0.3, 1, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Lines, c.SKUs, c.Cancel, c.Fulfil = tc.lines, tc.skus, tc.cancel, tc.fulfil
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if lo, hi, _ := c.lineRange(); lo != tc.wantLo || hi != tc.wantHi {
+				t.Errorf("line range %d-%d, want %d-%d", lo, hi, tc.wantLo, tc.wantHi)
+			}
+		})
+	}
+}
+
+func TestBasketAndLifecycleFlags(t *testing.T) {
+	var c Config
+	if err := parseFlags(&c, "--lines", "2-5", "--cancel", "0.25", "--fulfil", "0.5"); err != nil {
+		t.Fatal(err)
+	}
+	if c.Lines != "2-5" || c.Cancel != 0.25 || c.Fulfil != 0.5 {
+		t.Errorf("flags give lines %q, cancel %v, fulfil %v; want 2-5, 0.25, 0.5", c.Lines, c.Cancel, c.Fulfil)
+	}
+	if err := parseFlags(&c, "--cancel", "lots"); err == nil || !strings.Contains(err.Error(), "cancel") {
+		t.Errorf("--cancel lots: %v, want an error naming the flag", err)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -36,7 +35,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 	if err != nil {
 		return nil, err
 	}
-	r.sum.Published = len(placed)
+	r.sum.countPublished(placed)
 	if !cfg.Wait {
 		return r.sum, nil
 	}
@@ -98,15 +97,15 @@ func (r *run) readStockBefore(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.sum.SKUs[sku] = &SKUSummary{Initial: st.Available + st.Reserved, reservedBefore: st.Reserved}
+		r.sum.SKUs[sku] = &SKUSummary{Initial: st.Available + st.Reserved, reservedBefore: st.Reserved, fulfilledBefore: st.Fulfilled}
 	}
 	return nil
 }
 
-// await collects the outcomes of the placed orders, then checks the stock against them.
-func (r *run) await(ctx context.Context, placed map[string]placedOrder, from []outcomeCursor) error {
-	c := &collector{cfg: r.cfg, parts: r.parts, sum: r.sum, placed: placed, from: from, bar: newBar(r.progress, "outcomes", len(placed)),
-		seen: make(map[string]handlers.Result, len(placed))}
+// await collects the outcomes of the placed events, then checks the stock against them.
+func (r *run) await(ctx context.Context, placed map[eventKey]placedOrder, from []outcomeCursor) error {
+	c := newCollector(r.cfg, r.sum, placed, newBar(r.progress, "outcomes", len(placed)))
+	c.from = from
 	c.collect(ctx, r.rdb)
 	return r.checkStock(ctx)
 }
@@ -118,7 +117,7 @@ func (r *run) checkStock(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.Available, s.Reserved = st.Available, st.Reserved
+		s.Available, s.Reserved, s.Fulfilled = st.Available, st.Reserved, st.Fulfilled
 	}
 	r.sum.check()
 	return nil

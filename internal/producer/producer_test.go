@@ -112,7 +112,7 @@ func TestRunWaitsForOutcomesAndChecksTheStock(t *testing.T) {
 				return "rejected"
 			},
 			wantRejected: 5,
-			wantProblems: []string{"SKU-0: reserved grew by 0 but outcomes reserved 1"},
+			wantProblems: []string{"SKU-0: available fell by 0 but outcomes took 1", "SKU-0: reserved grew by 0 but outcomes reserved 1"},
 		},
 		{
 			name: "orders without an outcome by the timeout are missing",
@@ -124,7 +124,7 @@ func TestRunWaitsForOutcomesAndChecksTheStock(t *testing.T) {
 			},
 			wantRejected: 3,
 			wantMissing:  3,
-			wantProblems: []string{"3 orders have no outcome"},
+			wantProblems: []string{"3 events have no outcome"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

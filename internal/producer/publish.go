@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
+	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,18 +18,49 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/inventory"
 )
 
-// placedOrder is what the producer remembers of an order it published.
+// lifecycleLag is how many orders after its order a cancel or fulfil event is published: late enough that
+// the worker has mostly decided the order, soon enough that some events still race it (and are refused as
+// unknown_order). The events of the last orders are published after the last order.
+const lifecycleLag = 20
+
+// eventKey names an event of this run: its type and its order. An order's reservation and its cancel or
+// fulfil share the order id, and so do their outcomes.
+type eventKey struct {
+	kind    handlers.Type
+	orderID string
+}
+
+// keyOf is the key of event o.
+func keyOf(o handlers.Order) eventKey { return eventKey{o.Kind(), o.OrderID} }
+
+// String names the event in a problem: "order r-1", "cancel of order r-1".
+func (k eventKey) String() string {
+	if k.kind == handlers.TypeReserve {
+		return "order " + k.orderID
+	}
+	return string(k.kind) + " of order " + k.orderID
+}
+
+// placedOrder is what the producer remembers of an event it published.
 type placedOrder struct {
-	sku      string
-	quantity int64
+	lines    []inventory.Line // of a reservation: a basket's lines, or a single-SKU order's one
+	basket   bool
+	sku      string // the SKU it names (a basket: none)
 	placedAt time.Time
 }
 
-// publish publishes the run's orders through Watermill, from several goroutines unless a rate is set, and
-// returns the orders it placed, by id.
-func (r *run) publish(ctx context.Context) (map[string]placedOrder, error) {
+// heldEvent is a cancel or fulfil waiting for the order numbered due to be published.
+type heldEvent struct {
+	due   int64
+	event handlers.Order
+}
+
+// publish publishes the run's orders, and the cancel and fulfil events that follow some of them, through
+// Watermill, from several goroutines unless a rate is set, and returns the events it placed.
+func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
 	wpub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{r.cfg.Replicas.Publishing(r.rdb)}}, watermill.NopLogger{})
 	if err != nil {
 		return nil, err
@@ -40,7 +72,7 @@ func (r *run) publish(ctx context.Context) (map[string]placedOrder, error) {
 		skus:   r.skus,
 		pub:    stream.Publisher{Publisher: wpub, Server: stream.ServerAttributes(r.rdb)}, // a trace per order, to the workers
 		bar:    newBar(r.progress, "published", r.cfg.Orders),
-		placed: make(map[string]placedOrder, r.cfg.Orders),
+		placed: make(map[eventKey]placedOrder, r.cfg.Orders),
 	}
 	defer p.bar.done()
 	goroutines := 8
@@ -63,37 +95,56 @@ type publisher struct {
 	next  atomic.Int64 // the number of the last order taken
 
 	mu     sync.Mutex
-	placed map[string]placedOrder
+	placed map[eventKey]placedOrder
+	held   []heldEvent
 }
 
-// run publishes from n goroutines, each with its own random source, and returns the first error.
+// run publishes from n goroutines, each with its own random source, then the events still held; it
+// returns the first error.
 func (p *publisher) run(ctx context.Context, n int) error {
 	errc := make(chan error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		pick := p.cfg.picker(len(p.skus), rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i))))
+		d := p.cfg.newDraw(p.skus, [2]uint64{uint64(time.Now().UnixNano()), uint64(i)})
 		wg.Go(func() {
-			if err := p.publishOrders(ctx, pick); err != nil {
+			if err := p.publishOrders(ctx, d); err != nil {
 				errc <- err
 			}
 		})
 	}
 	wg.Wait()
 	close(errc)
-	return <-errc
+	if err := <-errc; err != nil {
+		return err
+	}
+	return p.release(ctx, math.MaxInt64)
 }
 
-// publishOrders takes the next order number and publishes that order, until all are taken or one fails.
-func (p *publisher) publishOrders(ctx context.Context, pick func() int) error {
+// publishOrders takes the next order number and publishes that order, and the events due, until all are
+// taken or one fails.
+func (p *publisher) publishOrders(ctx context.Context, d *draw) error {
 	for i := p.next.Add(1); i <= int64(p.cfg.Orders); i = p.next.Add(1) {
 		if err := p.awaitTick(ctx); err != nil {
 			return err
 		}
-		if err := p.place(ctx, i, p.skus[pick()]); err != nil {
+		if err := p.placeOrder(ctx, d, i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// placeOrder publishes order number i, holds the cancel or fulfil that follows it (if one does) for
+// lifecycleLag orders, and publishes the events now due.
+func (p *publisher) placeOrder(ctx context.Context, d *draw, i int64) error {
+	o := d.order(p.cfg.RunID + "-" + strconv.FormatInt(i, 10))
+	if err := p.place(ctx, o); err != nil {
+		return err
+	}
+	if e, ok := d.lifecycle(o); ok {
+		p.hold(heldEvent{due: i + lifecycleLag, event: e})
+	}
+	return p.release(ctx, i)
 }
 
 // awaitTick waits for the next tick when a rate is set.
@@ -109,18 +160,48 @@ func (p *publisher) awaitTick(ctx context.Context) error {
 	}
 }
 
-// place publishes order number i, for sku, and remembers it.
-func (p *publisher) place(ctx context.Context, i int64, sku string) error {
-	o := handlers.Order{OrderID: p.cfg.RunID + "-" + strconv.FormatInt(i, 10), SKU: sku,
-		Quantity: int64(p.cfg.Quantity), PlacedAt: time.Now().UTC()}
+// hold keeps a cancel or fulfil event until its order number is due.
+func (p *publisher) hold(e heldEvent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = append(p.held, e)
+}
+
+// release publishes the held events due once order number i is published.
+func (p *publisher) release(ctx context.Context, i int64) error {
+	p.mu.Lock()
+	var due []handlers.Order
+	p.held = slices.DeleteFunc(p.held, func(e heldEvent) bool {
+		ready := e.due <= i
+		if ready {
+			due = append(due, e.event)
+		}
+		return ready
+	})
+	p.mu.Unlock()
+	for _, e := range due {
+		if err := p.place(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// place publishes event o to the partition of its routing SKU, and remembers it.
+func (p *publisher) place(ctx context.Context, o handlers.Order) error {
+	o.PlacedAt = time.Now().UTC()
 	payload, _ := json.Marshal(o)
-	if err := p.send(ctx, p.parts[p.cfg.PartitionOf(sku)].Orders, payload); err != nil {
-		return fmt.Errorf("publish order %s: %w", o.OrderID, err)
+	if err := p.send(ctx, p.parts[p.cfg.PartitionOf(o.RouteSKU())].Orders, payload); err != nil {
+		return fmt.Errorf("publish %s: %w", keyOf(o), err)
+	}
+	placed := placedOrder{basket: o.Lines != nil, sku: o.SKU, placedAt: o.PlacedAt}
+	if o.Kind() == handlers.TypeReserve {
+		placed.lines = linesOf(o)
+		p.bar.add(1)
 	}
 	p.mu.Lock()
-	p.placed[o.OrderID] = placedOrder{sku: o.SKU, quantity: o.Quantity, placedAt: o.PlacedAt}
+	p.placed[keyOf(o)] = placed
 	p.mu.Unlock()
-	p.bar.add(1)
 	return nil
 }
 

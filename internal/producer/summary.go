@@ -4,25 +4,38 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stockflow/stockflow/inventory"
 )
 
 // Summary is what a producer run with --wait observed.
 type Summary struct {
-	RunID      string        `json:"run_id"`
-	Orders     int           `json:"orders"`
-	Published  int           `json:"published"`
-	Reserved   int           `json:"reserved"`
-	Rejected   int           `json:"rejected"`
-	Poisoned   int           `json:"poisoned"`
-	Outcomes   int           `json:"distinct_outcomes"` // orders with at least one outcome event
-	Duplicates int           `json:"duplicate_outcomes"`
-	Missing    int           `json:"missing"`
-	LatencyP50 time.Duration `json:"latency_p50_ns"`
-	LatencyP99 time.Duration `json:"latency_p99_ns"`
-	// Throughput is outcomes per second, from the first order placed to the last outcome.
+	RunID  string `json:"run_id"`
+	Orders int    `json:"orders"`
+	// Published counts the events published: the orders, and the cancel and fulfil events of some.
+	Published int `json:"published"`
+	Baskets   int `json:"baskets"`           // orders with lines
+	Lines     int `json:"basket_lines"`      // lines of the baskets
+	Cancels   int `json:"cancels"`           // cancel events published
+	Fulfils   int `json:"fulfils"`           // fulfil events published
+	Reserved  int `json:"reserved"`          // reservations accepted (replayed as since cancelled or fulfilled too)
+	Rejected  int `json:"rejected"`          // reservations rejected
+	Cancelled int `json:"cancelled"`         // orders a cancel event cancelled
+	Fulfilled int `json:"fulfilled"`         // orders a fulfil event fulfilled
+	Refused   int `json:"refused"`           // cancel and fulfil events refused (RefusedBy says why)
+	Poisoned  int `json:"poisoned"`          // events sent to a poison stream
+	Outcomes  int `json:"distinct_outcomes"` // events with at least one outcome event
+	// Duplicates counts the outcome events after the first of an event.
+	Duplicates int                      `json:"duplicate_outcomes"`
+	Missing    int                      `json:"missing"` // events with neither an outcome nor a poison entry
+	RefusedBy  map[inventory.Reason]int `json:"refused_by,omitempty"`
+	LatencyP50 time.Duration            `json:"latency_p50_ns"`
+	LatencyP99 time.Duration            `json:"latency_p99_ns"`
+	// Throughput is outcomes per second, from the first event placed to the last outcome.
 	Throughput float64                `json:"orders_per_second"`
 	LockWait   LockWait               `json:"lock_wait"`
 	SKUs       map[string]*SKUSummary `json:"skus"`
@@ -30,17 +43,22 @@ type Summary struct {
 	Consistent bool                   `json:"consistent"`
 }
 
-// SKUSummary is one SKU's stock before and after, and what this run's outcomes say about it.
+// SKUSummary is one SKU's stock before and after, and what this run's orders hold of it in their final
+// state.
 type SKUSummary struct {
-	Initial        int64   `json:"initial"` // available + reserved before the run
-	Available      int64   `json:"available"`
-	Reserved       int64   `json:"reserved"`
-	OrdersReserved int64   `json:"orders_reserved"` // quantity reserved by this run's outcomes
-	OrdersRejected int64   `json:"orders_rejected"` // orders rejected
-	LockWaitMs     float64 `json:"lock_wait_ms"`    // total lock wait of this run's orders
-	// DecidedBy counts this run's orders by the worker that decided them: how a hot SKU was shared.
-	DecidedBy      map[string]int `json:"decided_by"`
-	reservedBefore int64
+	Initial         int64   `json:"initial"` // available + reserved before the run
+	Available       int64   `json:"available"`
+	Reserved        int64   `json:"reserved"`
+	Fulfilled       int64   `json:"fulfilled"`
+	OrdersReserved  int64   `json:"orders_reserved"`  // quantity of this run's orders left reserved
+	OrdersFulfilled int64   `json:"orders_fulfilled"` // quantity of this run's orders fulfilled
+	OrdersRejected  int64   `json:"orders_rejected"`  // this run's orders of the SKU rejected
+	LockWaitMs      float64 `json:"lock_wait_ms"`     // total lock wait of this run's events of the SKU
+	// DecidedBy counts this run's events of the SKU (an order, a cancel or fulfil of it) by the worker that
+	// decided them: how a hot SKU was shared. An event of a basket counts for each of its SKUs.
+	DecidedBy       map[string]int `json:"decided_by"`
+	reservedBefore  int64
+	fulfilledBefore int64
 }
 
 // Busiest returns the SKU with the most orders decided in this run (an empty summary when there is none).
@@ -78,14 +96,16 @@ type LockWait struct {
 	HotSKUs            []string `json:"hot_skus"`  // the 5 SKUs with the most total wait, most first
 }
 
-// check verifies, for every SKU, initial = available + reserved and that the reserved stock grew by exactly
-// what this run's outcomes reserved; and that every order got an outcome.
+// check verifies, for every SKU, that the stock moved by exactly what this run's orders hold in their
+// final state: the available stock fell by their reserved and fulfilled lines (and is not negative), the
+// reserved stock grew by the reserved lines, the fulfilled stock by the fulfilled ones (so nothing
+// appeared or vanished); and that every event got an outcome.
 func (s *Summary) check() {
 	if s.Outcomes == 0 {
 		s.Outcomes = s.Reserved + s.Rejected
 	}
 	if s.Missing > 0 {
-		s.Problems = append(s.Problems, fmt.Sprintf("%d orders have no outcome", s.Missing))
+		s.Problems = append(s.Problems, fmt.Sprintf("%d events have no outcome", s.Missing))
 	}
 	for _, sku := range s.skuNames() {
 		s.Problems = append(s.Problems, s.SKUs[sku].problems(sku)...)
@@ -99,11 +119,14 @@ func (k *SKUSummary) problems(sku string) []string {
 	if k.Available < 0 {
 		out = append(out, fmt.Sprintf("%s: available %d is negative (oversold)", sku, k.Available))
 	}
-	if k.Available+k.Reserved != k.Initial {
-		out = append(out, fmt.Sprintf("%s: available %d + reserved %d != initial %d", sku, k.Available, k.Reserved, k.Initial))
+	if fell, took := k.Initial-k.reservedBefore-k.Available, k.OrdersReserved+k.OrdersFulfilled; fell != took {
+		out = append(out, fmt.Sprintf("%s: available fell by %d but outcomes took %d", sku, fell, took))
 	}
 	if got := k.Reserved - k.reservedBefore; got != k.OrdersReserved {
 		out = append(out, fmt.Sprintf("%s: reserved grew by %d but outcomes reserved %d", sku, got, k.OrdersReserved))
+	}
+	if got := k.Fulfilled - k.fulfilledBefore; got != k.OrdersFulfilled {
+		out = append(out, fmt.Sprintf("%s: fulfilled grew by %d but outcomes fulfilled %d", sku, got, k.OrdersFulfilled))
 	}
 	return out
 }
@@ -120,9 +143,10 @@ func (s *Summary) skuNames() []string {
 
 // Print writes the summary as a table.
 func (s *Summary) Print(w io.Writer) {
-	fmt.Fprintf(w, "run %s: %d orders published\n", s.RunID, s.Published)
-	fmt.Fprintf(w, "outcomes: %d reserved, %d rejected, %d poisoned, %d missing; %d distinct orders, %d duplicate events\n",
+	fmt.Fprintf(w, "run %s: %s\n", s.RunID, s.PublishedText())
+	fmt.Fprintf(w, "outcomes: %d reserved, %d rejected, %d poisoned, %d missing; %d distinct events, %d duplicate events\n",
 		s.Reserved, s.Rejected, s.Poisoned, s.Missing, s.Outcomes, s.Duplicates)
+	s.printLifecycle(w)
 	fmt.Fprintf(w, "end-to-end latency: p50 %v, p99 %v; %.0f orders/s\n", s.LatencyP50.Round(time.Microsecond),
 		s.LatencyP99.Round(time.Microsecond), s.Throughput)
 	fmt.Fprintf(w, "lock wait (ms): p50 %.2f, p95 %.2f, p99 %.2f, max %.2f\n", s.LockWait.P50, s.LockWait.P95, s.LockWait.P99, s.LockWait.Max)
@@ -133,6 +157,35 @@ func (s *Summary) Print(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "consistency check: FAIL\n  %s\n", strings.Join(s.Problems, "\n  "))
+}
+
+// PublishedText says what the run published: "1000 orders published", with its baskets and its cancel and
+// fulfil events when it had any.
+func (s *Summary) PublishedText() string {
+	text := fmt.Sprintf("%d orders published", s.Published-s.Cancels-s.Fulfils)
+	if s.Baskets > 0 {
+		text += fmt.Sprintf(" (%d baskets of %d lines)", s.Baskets, s.Lines)
+	}
+	if s.Cancels+s.Fulfils > 0 {
+		text += fmt.Sprintf(", %d cancel and %d fulfil events", s.Cancels, s.Fulfils)
+	}
+	return text
+}
+
+// printLifecycle writes what the cancel and fulfil events did, if the run published any.
+func (s *Summary) printLifecycle(w io.Writer) {
+	if s.Cancels+s.Fulfils == 0 {
+		return
+	}
+	reasons := make([]string, 0, len(s.RefusedBy))
+	for _, reason := range slices.Sorted(maps.Keys(s.RefusedBy)) {
+		reasons = append(reasons, fmt.Sprintf("%s %d", reason, s.RefusedBy[reason]))
+	}
+	line := fmt.Sprintf("lifecycle: %d cancelled, %d fulfilled, %d refused", s.Cancelled, s.Fulfilled, s.Refused)
+	if len(reasons) > 0 {
+		line += " (" + strings.Join(reasons, ", ") + ")"
+	}
+	fmt.Fprintln(w, line)
 }
 
 // printHotSKUs writes the SKUs with the most lock wait on one line, if any waited.
@@ -147,16 +200,27 @@ func (s *Summary) printHotSKUs(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-// printStock writes the stock table, a row per SKU up to 20 of them.
+// printStock writes the stock table, a row per SKU up to 20 of them; with columns of the fulfilled stock
+// when the run fulfilled any.
 func (s *Summary) printStock(w io.Writer) {
 	const maxRows = 20
 	names := s.skuNames()
-	fmt.Fprintf(w, "%-16s %10s %10s %10s %12s %10s\n", "sku", "initial", "available", "reserved", "run reserved", "rejected")
+	wide := s.Fulfils > 0
+	fmt.Fprintln(w, stockRow(wide, "sku", "initial", "available", "reserved", "fulfilled", "run reserved", "run fulfilled", "rejected"))
 	for _, n := range names[:min(len(names), maxRows)] {
 		k := s.SKUs[n]
-		fmt.Fprintf(w, "%-16s %10d %10d %10d %12d %10d\n", n, k.Initial, k.Available, k.Reserved, k.OrdersReserved, k.OrdersRejected)
+		fmt.Fprintln(w, stockRow(wide, n, k.Initial, k.Available, k.Reserved, k.Fulfilled, k.OrdersReserved, k.OrdersFulfilled, k.OrdersRejected))
 	}
 	if len(names) > maxRows {
 		fmt.Fprintf(w, "... %d more SKUs\n", len(names)-maxRows)
 	}
+}
+
+// stockRow is a row of the stock table, of the cells sku, initial, available, reserved, fulfilled, run
+// reserved, run fulfilled and rejected; without the fulfilled ones unless wide.
+func stockRow(wide bool, cells ...any) string {
+	if wide {
+		return fmt.Sprintf("%-16v %10v %10v %10v %10v %12v %13v %10v", cells...)
+	}
+	return fmt.Sprintf("%-16v %10v %10v %10v %12v %10v", cells[0], cells[1], cells[2], cells[3], cells[5], cells[7])
 }

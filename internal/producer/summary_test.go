@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockflow/stockflow/inventory"
 )
 
 func TestCheck(t *testing.T) {
@@ -33,7 +35,7 @@ func TestCheck(t *testing.T) {
 		{
 			name:         "orders without an outcome are a problem",
 			sum:          Summary{Reserved: 1, Missing: 2, SKUs: map[string]*SKUSummary{"SKU-0": {Initial: 3, Available: 2, Reserved: 1, OrdersReserved: 1}}},
-			wantProblems: []string{"2 orders have no outcome"},
+			wantProblems: []string{"2 events have no outcome"},
 			wantOutcomes: 1,
 		},
 		{
@@ -49,7 +51,7 @@ func TestCheck(t *testing.T) {
 			sum: Summary{Reserved: 3, SKUs: map[string]*SKUSummary{
 				"SKU-0": {Initial: 10, Available: 5, Reserved: 3, OrdersReserved: 3},
 			}},
-			wantProblems: []string{"SKU-0: available 5 + reserved 3 != initial 10"},
+			wantProblems: []string{"SKU-0: available fell by 5 but outcomes took 3"},
 			wantOutcomes: 3,
 		},
 		{
@@ -57,7 +59,7 @@ func TestCheck(t *testing.T) {
 			sum: Summary{Reserved: 3, SKUs: map[string]*SKUSummary{
 				"SKU-0": {Initial: 10, Available: 4, Reserved: 6, reservedBefore: 2, OrdersReserved: 3},
 			}},
-			wantProblems: []string{"SKU-0: reserved grew by 4 but outcomes reserved 3"},
+			wantProblems: []string{"SKU-0: available fell by 4 but outcomes took 3", "SKU-0: reserved grew by 4 but outcomes reserved 3"},
 			wantOutcomes: 3,
 		},
 		{
@@ -67,8 +69,32 @@ func TestCheck(t *testing.T) {
 				"SKU-2":  {Initial: 1, Available: 0},
 				"SKU-3":  {Initial: 1, Available: 1},
 			}},
-			wantProblems: []string{"1 orders have no outcome", "SKU-2: available 0 + reserved 0 != initial 1",
-				"SKU-10: available 0 + reserved 0 != initial 1"},
+			wantProblems: []string{"1 events have no outcome", "SKU-2: available fell by 1 but outcomes took 0",
+				"SKU-10: available fell by 1 but outcomes took 0"},
+		},
+		{
+			name: "fulfilled and still reserved orders that took exactly what the stock lost pass",
+			sum: Summary{Reserved: 5, SKUs: map[string]*SKUSummary{
+				"SKU-0": {Initial: 12, Available: 2, Reserved: 4, Fulfilled: 9, reservedBefore: 2, fulfilledBefore: 3,
+					OrdersReserved: 2, OrdersFulfilled: 6},
+			}},
+			wantOutcomes: 5,
+		},
+		{
+			name: "fulfilled stock that moved out of reserved without an order fulfilling it is reported",
+			sum: Summary{Reserved: 2, SKUs: map[string]*SKUSummary{
+				"SKU-0": {Initial: 10, Available: 8, Reserved: 0, Fulfilled: 2, OrdersReserved: 2},
+			}},
+			wantProblems: []string{"SKU-0: reserved grew by 0 but outcomes reserved 2", "SKU-0: fulfilled grew by 2 but outcomes fulfilled 0"},
+			wantOutcomes: 2,
+		},
+		{
+			name: "a cancelled order whose stock did not come back is reported",
+			sum: Summary{Reserved: 1, SKUs: map[string]*SKUSummary{
+				"SKU-0": {Initial: 10, Available: 9, Reserved: 1}, // the order holds nothing: it was cancelled
+			}},
+			wantProblems: []string{"SKU-0: available fell by 1 but outcomes took 0", "SKU-0: reserved grew by 1 but outcomes reserved 0"},
+			wantOutcomes: 1,
 		},
 		{
 			name: "a problem found while collecting fails the check",
@@ -112,7 +138,7 @@ func TestPrint(t *testing.T) {
 		rows += fmt.Sprintf("%-16s %10d %10d %10d %12d %10d\n", fmt.Sprint("SKU-", i), i, 1, 2, 3, 4)
 	}
 	want := "run r1: 30 orders published\n" +
-		"outcomes: 20 reserved, 8 rejected, 1 poisoned, 1 missing; 28 distinct orders, 2 duplicate events\n" +
+		"outcomes: 20 reserved, 8 rejected, 1 poisoned, 1 missing; 28 distinct events, 2 duplicate events\n" +
 		"end-to-end latency: p50 1.235ms, p99 5ms; 100 orders/s\n" +
 		"lock wait (ms): p50 0.50, p95 1.25, p99 2.00, max 3.46\n" +
 		"most lock wait: SKU-3 (12 ms) SKU-0 (8 ms)\n" +
@@ -131,5 +157,28 @@ func TestPrint(t *testing.T) {
 	lastRows := fmt.Sprintf("%-16s %10d %10d %10d %12d %10d\nconsistency check: PASS\n", "SKU-0", 1, 1, 0, 0, 0)
 	if got := b.String(); strings.Contains(got, "most lock wait") || strings.Contains(got, "more SKUs") || !strings.HasSuffix(got, lastRows) {
 		t.Errorf("a passing run with one SKU and no lock wait printed\n%s", got)
+	}
+}
+
+func TestPrintBasketsAndLifecycleEvents(t *testing.T) {
+	s := &Summary{RunID: "r2", Orders: 10, Published: 14, Baskets: 10, Lines: 25, Cancels: 3, Fulfils: 1, Reserved: 8,
+		Rejected: 2, Cancelled: 2, Fulfilled: 1, Refused: 1, Outcomes: 14, Consistent: true,
+		RefusedBy: map[inventory.Reason]int{inventory.ReasonUnknownOrder: 1},
+		SKUs:      map[string]*SKUSummary{"SKU-0": {Initial: 9, Available: 1, Reserved: 6, Fulfilled: 2, OrdersReserved: 6, OrdersFulfilled: 2, OrdersRejected: 2}}}
+	var b strings.Builder
+	s.Print(&b)
+	for _, want := range []string{
+		"run r2: 10 orders published (10 baskets of 25 lines), 3 cancel and 1 fulfil events\n",
+		"outcomes: 8 reserved, 2 rejected, 0 poisoned, 0 missing; 14 distinct events, 0 duplicate events\n" +
+			"lifecycle: 2 cancelled, 1 fulfilled, 1 refused (unknown_order 1)\n",
+		"sku                 initial  available   reserved  fulfilled run reserved run fulfilled   rejected\n" +
+			"SKU-0                     9          1          6          2            6             2          2\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("printed\n%s\nwant it to hold\n%s", b.String(), want)
+		}
+	}
+	if got := s.PublishedText(); got != "10 orders published (10 baskets of 25 lines), 3 cancel and 1 fulfil events" {
+		t.Errorf("PublishedText() = %q", got)
 	}
 }

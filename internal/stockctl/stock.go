@@ -16,6 +16,7 @@ type skuStock struct {
 	Found     bool   `json:"found"`
 	Available int64  `json:"available"`
 	Reserved  int64  `json:"reserved"`
+	Fulfilled int64  `json:"fulfilled"`
 	Fence     int64  `json:"fence"`
 }
 
@@ -26,9 +27,9 @@ type stockReport struct {
 func (r stockReport) writeText(w io.Writer) {
 	found, unknown := r.byFound()
 	tw := table(w)
-	fmt.Fprintln(tw, "SKU\tAVAILABLE\tRESERVED\tFENCE")
+	fmt.Fprintln(tw, "SKU\tAVAILABLE\tRESERVED\tFULFILLED\tFENCE")
 	for _, s := range found {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", s.SKU, s.Available, s.Reserved, s.Fence)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", s.SKU, s.Available, s.Reserved, s.Fulfilled, s.Fence)
 	}
 	_ = tw.Flush()
 	for _, sku := range unknown {
@@ -88,7 +89,8 @@ func (a *app) readStock(ctx context.Context, sku string) (skuStock, error) {
 	case err != nil:
 		return skuStock{}, err
 	}
-	return skuStock{SKU: sku, Found: true, Available: st.Available, Reserved: st.Reserved, Fence: st.Fence}, nil
+	return skuStock{SKU: sku, Found: true, Available: st.Available, Reserved: st.Reserved,
+		Fulfilled: st.Fulfilled, Fence: st.Fence}, nil
 }
 
 // runStockSet sets the available stock of a SKU (inventory SetStock).

@@ -71,8 +71,8 @@ func newCombiner(maxWait time.Duration, decide func(context.Context, []*pending,
 func (c *combiner) step(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		o, err := handlers.OrderOf(msg)
-		if err != nil {
-			return nil, err
+		if err != nil || !o.Single() {
+			return h(msg) // a basket or lifecycle event is decided alone
 		}
 		p := &pending{msg: msg, order: o, since: time.Now(), done: make(chan error, 1), lead: make(chan struct{}, 1)}
 		if !c.join(p) {

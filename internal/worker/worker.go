@@ -156,7 +156,7 @@ func (w *Worker) setLocker(opts Options) error {
 	if locker == NoLock {
 		return nil
 	}
-	w.lock = (&lockmw.Middleware{Locker: locker, Key: handlers.SKU, Instance: w.cfg.Name}).Middleware
+	w.lock = (&lockmw.Middleware{Locker: locker, Keys: handlers.SKUs, Wait: w.cfg.LockWait, Instance: w.cfg.Name}).Middleware
 	if r, ok := locker.(interface {
 		RaiseToken(context.Context, string, int64) error
 	}); ok {
@@ -211,6 +211,12 @@ func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more
 	if err != nil {
 		return false, err
 	}
+	return w.publish(ctx, batch, msgs, more)
+}
+
+// publish sends the outcome events msgs of batch's orders and acks their entries, as decide describes;
+// more nil: the lock middleware releases the locks.
+func (w *Worker) publish(ctx context.Context, batch []*pending, msgs []*message.Message, more func() bool) (released bool, err error) {
 	pipes := []redis.Pipeliner{w.rdb.TxPipeline()}
 	var sent []*outcomes
 	for i, part := range w.byPartition(batch) {
@@ -227,7 +233,7 @@ func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more
 		}
 	}
 	var finish func(error) error
-	if !w.cfg.Cluster {
+	if !w.cfg.Cluster && more != nil {
 		finish = w.releaseIn(ctx, pipes[0], more)
 	}
 	var execErr error
@@ -357,7 +363,7 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 			return err
 		}
 		w.consumers = append(w.consumers, c)
-		chain := c.chain(w.last(), w.combiner.step, w.lock)
+		chain := c.chain(w.last(), w.resolve, w.combiner.step, w.lock)
 		w.router.AddConsumerHandler(name, cfg.OrdersStream, sub, func(msg *message.Message) error {
 			_, err := chain(msg)
 			return err
@@ -366,9 +372,17 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 	return nil
 }
 
-// last is the last step of the chain: the leader of a SKU, holding its lock, decides its orders.
+// last is the last step of the chain: the leader of a SKU, holding its lock, decides its orders; a
+// basket or lifecycle event, holding the locks of all its SKUs, is decided alone.
 func (w *Worker) last() message.HandlerFunc {
 	h := func(msg *message.Message) ([]*message.Message, error) {
+		o, err := handlers.OrderOf(msg)
+		if err != nil {
+			return nil, err
+		}
+		if !o.Single() {
+			return nil, w.decideOrder(msg, o)
+		}
 		var token int64
 		if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
 			token = lease.Token()
@@ -400,17 +414,59 @@ func (w *Worker) fenceCounterAtStore() bool {
 // below the stored fence fails as a stale fence, which the retry heals by raising the lock's counter.
 func (w *Worker) raiseFence(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		lease, ok := lockmw.LeaseFrom(msg.Context())
-		if !ok || lease.Token() == 0 { // a lock without tokens (an embedder's): nothing to fence with
+		for _, lease := range lockmw.LeasesFrom(msg.Context()) {
+			if lease.Token() == 0 { // a lock without tokens (an embedder's): nothing to fence with
+				continue
+			}
+			if err := w.store.RaiseFence(msg.Context(), lease.Key(), lease.Token()); err != nil {
+				return nil, fmt.Errorf("message %s: %w", msg.UUID, err)
+			}
+		}
+		return h(msg)
+	}
+}
+
+// decideOrder decides a basket or lifecycle event under the locks of all its SKUs (fenced by each one's
+// token), then publishes its outcome and acks its entry; the lock middleware releases the locks.
+func (w *Worker) decideOrder(msg *message.Message, o handlers.Order) error {
+	ctx := msg.Context()
+	var fences inventory.Fences
+	var waited time.Duration
+	for _, lease := range lockmw.LeasesFrom(ctx) {
+		if fences == nil {
+			fences, waited = inventory.Fences{}, rlock.StatsOf(lease).Waited
+		}
+		fences[lease.Key()] = lease.Token()
+	}
+	if ml, ok := lockmw.MultiLeaseFrom(ctx); ok {
+		waited = ml.Stats().Waited
+	}
+	out, err := w.reserver.DecideOrder(ctx, handlers.Request{Ctx: ctx, Order: o, Waited: waited}, fences)
+	if err != nil {
+		return err
+	}
+	_, err = w.publish(ctx, []*pending{{msg: msg, order: o}}, []*message.Message{out}, nil)
+	return err
+}
+
+// resolve gives a lifecycle event the lines of its order (inventory.Store.Lines), so that the lock step
+// takes all their SKUs' locks. An order that is not known yet keeps the event's one SKU: the decision,
+// under that lock, then refuses it as unknown (or, if it was reserved meanwhile, fails as not locked and is
+// retried).
+func (w *Worker) resolve(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		o, err := handlers.OrderOf(msg)
+		if err != nil || o.Kind() == handlers.TypeReserve {
 			return h(msg)
 		}
-		o, err := handlers.OrderOf(msg)
-		if err != nil {
-			return nil, err
+		lines, err := w.store.Lines(msg.Context(), o.OrderID, o.SKU)
+		if err != nil && !errors.Is(err, inventory.ErrUnknownOrder) {
+			return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, err)
 		}
-		if err := w.store.RaiseFence(msg.Context(), o.SKU, lease.Token()); err != nil {
-			return nil, fmt.Errorf("order %s: %w", o.OrderID, err)
-		}
+		o.Lines = lines
+		orig := msg.Context()
+		msg.SetContext(handlers.WithOrder(orig, o))
+		defer msg.SetContext(orig)
 		return h(msg)
 	}
 }

@@ -50,13 +50,31 @@ func (e *engine) begin(ctx context.Context, key string, wait bool) *acquisition 
 	return a
 }
 
-// boundWait bounds the wait of Acquire by Config.MaxWait.
+// boundWait bounds the wait of Acquire by Config.MaxWait and by the context's WithWaitDeadline.
 func (e *engine) boundWait(ctx context.Context, wait bool) (context.Context, context.CancelFunc) {
+	if until, ok := ctx.Value(waitDeadlineKey{}).(time.Time); ok && wait {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadlineCause(ctx, until, errWaitDeadline)
+		inner, innerCancel := e.boundWait(context.WithValue(ctx, waitDeadlineKey{}, nil), wait)
+		return inner, func() { innerCancel(); cancel() }
+	}
 	if !wait || e.cfg.MaxWait <= 0 {
 		return ctx, func() {}
 	}
 	return context.WithTimeoutCause(ctx, e.cfg.MaxWait,
 		fmt.Errorf("waited the maximum of %v: %w", e.cfg.MaxWait, context.DeadlineExceeded))
+}
+
+type waitDeadlineKey struct{}
+
+var errWaitDeadline = fmt.Errorf("waited until the deadline of the set: %w", context.DeadlineExceeded)
+
+// WithWaitDeadline returns a context under which Acquire waits until t at most (and Config.MaxWait at
+// most, as always). Unlike a context deadline, it does not end the leases obtained under it (a lease's
+// context derives from its acquisition's): it bounds one wait shared by several acquisitions, as
+// AcquireAll's.
+func WithWaitDeadline(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, waitDeadlineKey{}, t)
 }
 
 // end releases the wait bound and records the outcome.

@@ -25,10 +25,11 @@ var e2eModes = []e2eMode{
 type e2eWorkload struct {
 	id, title, distribution string
 	orders                  int
+	lines                   int // > 0: baskets of that many lines (comparison 7)
 }
 
 // seed is the units of every SKU: the average SKU about sells out; a hot one rejects most of its orders.
-func (wl e2eWorkload) seed() int { return wl.orders / 200 }
+func (wl e2eWorkload) seed() int { return wl.orders * max(wl.lines, 1) / 200 }
 
 func (wl e2eWorkload) table() *Table {
 	return &Table{
@@ -54,8 +55,8 @@ func (b *bench) endToEnd(ctx context.Context) error {
 		return nil
 	}
 	for _, wl := range []e2eWorkload{
-		{"e2e-uniform", "200 SKUs uniform", "uniform", b.cfg.E2EOrders},
-		{"e2e-hot", "200 SKUs, one hot SKU (half of the orders on SKU-0)", "hot", b.cfg.E2EHotOrders},
+		{"e2e-uniform", "200 SKUs uniform", "uniform", b.cfg.E2EOrders, 0},
+		{"e2e-hot", "200 SKUs, one hot SKU (half of the orders on SKU-0)", "hot", b.cfg.E2EHotOrders, 0},
 	} {
 		t := b.addTable(wl.table())
 		err := interleave(b.cfg.Rounds, len(e2eModes), func(round, i int) error {
@@ -167,12 +168,16 @@ func (b *bench) e2eRun(ctx context.Context, s site, mode e2eMode, wl e2eWorkload
 
 // producerConfig places wl's orders on the site and waits for every outcome.
 func (b *bench) producerConfig(s site, wl e2eWorkload) producer.Config {
-	return producer.Config{
+	cfg := producer.Config{
 		Config: stream.Config{RedisURL: s.url, Cluster: s.cluster, OrdersPartitions: s.partitions, OrdersStream: "orders",
 			ResultsStream: "order-results", PoisonStream: "orders-poison", ConsumerGroup: "inventory"},
 		Orders: wl.orders, SKUs: 200, Quantity: 1, Distribution: wl.distribution, SeedStock: wl.seed(),
 		Wait: true, Timeout: 3 * time.Minute,
 	}
+	if wl.lines > 0 {
+		cfg.Lines = fmt.Sprintf("%d-%d", wl.lines, wl.lines)
+	}
+	return cfg
 }
 
 func (b *bench) mainURL() string { return "redis://" + b.mainAddr + "/0" }

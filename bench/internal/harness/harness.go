@@ -22,7 +22,7 @@ import (
 )
 
 // Comparisons are the names Config.Only accepts, in the order they run.
-var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e", "scale"}
+var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e", "scale", "lines"}
 
 // Config sizes a run.
 type Config struct {
@@ -156,7 +156,7 @@ func (b *bench) close() {
 func (b *bench) runComparisons(ctx context.Context) error {
 	steps := map[string]func(context.Context) error{
 		"uncontended": b.uncontended, "hotkey": b.hotKey, "redlock": b.redlock, "stock": b.stock, "e2e": b.endToEnd,
-		"scale": b.scale,
+		"scale": b.scale, "lines": b.lines,
 	}
 	for _, name := range b.cfg.selected() {
 		if err := steps[name](ctx); err != nil {

@@ -62,7 +62,7 @@ func (b *bench) scale(ctx context.Context) error {
 				return client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() })
 			}}},
 	}
-	wl := e2eWorkload{"scale", "200 SKUs uniform", "uniform", b.cfg.E2EOrders}
+	wl := e2eWorkload{"scale", "200 SKUs uniform", "uniform", b.cfg.E2EOrders, 0}
 	t := b.addTable(scaleTable(wl))
 	return interleave(b.cfg.Rounds, len(sites), func(round, i int) error {
 		s := sites[i]

@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+// chaos kills a random one of workers with SIGKILL every period (±25 %) and starts a replacement with
+// start, until the returned stop is called; stop returns how many it killed.
+func chaos(workers []*proc, period time.Duration, start func(name string) *proc) (stop func() int) {
+	done, kills := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { kills <- n }()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(period*3/4 + rand.N(period/2)):
+			}
+			i := rand.IntN(len(workers))
+			workers[i].signal(syscall.SIGKILL)
+			n++
+			workers[i] = start(fmt.Sprintf("k%d", n))
+		}
+	}()
+	return func() int {
+		close(done)
+		return <-kills
+	}
+}
+
+// basketRun runs 5,000 orders of 1-4 lines (random line order) over 12 SKUs, with stock for about 60 % of
+// the demand, through 3 workers of 16 consumers, killing a random worker every 2 s when crash is set. extra
+// are more producer flags.
+func basketRun(t *testing.T, crash bool, extra ...string) (*producer.Summary, *redistest.Server) {
+	s := redistest.Start(t)
+	start := func(name string) *proc { return startWorker(t, s, name, "WORKER_CONCURRENCY=16") }
+	workers := []*proc{start("b0"), start("b1"), start("b2")}
+	stop := func() int { return 0 }
+	if crash {
+		stop = chaos(workers, 2*time.Second, start)
+	}
+	begin := time.Now()
+	// 5,000 orders x 2.5 lines / 12 SKUs ≈ 1,040 units wanted per SKU; 625 is 60 % of that.
+	sum := produce(t, s, append([]string{"--orders", "5000", "--skus", "12", "--lines", "1-4", "--seed-stock", "625"}, extra...)...)
+	kills := stop()
+	t.Logf("%v, %d workers killed; reserved %d, rejected %d, %d duplicate outcome events", time.Since(begin).Round(time.Millisecond),
+		kills, sum.Reserved, sum.Rejected, sum.Duplicates)
+	if crash && kills < 3 {
+		t.Fatalf("only %d workers killed: the run did not exercise crashes", kills)
+	}
+	return sum, s
+}
+
+// Baskets are all or nothing: every order decided once, every line reserved or none (the producer's
+// check), per SKU the reserved stock is the sum over reserved orders, no oversell, no lock or pending entry
+// left; the run finishes (no deadlock between baskets that share SKUs).
+func TestBasketsAreAllOrNothing(t *testing.T) {
+	sum, s := basketRun(t, false)
+	assertConsistent(t, sum)
+	if sum.Reserved == 0 || sum.Rejected == 0 {
+		t.Fatalf("reserved %d, rejected %d: with stock for 60 %% of the demand both must happen", sum.Reserved, sum.Rejected)
+	}
+	noPending(t, s.Client())
+	noLocks(t, s.Client())
+}
+
+// The same with a worker killed every 2 s.
+func TestBasketsWithCrashingWorkers(t *testing.T) {
+	sum, s := basketRun(t, true)
+	assertConsistent(t, sum)
+	noPending(t, s.Client())
+}
+
+// Reservations, cancels and fulfils of the same orders, interleaved and redelivered under kill -9: each order
+// ends in one state, and per SKU initial = available + reserved + fulfilled (the producer's check).
+func TestLifecycleWithCrashingWorkers(t *testing.T) {
+	sum, s := basketRun(t, true, "--cancel", "0.3", "--fulfil", "0.3")
+	assertConsistent(t, sum)
+	noPending(t, s.Client())
+}

@@ -1,0 +1,118 @@
+package producer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// TestRunWaitsForBasketsAndLifecycleEvents runs baskets with cancels and fulfils against a stand-in
+// worker that decides them with the real handlers and stock scripts: decided honestly the stock adds up;
+// decided by a store that fulfils what it says it cancelled, the check finds out.
+func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		store   func(*inventory.Store) handlers.Store
+		problem string // one of the problems expected, "" for none
+	}{
+		{"decided honestly, the stock adds up", func(s *inventory.Store) handlers.Store { return s }, ""},
+		{"a store that fulfils the orders it says it cancelled fails the check",
+			func(s *inventory.Store) handlers.Store { return cancelsAsFulfils{s} }, "fulfilled grew by"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := s.Client()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cfg := DefaultConfig()
+			cfg.RedisURL, cfg.RunID, cfg.Orders, cfg.SKUs, cfg.SeedStock = s.URL(), "t", 200, 4, 40
+			cfg.Lines, cfg.Cancel, cfg.Fulfil, cfg.Wait, cfg.Timeout = "1-3", 0.3, 0.3, true, 30*time.Second
+			done := make(chan struct{})
+			r := &handlers.Reserver{Store: tc.store(inventory.New(rdb)), Worker: "stand-in"}
+			go func() { defer close(done); standInWorker(ctx, t, rdb, cfg, r) }()
+			defer func() { cancel(); <-done }()
+
+			sum, err := Run(ctx, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Missing != 0 || sum.Outcomes != sum.Published || sum.Baskets != 200 {
+				t.Fatalf("%d missing, %d outcomes of %d events, %d baskets: want every event of 200 baskets decided",
+					sum.Missing, sum.Outcomes, sum.Published, sum.Baskets)
+			}
+			// 200 orders of 2 lines on average take 400 of the 160 in stock: some are rejected.
+			if sum.Rejected == 0 || sum.Cancelled == 0 || sum.Fulfilled == 0 {
+				t.Errorf("%d rejected, %d cancelled, %d fulfilled: want some of each", sum.Rejected, sum.Cancelled, sum.Fulfilled)
+			}
+			problems := strings.Join(sum.Problems, "\n")
+			if tc.problem == "" && !sum.Consistent {
+				t.Errorf("the check failed:\n%s", problems)
+			}
+			if tc.problem != "" && (sum.Consistent || !strings.Contains(problems, tc.problem)) {
+				t.Errorf("consistent %v, problems\n%s\nwant one with %q", sum.Consistent, problems, tc.problem)
+			}
+		})
+	}
+}
+
+// standInWorker decides the events of the orders stream one at a time, unfenced, with r, and adds their
+// outcome events to the results stream.
+func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Config, r *handlers.Reserver) {
+	for ctx.Err() == nil {
+		streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.ConsumerGroup, Consumer: "stand-in",
+			Streams: []string{cfg.OrdersStream, ">"}, Block: 100 * time.Millisecond}).Result()
+		if err != nil { // no group yet, or nothing new
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for _, e := range streams[0].Messages {
+			payload, _ := e.Values["payload"].(string)
+			msg, err := decide(ctx, r, payload)
+			if err != nil {
+				t.Errorf("decide %s: %v", payload, err)
+				return
+			}
+			rdb.XAdd(ctx, &redis.XAddArgs{Stream: cfg.ResultsStream, Values: map[string]any{"payload": string(msg.Payload)}})
+		}
+	}
+}
+
+// decide decides one order payload as the worker would: a single-SKU order in a batch of one, any other
+// on its own.
+func decide(ctx context.Context, r *handlers.Reserver, payload string) (*message.Message, error) {
+	o, err := handlers.DecodeOrder([]byte(payload))
+	if err != nil {
+		return nil, err
+	}
+	req := handlers.Request{Ctx: ctx, Order: o}
+	if !o.Single() {
+		return r.DecideOrder(ctx, req, nil)
+	}
+	msgs, err := r.Decide(ctx, []handlers.Request{req}, 0)
+	if err != nil {
+		return nil, err
+	}
+	return msgs[0], nil
+}
+
+// cancelsAsFulfils is a broken store: asked to cancel an order it fulfils it, and says it cancelled it.
+type cancelsAsFulfils struct{ *inventory.Store }
+
+func (s cancelsAsFulfils) Cancel(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error) {
+	out, err := s.Fulfil(ctx, orderID, sku, fences)
+	if out.Status == inventory.StatusFulfilled {
+		out.Status = inventory.StatusCancelled
+		for i := range out.Lines {
+			out.Lines[i].Status = inventory.StatusCancelled
+		}
+	}
+	return out, err
+}

@@ -1,0 +1,7 @@
+package inventory
+
+// WithCrashAfterLine makes every basket go line by line and runs crash after each line reserved; an
+// error stops the basket there, as a crash of the process would.
+func WithCrashAfterLine(crash func(line int) error) Option {
+	return func(s *Store) { s.crashAfterLine = crash }
+}

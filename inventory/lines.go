@@ -1,0 +1,442 @@
+package inventory
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxLines is the most lines one order may have: 50.
+const MaxLines = 50
+
+var (
+	//go:embed reserve_lines.lua
+	reserveLinesSrc    string
+	reserveLinesScript = redis.NewScript(reserveLinesSrc)
+
+	//go:embed transition.lua
+	transitionSrc    string
+	transitionScript = redis.NewScript(transitionSrc)
+
+	// A script rather than GET: the store's client is a redis.Scripter.
+	getRecordScript = redis.NewScript(`return redis.call('GET', KEYS[1])`)
+)
+
+// Line is one SKU of an order with several (a basket) and how many of it.
+type Line struct {
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+}
+
+// MergeLines checks the lines of a basket, adds up the lines of the same SKU and sorts them by SKU: the
+// order in which a basket's locks are taken and its lines written. An error wraps ErrInvalid and names the
+// line (1-based, as given).
+func MergeLines(lines []Line) ([]Line, error) {
+	if err := checkRange("number of lines", int64(len(lines)), 1, MaxLines); err != nil {
+		return nil, err
+	}
+	merged := make([]Line, 0, len(lines))
+	for i, l := range lines {
+		if err := cmp.Or(ValidateSKU(l.SKU), ValidateQuantity(l.Quantity)); err != nil {
+			return nil, fmt.Errorf("line %d: %w", i+1, err)
+		}
+		j := slices.IndexFunc(merged, func(m Line) bool { return m.SKU == l.SKU })
+		if j < 0 {
+			merged = append(merged, l)
+			continue
+		}
+		if merged[j].Quantity += l.Quantity; merged[j].Quantity > MaxQuantity {
+			return nil, fmt.Errorf("%w quantity of sku %s: its lines add up to %d, over %d (line %d)",
+				ErrInvalid, quote(l.SKU), merged[j].Quantity, MaxQuantity, i+1)
+		}
+	}
+	slices.SortFunc(merged, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	return merged, nil
+}
+
+// OrderOutcome is the decision recorded for an order with lines, or for a lifecycle event (Cancel,
+// Fulfil) of any order.
+type OrderOutcome struct {
+	OrderID string
+	// Status: reserved when every line is; rejected when the basket or the event was refused; cancelled or
+	// fulfilled when every line is.
+	Status Status
+	Reason Reason
+	// SKU is the line that decided a rejection ("" otherwise).
+	SKU string
+	// Lines are the lines' outcomes, sorted by SKU; a lifecycle event refused as a whole has none.
+	Lines []Outcome
+	// Replayed: every line was decided by an earlier call, or the event changed nothing.
+	Replayed bool
+}
+
+// Fences are the fencing tokens of a call's SKUs, by SKU; a nil map is unfenced (token 0 everywhere).
+type Fences map[string]int64
+
+// basket is the order a call is about: its id, its lines (sorted by SKU) and their fences.
+type basket struct {
+	id     string
+	lines  []Line
+	fences Fences
+}
+
+// ReserveLines reserves every line of an order or none (lines as MergeLines returns them). On one Redis it
+// is one script; through a *redis.ClusterClient the lines' keys are in different slots, so it is a saga:
+// line by line in SKU order, and when a line is short the lines reserved before it are given back. Every
+// line gets its own outcome record. A call after a crash at any point of the saga (the message's
+// redelivery) finishes it: recorded lines are replayed, so the outcome and the stock come out as if the
+// first call had run to the end. A rejected basket names the line that rejected it (SKU, Reason); its
+// other lines are rejected with ReasonOtherLine.
+//
+// The caller holds the locks of all the lines' SKUs (fences: their tokens), as for Reserve. Errors are
+// Reserve's: an error of the one-Redis script writes nothing; one in the middle of a saga leaves it for
+// the next call to finish.
+func (s *Store) ReserveLines(ctx context.Context, orderID string, lines []Line, fences Fences) (OrderOutcome, error) {
+	b := basket{orderID, lines, fences}
+	if err := s.checkLines(b); err != nil {
+		return OrderOutcome{}, err
+	}
+	return traceOrder(ctx, SpanReserveLines, orderID, func(ctx context.Context) (OrderOutcome, error) {
+		outs, err := s.reserveLines(ctx, b)
+		if err != nil {
+			return OrderOutcome{}, err
+		}
+		return summarize(orderID, outs), nil
+	})
+}
+
+// reserveLines runs reserve_lines.lua, or the saga when the store goes line by line or the script finds a
+// saga begun.
+func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
+	if s.lineByLine() {
+		return s.reserveSaga(ctx, b)
+	}
+	keys, args := s.linesCall(b)
+	reply, err := s.run(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites()}, args...)...).Slice()
+	switch {
+	case err == nil:
+		return decodeLineOutcomes(b, reply)
+	case redis.HasErrorPrefix(err, "PARTIAL"):
+		return s.reserveSaga(ctx, b)
+	}
+	return nil, scriptError("reserve the lines of", b.id, b.lines[0].SKU, b.fences[b.lines[0].SKU], err)
+}
+
+// reserveSaga reserves lines one at a time (reserve.lua), up to the first line rejected on its own or
+// cancelled, then gives back the lines reserved before it.
+func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
+	outs := make([]Outcome, 0, len(b.lines))
+	for i, l := range b.lines {
+		reply, err := s.run(ctx, reserveScript, s.keys(l.SKU, b.id), l.Quantity, b.fences[l.SKU], s.ttlMillis,
+			s.replayWrites(), recordMembers(b.lines, i)).Slice()
+		if err != nil {
+			return nil, scriptError("reserve", b.id, l.SKU, b.fences[l.SKU], err)
+		}
+		out, err := decodeOutcome(b.id, l.SKU, reply)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, out)
+		if err := s.afterLine(i); err != nil {
+			return nil, err
+		}
+		if stopsSaga(out) {
+			return s.undoSaga(ctx, b, outs)
+		}
+	}
+	return outs, nil
+}
+
+// stopsSaga: a line whose outcome decides the basket is not reserved: rejected on its own, or cancelled
+// (a cancel came while a crash had left the basket half reserved).
+func stopsSaga(out Outcome) bool {
+	return out.Status == StatusCancelled || out.Status == StatusRejected && out.Reason != ReasonOtherLine
+}
+
+// undoSaga gives back the reserved lines of outs (the lines up to the one that stopped the saga) and
+// reports the lines after it as not tried.
+func (s *Store) undoSaga(ctx context.Context, b basket, outs []Outcome) ([]Outcome, error) {
+	last := outs[len(outs)-1]
+	for i, out := range outs {
+		if out.Status != StatusReserved {
+			continue
+		}
+		undone, err := s.transition(ctx, "abort", b, i)
+		if err != nil {
+			return nil, err
+		}
+		outs[i] = undone[0]
+	}
+	for _, l := range b.lines[len(outs):] {
+		rest := Outcome{OrderID: b.id, SKU: l.SKU, Quantity: l.Quantity, Status: StatusRejected,
+			Reason: ReasonOtherLine, Replayed: last.Replayed}
+		if last.Status == StatusCancelled {
+			rest.Status, rest.Reason = StatusCancelled, ""
+		}
+		outs = append(outs, rest)
+	}
+	return outs, nil
+}
+
+// Lines returns the lines of the order orderID that has a record for sku (any one of its SKUs), sorted
+// by SKU: a basket's lines, or a single-SKU order's one line. No record fails with ErrUnknownOrder.
+func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) {
+	if err := cmp.Or(ValidateOrderID(orderID), ValidateSKU(sku)); err != nil {
+		return nil, err
+	}
+	rec, err := s.record(ctx, orderID, sku)
+	if err != nil || rec.Anchor == "" {
+		return rec.lines(sku), err
+	}
+	anchor, err := s.record(ctx, orderID, rec.Anchor)
+	if err == nil && anchor.Lines == nil {
+		err = fmt.Errorf("%w: the record of order %q for sku %q has no lines", ErrCorrupt, orderID, rec.Anchor)
+	}
+	return anchor.Lines, err
+}
+
+// ErrUnknownOrder: no outcome is recorded for the order and SKU (never decided, or expired).
+var ErrUnknownOrder = errors.New("inventory: unknown order")
+
+// lineRecord is what Lines reads of an outcome record.
+type lineRecord struct {
+	Quantity int64  `json:"quantity"`
+	Lines    []Line `json:"lines"`  // on a basket's first SKU
+	Anchor   string `json:"anchor"` // on its other SKUs: the first
+}
+
+// lines are the order's lines as far as this record knows.
+func (r lineRecord) lines(sku string) []Line {
+	if r.Lines != nil || r.Quantity == 0 {
+		return r.Lines
+	}
+	return []Line{{SKU: sku, Quantity: r.Quantity}}
+}
+
+func (s *Store) record(ctx context.Context, orderID, sku string) (lineRecord, error) {
+	var rec lineRecord
+	raw, err := getRecordScript.Run(ctx, s.rdb, []string{orderKey(sku, orderID)}).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return rec, fmt.Errorf("%w: no order %q is recorded for sku %q", ErrUnknownOrder, orderID, sku)
+	case err != nil:
+		return rec, fmt.Errorf("inventory: read %s: %w", orderSubject(orderID, sku), err)
+	}
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return rec, fmt.Errorf("%w: the record of %s: %v", ErrCorrupt, orderSubject(orderID, sku), err)
+	}
+	return rec, nil
+}
+
+// Cancel gives back the stock of every line of the order orderID that has a record for sku (any one of its
+// SKUs), once: the order becomes cancelled. A cancelled order replays as cancelled; an unknown, rejected or
+// fulfilled one is refused with a rejected outcome (ReasonUnknownOrder, ReasonNotReserved,
+// ReasonAlreadyFulfilled) that writes nothing. A basket left half reserved by a crash is cancelled whole:
+// its lines without a record get a cancelled one, so its redelivery replays the cancellation.
+//
+// The caller holds the locks of all the order's SKUs (Lines tells them) and passes their tokens; a SKU of
+// the order missing from a non-nil fences fails with ErrNotLocked. On one Redis it is one script; on a
+// cluster one per line, in SKU order, and a call after a crash finishes what an earlier one began.
+func (s *Store) Cancel(ctx context.Context, orderID, sku string, fences Fences) (OrderOutcome, error) {
+	return traceOrder(ctx, SpanCancel, orderID, func(ctx context.Context) (OrderOutcome, error) {
+		return s.lifecycle(ctx, "cancel", orderID, sku, fences)
+	})
+}
+
+// Fulfil moves every line of a reserved order out of reserved for good (into the stock's fulfilled
+// field), once, as Cancel gives it back: a fulfilled order replays as fulfilled; an unknown, rejected or
+// cancelled one is refused (ReasonUnknownOrder, ReasonNotReserved, ReasonAlreadyCancelled); a basket still
+// half reserved fails with ErrInProgress, to be retried once its reservation is finished.
+func (s *Store) Fulfil(ctx context.Context, orderID, sku string, fences Fences) (OrderOutcome, error) {
+	return traceOrder(ctx, SpanFulfil, orderID, func(ctx context.Context) (OrderOutcome, error) {
+		return s.lifecycle(ctx, "fulfil", orderID, sku, fences)
+	})
+}
+
+// lifecycle runs op (cancel or fulfil) on the order's lines after deciding from their records whether
+// it applies.
+func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences Fences) (OrderOutcome, error) {
+	lines, err := s.Lines(ctx, orderID, sku)
+	if errors.Is(err, ErrUnknownOrder) {
+		return refused(orderID, sku, ReasonUnknownOrder), nil
+	}
+	if err != nil {
+		return OrderOutcome{}, err
+	}
+	b := basket{orderID, lines, fences}
+	if err := s.checkLines(b); err != nil {
+		return OrderOutcome{}, err
+	}
+	states, err := s.states(ctx, b)
+	if err != nil {
+		return OrderOutcome{}, err
+	}
+	if reason, err := refusal(op, states); reason != "" || err != nil {
+		return refused(orderID, sku, reason), err
+	}
+	outs, err := s.transitionAll(ctx, op, b)
+	if err != nil {
+		return OrderOutcome{}, err
+	}
+	return summarize(orderID, outs), nil
+}
+
+// transitionAll runs op on every line: in one script, or line by line in SKU order.
+func (s *Store) transitionAll(ctx context.Context, op string, b basket) ([]Outcome, error) {
+	if !s.lineByLine() {
+		return s.transition(ctx, op, b, -1)
+	}
+	var outs []Outcome
+	for i := range b.lines {
+		out, err := s.transition(ctx, op, b, i)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, out...)
+	}
+	return outs, nil
+}
+
+func refused(orderID, sku string, reason Reason) OrderOutcome {
+	return OrderOutcome{OrderID: orderID, Status: StatusRejected, Reason: reason, SKU: sku}
+}
+
+// refusal decides from the lines' recorded statuses ("" for none) why op cannot apply, if it cannot.
+func refusal(op string, states []Status) (Reason, error) {
+	has := func(st Status) bool { return slices.Contains(states, st) }
+	switch {
+	case has(StatusRejected):
+		return ReasonNotReserved, nil
+	case op == "cancel" && has(StatusFulfilled):
+		return ReasonAlreadyFulfilled, nil
+	case op == "fulfil" && (has(StatusCancelled) || has(StatusReleased)):
+		return ReasonAlreadyCancelled, nil
+	case op == "fulfil" && has(""):
+		return "", ErrInProgress
+	}
+	return "", nil
+}
+
+// states reads the recorded status of each line ("" when it has no record).
+func (s *Store) states(ctx context.Context, b basket) ([]Status, error) {
+	states := make([]Status, len(b.lines))
+	for i, l := range b.lines {
+		raw, err := getRecordScript.Run(ctx, s.rdb, []string{orderKey(l.SKU, b.id)}).Text()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		var rec struct{ Status Status }
+		if err == nil {
+			err = json.Unmarshal([]byte(raw), &rec)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("inventory: read %s: %w", orderSubject(b.id, l.SKU), err)
+		}
+		states[i] = rec.Status
+	}
+	return states, nil
+}
+
+// transition runs transition.lua with op on line only of lines, or on all of them (only < 0).
+func (s *Store) transition(ctx context.Context, op string, b basket, only int) ([]Outcome, error) {
+	keys, args := s.linesCall(b)
+	subset := b
+	if only >= 0 {
+		k := len(keys) / len(b.lines)
+		keys, args, subset.lines = keys[k*only:k*(only+1)], args[3*only:3*(only+1)], b.lines[only:only+1]
+	}
+	reply, err := s.run(ctx, transitionScript, keys, append([]any{op, s.replayWrites(), s.ttlMillis}, args...)...).Slice()
+	if err != nil {
+		sku := subset.lines[0].SKU
+		return nil, scriptError(op, b.id, sku, b.fences[sku], err)
+	}
+	return decodeLineOutcomes(subset, reply)
+}
+
+// checkLines checks an order's id, lines and fences before a call.
+func (s *Store) checkLines(b basket) error {
+	if err := cmp.Or(ValidateOrderID(b.id), checkRange("number of lines", int64(len(b.lines)), 1, MaxLines)); err != nil {
+		return err
+	}
+	for i, l := range b.lines {
+		if err := cmp.Or(ValidateSKU(l.SKU), ValidateQuantity(l.Quantity), checkRange("fence", b.fences[l.SKU], 0, MaxStock)); err != nil {
+			return fmt.Errorf("line %d: %w", i+1, err)
+		}
+		if i > 0 && b.lines[i-1].SKU >= l.SKU {
+			return fmt.Errorf("%w lines: want them sorted by sku, each sku once (MergeLines)", ErrInvalid)
+		}
+		if _, ok := b.fences[l.SKU]; b.fences != nil && !ok {
+			return fmt.Errorf("%w: order %q has sku %q, which has no fence", ErrNotLocked, b.id, l.SKU)
+		}
+	}
+	return nil
+}
+
+// lineByLine: the store cannot run one script over keys of several slots (a cluster, or a test's
+// afterLine hook that simulates a crash between lines).
+func (s *Store) lineByLine() bool {
+	_, one := s.rdb.(*redis.Client)
+	return !one || s.crashAfterLine != nil
+}
+
+// afterLine runs the test hook after line i of a saga; an error stops the saga there, as a crash would.
+func (s *Store) afterLine(i int) error {
+	if s.crashAfterLine == nil {
+		return nil
+	}
+	return s.crashAfterLine(i)
+}
+
+// linesCall are the keys (k per line) and per-line arguments (quantity, fence, record members) of
+// reserve_lines.lua and transition.lua.
+func (s *Store) linesCall(b basket) (keys []string, args []any) {
+	for i, l := range b.lines {
+		keys = append(keys, s.keys(l.SKU, b.id)...)
+		args = append(args, l.Quantity, b.fences[l.SKU], recordMembers(b.lines, i))
+	}
+	return keys, args
+}
+
+// recordMembers are what the record of line i of a basket adds to an outcome record: on the first SKU the
+// order's lines, on the others the first SKU, so that Lines finds the whole order from any of its SKUs.
+func recordMembers(lines []Line, i int) string {
+	if i > 0 {
+		return `,"anchor":"` + lines[0].SKU + `"` // SKUs need no escaping (ValidateSKU)
+	}
+	b, _ := json.Marshal(lines)
+	return `,"lines":` + string(b)
+}
+
+// decodeLineOutcomes reads one decodeOutcome reply per line.
+func decodeLineOutcomes(b basket, reply []any) ([]Outcome, error) {
+	orders := make([]Order, len(b.lines))
+	for i, l := range b.lines {
+		orders[i] = Order{ID: b.id, SKU: l.SKU, Quantity: l.Quantity}
+	}
+	return decodeOutcomes(orders, reply)
+}
+
+// summarize makes the order's outcome from its lines' outcomes.
+func summarize(orderID string, outs []Outcome) OrderOutcome {
+	o := OrderOutcome{OrderID: orderID, Status: outs[0].Status, Lines: outs, Replayed: true}
+	for _, out := range outs {
+		o.Replayed = o.Replayed && out.Replayed
+		if out.Status == StatusRejected && out.Reason != ReasonOtherLine && o.SKU == "" {
+			o.Status, o.Reason, o.SKU = StatusRejected, out.Reason, out.SKU
+		}
+		if out.Status == StatusCancelled && o.Status != StatusRejected {
+			o.Status = StatusCancelled
+		}
+	}
+	if o.Status == StatusRejected && o.Reason == "" {
+		o.Reason = ReasonOtherLine // a replay of a basket whose short line expired
+	}
+	return o
+}

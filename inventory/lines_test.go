@@ -1,0 +1,316 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// linesStores are the two ways a basket runs: one script on one Redis, and line by line (a saga) on a
+// cluster, whose SKUs' keys are in different slots.
+func linesStores(t *testing.T) map[string]redis.UniversalClient {
+	return map[string]redis.UniversalClient{
+		"one redis": redistest.Start(t).Client(),
+		"cluster":   redistest.StartCluster(t).Client(),
+	}
+}
+
+func seed(t *testing.T, store *inventory.Store, stock map[string]int64) {
+	t.Helper()
+	for sku, n := range stock {
+		if err := store.SetStock(context.Background(), sku, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func lines(skuQty ...any) []inventory.Line {
+	var ls []inventory.Line
+	for i := 0; i < len(skuQty); i += 2 {
+		ls = append(ls, inventory.Line{SKU: skuQty[i].(string), Quantity: int64(skuQty[i+1].(int))})
+	}
+	merged, err := inventory.MergeLines(ls)
+	if err != nil {
+		panic(err)
+	}
+	return merged
+}
+
+// checkStock fails unless each SKU's available and reserved are as given.
+func checkStock(t *testing.T, store *inventory.Store, want map[string][2]int64) {
+	t.Helper()
+	for sku, w := range want {
+		st, err := store.Get(context.Background(), sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Available != w[0] || st.Reserved != w[1] {
+			t.Errorf("%s: available %d reserved %d, want %d %d", sku, st.Available, st.Reserved, w[0], w[1])
+		}
+	}
+}
+
+func statuses(o inventory.OrderOutcome) string {
+	s := fmt.Sprintf("%s/%s/%s:", o.Status, o.Reason, o.SKU)
+	for _, l := range o.Lines {
+		s += fmt.Sprintf(" %s=%s/%s", l.SKU, l.Status, l.Reason)
+	}
+	return s
+}
+
+func TestReserveLinesIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range linesStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := inventory.New(rdb)
+			seed(t, store, map[string]int64{"A": 5, "B": 1, "C": 10})
+
+			got, err := store.ReserveLines(ctx, "o-1", lines("B", 1, "A", 2), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := statuses(got); s != "reserved//: A=reserved/ B=reserved/" || got.Replayed {
+				t.Fatalf("o-1: %s (replayed %v)", s, got.Replayed)
+			}
+			got, err = store.ReserveLines(ctx, "o-2", lines("A", 1, "B", 1, "C", 1), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := statuses(got); s != "rejected/insufficient_stock/B: A=rejected/other_line_rejected B=rejected/insufficient_stock C=rejected/other_line_rejected" {
+				t.Fatalf("o-2: %s", s)
+			}
+			got, err = store.ReserveLines(ctx, "o-3", lines("C", 1, "NOPE", 1), nil)
+			if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonUnknownSKU || got.SKU != "NOPE" {
+				t.Fatalf("o-3: %s, %v", statuses(got), err)
+			}
+			checkStock(t, store, map[string][2]int64{"A": {3, 2}, "B": {0, 1}, "C": {10, 0}})
+
+			// A redelivery replays, even with other quantities.
+			got, err = store.ReserveLines(ctx, "o-1", lines("A", 9, "B", 9), nil)
+			if err != nil || !got.Replayed || got.Status != inventory.StatusReserved || got.Lines[0].Quantity != 2 {
+				t.Fatalf("o-1 again: %s replayed %v, %v", statuses(got), got.Replayed, err)
+			}
+			got, err = store.ReserveLines(ctx, "o-2", lines("A", 1, "B", 1, "C", 1), nil)
+			if err != nil || !got.Replayed || got.SKU != "B" {
+				t.Fatalf("o-2 again: %s replayed %v, %v", statuses(got), got.Replayed, err)
+			}
+			checkStock(t, store, map[string][2]int64{"A": {3, 2}, "B": {0, 1}, "C": {10, 0}})
+
+			for _, sku := range []string{"A", "B"} {
+				ls, err := store.Lines(ctx, "o-1", sku)
+				if err != nil || fmt.Sprint(ls) != "[{A 2} {B 1}]" {
+					t.Errorf("Lines(o-1, %s) = %v, %v", sku, ls, err)
+				}
+			}
+		})
+	}
+}
+
+func TestReserveLinesRefusesStaleTokensAndWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range linesStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := inventory.New(rdb)
+			seed(t, store, map[string]int64{"A": 5, "B": 5})
+			if err := store.RaiseFence(ctx, "A", 10); err != nil {
+				t.Fatal(err)
+			}
+			_, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1), inventory.Fences{"A": 9, "B": 3})
+			if !errors.Is(err, inventory.ErrStaleFence) {
+				t.Fatalf("err %v, want ErrStaleFence", err)
+			}
+			checkStock(t, store, map[string][2]int64{"A": {5, 0}, "B": {5, 0}})
+			if _, err := store.Lines(ctx, "o-1", "B"); !errors.Is(err, inventory.ErrUnknownOrder) {
+				t.Fatalf("a refused basket left a record: %v", err)
+			}
+			if _, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1), inventory.Fences{"A": 11}); !errors.Is(err, inventory.ErrNotLocked) {
+				t.Fatalf("a basket with a SKU without a fence: err %v, want ErrNotLocked", err)
+			}
+		})
+	}
+}
+
+var errCrash = errors.New("crashed")
+
+// A crash between the lines of a basket reserved line by line (a cluster) leaves it half done; the next
+// call (the redelivery) finishes it, and the outcome and stock are those of a call that never crashed.
+func TestBasketSagaConvergesAfterACrashAtEveryLine(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.StartCluster(t).Client()
+	for _, tc := range []struct {
+		name  string
+		stock int64 // of SKU C, the third of four lines, which wants 2
+		want  string
+	}{
+		{"the basket fits", 2, "reserved//: A=reserved/ B=reserved/ C=reserved/ D=reserved/"},
+		{"line C is short", 1, "rejected/insufficient_stock/C: A=rejected/other_line_rejected B=rejected/other_line_rejected C=rejected/insufficient_stock D=rejected/other_line_rejected"},
+	} {
+		for crashAt := range 3 {
+			t.Run(fmt.Sprintf("%s, crash after line %d", tc.name, crashAt+1), func(t *testing.T) {
+				p := fmt.Sprintf("%d-%d-", tc.stock, crashAt) // SKUs of their own
+				basket := lines(p+"A", 1, p+"B", 1, p+"C", 2, p+"D", 1)
+				crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
+					if i == crashAt {
+						return errCrash
+					}
+					return nil
+				}))
+				seed(t, crashing, map[string]int64{p + "A": 5, p + "B": 5, p + "C": tc.stock, p + "D": 5})
+				if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
+					t.Fatalf("err %v, want the crash", err)
+				}
+				got, err := inventory.New(rdb).ReserveLines(ctx, "o-1", basket, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s := statuses(got); s != prefixed(tc.want, p) {
+					t.Fatalf("after the crash: %s\nwant %s", s, prefixed(tc.want, p))
+				}
+				took := int64(0)
+				if got.Status == inventory.StatusReserved {
+					took = 1
+				}
+				checkStock(t, crashing, map[string][2]int64{p + "A": {5 - took, took}, p + "B": {5 - took, took},
+					p + "C": {tc.stock - 2*took, 2 * took}, p + "D": {5 - took, took}})
+			})
+		}
+	}
+}
+
+// prefixed puts p before every SKU of a statuses string.
+func prefixed(s, p string) string {
+	out := ""
+	for i := range len(s) {
+		if (s[i] >= 'A' && s[i] <= 'D') && (i == 0 || s[i-1] == ' ' || s[i-1] == '/') && (i+1 == len(s) || s[i+1] == '=' || s[i+1] == ':') {
+			out += p
+		}
+		out += string(s[i])
+	}
+	return out
+}
+
+func TestCancelAndFulfil(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range linesStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := inventory.New(rdb)
+			seed(t, store, map[string]int64{"A": 10, "B": 10})
+			for _, id := range []string{"o-1", "o-2"} {
+				if _, err := store.ReserveLines(ctx, id, lines("A", 2, "B", 3), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := store.Reserve(ctx, inventory.Order{ID: "o-3", SKU: "A", Quantity: 1}, 0); err != nil {
+				t.Fatal(err)
+			}
+			checkStock(t, store, map[string][2]int64{"A": {5, 5}, "B": {4, 6}})
+
+			steps := []struct {
+				op, id, sku, want string
+				replayed          bool
+			}{
+				{"cancel", "o-1", "B", "cancelled//: A=cancelled/ B=cancelled/", false},
+				{"cancel", "o-1", "A", "cancelled//: A=cancelled/ B=cancelled/", true},
+				{"fulfil", "o-1", "A", "rejected/already_cancelled/A:", false},
+				{"fulfil", "o-2", "A", "fulfilled//: A=fulfilled/ B=fulfilled/", false},
+				{"fulfil", "o-2", "B", "fulfilled//: A=fulfilled/ B=fulfilled/", true},
+				{"cancel", "o-2", "B", "rejected/already_fulfilled/B:", false},
+				{"cancel", "o-3", "A", "cancelled//: A=cancelled/", false},
+				{"cancel", "o-9", "A", "rejected/unknown_order/A:", false},
+			}
+			for _, s := range steps {
+				op := store.Cancel
+				if s.op == "fulfil" {
+					op = store.Fulfil
+				}
+				got, err := op(ctx, s.id, s.sku, nil)
+				if err != nil {
+					t.Fatalf("%s %s: %v", s.op, s.id, err)
+				}
+				if statuses(got) != s.want || got.Replayed != s.replayed {
+					t.Fatalf("%s %s: %s replayed %v, want %s replayed %v", s.op, s.id, statuses(got), got.Replayed, s.want, s.replayed)
+				}
+			}
+			// o-1 went back, o-2 left for good, o-3 went back.
+			checkStock(t, store, map[string][2]int64{"A": {8, 0}, "B": {7, 0}})
+			for sku, fulfilled := range map[string]int64{"A": 2, "B": 3} {
+				if st, _ := store.Get(ctx, sku); st.Fulfilled != fulfilled {
+					t.Errorf("%s fulfilled %d, want %d", sku, st.Fulfilled, fulfilled)
+				}
+			}
+			// A redelivered reservation of a cancelled order replays the cancellation.
+			got, err := store.ReserveLines(ctx, "o-1", lines("A", 2, "B", 3), nil)
+			if err != nil || got.Status != inventory.StatusCancelled || !got.Replayed {
+				t.Fatalf("o-1 reserved again: %s replayed %v, %v", statuses(got), got.Replayed, err)
+			}
+			if _, err := store.Cancel(ctx, "o-2", "A", inventory.Fences{"A": 1}); !errors.Is(err, inventory.ErrNotLocked) {
+				t.Fatalf("a cancel that holds only A's lock: err %v, want ErrNotLocked", err)
+			}
+		})
+	}
+}
+
+// A cancel that finds a basket half reserved (a crash between its lines) cancels it whole; the basket's
+// redelivery then replays the cancellation and reserves nothing. A fulfil waits (ErrInProgress).
+func TestCancelOfAHalfReservedBasket(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.StartCluster(t).Client()
+	crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
+		if i == 0 {
+			return errCrash
+		}
+		return nil
+	}))
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 5, "B": 5, "C": 5})
+	basket := lines("A", 1, "B", 2, "C", 3)
+	if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
+		t.Fatalf("err %v, want the crash", err)
+	}
+	checkStock(t, store, map[string][2]int64{"A": {4, 1}, "B": {5, 0}})
+	if _, err := store.Fulfil(ctx, "o-1", "A", nil); !errors.Is(err, inventory.ErrInProgress) {
+		t.Fatalf("fulfil of a half reserved basket: err %v, want ErrInProgress", err)
+	}
+	got, err := store.Cancel(ctx, "o-1", "A", nil)
+	if err != nil || statuses(got) != "cancelled//: A=cancelled/ B=cancelled/ C=cancelled/" {
+		t.Fatalf("cancel: %s, %v", statuses(got), err)
+	}
+	got, err = store.ReserveLines(ctx, "o-1", basket, nil)
+	if err != nil || got.Status != inventory.StatusCancelled {
+		t.Fatalf("redelivered basket: %s, %v", statuses(got), err)
+	}
+	checkStock(t, store, map[string][2]int64{"A": {5, 0}, "B": {5, 0}, "C": {5, 0}})
+}
+
+func TestMergeLines(t *testing.T) {
+	got, err := inventory.MergeLines([]inventory.Line{{SKU: "B", Quantity: 1}, {SKU: "A", Quantity: 2}, {SKU: "B", Quantity: 3}})
+	if err != nil || fmt.Sprint(got) != "[{A 2} {B 4}]" {
+		t.Fatalf("MergeLines = %v, %v", got, err)
+	}
+	for _, tc := range []struct {
+		name    string
+		lines   []inventory.Line
+		mention string
+	}{
+		{"no lines", nil, "number of lines 0"},
+		{"a bad SKU names its line", []inventory.Line{{SKU: "A", Quantity: 1}, {SKU: "a b", Quantity: 1}}, "line 2: "},
+		{"a zero quantity names its line", []inventory.Line{{SKU: "A", Quantity: 0}}, "line 1: "},
+		{"merged lines over the limit", []inventory.Line{{SKU: "A", Quantity: 600000}, {SKU: "A", Quantity: 600000}}, "add up to 1200000"},
+		{"51 lines", make([]inventory.Line, 51), "number of lines 51"},
+	} {
+		_, err := inventory.MergeLines(tc.lines)
+		if !errors.Is(err, inventory.ErrInvalid) || !contains(err.Error(), tc.mention) {
+			t.Errorf("%s: err %v, want ErrInvalid mentioning %q", tc.name, err, tc.mention)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub))
+}

@@ -1,0 +1,79 @@
+-- Reserve every line of a basket or none, at most once, on one Redis (the keys of its SKUs may be in
+-- different Cluster slots: lines.go runs the basket line by line on a cluster instead).
+-- Per line i (i = 1..n), k keys each (k = #KEYS / n, 2 or 3):
+-- KEYS[k*(i-1)+1]  stock:{SKU}             hash: available, reserved, fence
+-- KEYS[k*(i-1)+2]  order:{SKU}:<order_id>  string: the outcome recorded for the line (JSON)
+-- KEYS[k*(i-1)+3]  with k = 3: the lock's fencing counter of the SKU, as in reserve.lua
+-- ARGV[1]          outcome TTL in milliseconds
+-- ARGV[2]          1: a replay rewrites the first record as it is, as in reserve.lua (WithReplicaAcks)
+-- ARGV[3*i]        quantity of line i; ARGV[3*i+1] its fencing token (0 = unfenced); ARGV[3*i+2] the
+--                  members its record adds (,"lines":[...] or ,"anchor":"..."; lines.go)
+-- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per line, in order.
+-- Errors: PARTIAL (some lines have a record, some not: a basket begun line by line; lines.go finishes it
+-- that way), STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs
+-- before the first write, so an error leaves Redis untouched.
+
+local n = (#ARGV - 2) / 3
+local k = #KEYS / n
+
+local records, have = {}, 0
+for i = 1, n do
+  records[i] = redis.call('GET', KEYS[k * (i - 1) + 2])
+  if records[i] then have = have + 1 end
+end
+if have == n then
+  -- Redelivery: the first decision stands.
+  local replies = {}
+  for i = 1, n do
+    local o = cjson.decode(records[i])
+    replies[i] = {1, o.status, o.reason, o.quantity, o.available_after, o.fence}
+  end
+  if ARGV[2] == '1' then redis.call('SET', KEYS[2], records[1], 'KEEPTTL') end
+  return replies
+end
+if have > 0 then return redis.error_reply('PARTIAL ' .. have .. ' of ' .. n) end
+
+-- Check every line, as reserve.lua does, before deciding.
+local lines, short = {}, false
+for i = 1, n do
+  local base, a = k * (i - 1), 3 * i
+  local l = {stock = KEYS[base + 1], record = KEYS[base + 2], quantity = tonumber(ARGV[a]),
+    token = tonumber(ARGV[a + 1]), extra = ARGV[a + 2]}
+  local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence')
+  l.fence = tonumber(st[3])
+  if l.token > 0 and l.fence and l.token < l.fence then return redis.error_reply('STALEFENCE ' .. st[3]) end
+  if l.token > 0 and k == 3 then
+    local current = tonumber(redis.call('GET', KEYS[base + 3]) or '')
+    if current and l.token < current then return redis.error_reply('STALETOKEN ' .. current) end
+  end
+  if st[1] then
+    if not string.find(st[1], '^%-?%d+$') then return redis.error_reply('CORRUPT available') end
+    if st[2] and not string.find(st[2], '^%-?%d+$') then return redis.error_reply('CORRUPT reserved') end
+    l.available = tonumber(st[1])
+  end
+  if not l.available then
+    l.reason, l.after = 'unknown_sku', 0
+  elseif l.available < l.quantity then
+    l.reason, l.after = 'insufficient_stock', l.available
+  end
+  short = short or l.reason ~= nil
+  lines[i] = l
+end
+
+local replies = {}
+for i, l in ipairs(lines) do
+  local status, reason, after = 'reserved', '', 0
+  if short then
+    status, reason, after = 'rejected', l.reason or 'other_line_rejected', l.after or l.available
+  else
+    after = redis.call('HINCRBY', l.stock, 'available', -l.quantity)
+    redis.call('HINCRBY', l.stock, 'reserved', l.quantity)
+  end
+  -- Raise only, and never on an unknown SKU, as in reserve.lua.
+  if l.available and l.token > (l.fence or 0) then redis.call('HSET', l.stock, 'fence', l.token) end
+  redis.call('SET', l.record, string.format(
+    '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d%s}',
+    status, reason, l.quantity, after, l.token, l.extra), 'PX', ARGV[1])
+  replies[i] = {0, status, reason, l.quantity, after, l.token}
+end
+return replies
