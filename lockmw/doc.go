@@ -1,6 +1,7 @@
 // Package lockmw is the Watermill middleware that runs each message's handler under a per-key distributed
 // lock: Middleware acquires the lock of the message's key, runs the handler under the lease's context and
-// releases the lock afterwards.
+// releases the lock afterwards. A message that needs several keys (Middleware.Keys: an order of several
+// SKUs) gets all their locks or none, taken in sorted order within one wait (rlock.AcquireAll).
 //
 // The locks themselves (reentrant Redisson-layout locks with a watchdog and fencing tokens, on one Redis
 // or by Redlock on a majority of masters) are package rlock, which imports no Watermill: use it directly

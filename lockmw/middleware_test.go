@@ -3,6 +3,7 @@ package lockmw
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,4 +105,64 @@ func TestMiddleware(t *testing.T) {
 			t.Fatal("the message keeps the released lease's context: a retry would start cancelled")
 		}
 	})
+}
+
+// With Keys, a message of several keys runs with all their locks held and releases them all after; when
+// one of them is held elsewhere the handler does not run, the error wraps ErrNotObtained after about Wait,
+// and the key taken before it is free again.
+func TestMiddlewareWithSeveralKeys(t *testing.T) {
+	s := redistest.Start(t)
+	l, err := rlock.NewReentrant(s.Client(), rlock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	split := func(msg *message.Message) ([]string, error) { return strings.Split(string(msg.Payload), ","), nil }
+	mw := &Middleware{Locker: l, Keys: split, Wait: 300 * time.Millisecond}
+	ctx := context.Background()
+	holds := func(key string) int64 {
+		st, err := l.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Holds
+	}
+	ran := false
+	h := mw.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		ran = true
+		leases := LeasesFrom(msg.Context())
+		if len(leases) != 2 || leases[0].Key() != "a" || leases[1].Key() != "b" || holds("a") != 1 || holds("b") != 1 {
+			t.Errorf("in the handler: %d leases, holds a=%d b=%d; want a and b held", len(leases), holds("a"), holds("b"))
+		}
+		return nil, nil
+	})
+	if _, err := h(message.NewMessage("m1", []byte("b,a"))); err != nil || !ran {
+		t.Fatalf("err %v, ran %v", err, ran)
+	}
+	if holds("a")+holds("b") != 0 {
+		t.Fatal("locks held after the handler")
+	}
+
+	other, err := rlock.NewReentrant(s.Client(), rlock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	lease, err := other.Acquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	ran = false
+	start := time.Now()
+	_, err = h(message.NewMessage("m2", []byte("a,b")))
+	if !errors.Is(err, rlock.ErrNotObtained) || ran {
+		t.Fatalf("err %v, ran %v; want ErrNotObtained and no run", err, ran)
+	}
+	if took := time.Since(start); took < 250*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("gave up after %v, want about Wait (300ms)", took)
+	}
+	if holds("a") != 0 {
+		t.Fatal("a still held after the set failed")
+	}
 }

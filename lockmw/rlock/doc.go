@@ -11,6 +11,9 @@
 //	redisson_lock__channel:lock:{KEY}   pub/sub: "0" is published when the lock is freed (SPUBLISH if sharded)
 //	redisson_lock_token:lock:{KEY}      string: fencing counter, INCR on every fresh acquisition
 //
+// AcquireAll takes the locks of several keys all or none, in sorted order so that callers whose key sets
+// overlap never deadlock (Redisson's MultiLock); WithWaitDeadline bounds one wait shared by the set.
+//
 // Locks are reentrant per owner: a lease's context carries its owner, so an Acquire under lease.Context()
 // (a nested call in the same unit of work) re-enters instead of waiting for itself; WithOwner names an
 // owner explicitly. They are kept alive by one watchdog per process while held, and fenced: every fresh

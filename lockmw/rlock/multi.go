@@ -117,3 +117,11 @@ func (m *MultiLease) Release(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Token is the fencing token of key's lease, 0 when key is not in the set.
+func (m *MultiLease) Token(key string) int64 {
+	if l := m.Lease(key); l != nil {
+		return l.Token()
+	}
+	return 0
+}
