@@ -105,16 +105,7 @@ func orderIDs(reqs []Request) string {
 // decides nothing that a retry would not decide the same way.
 func (r *Reserver) DecideOrder(ctx context.Context, req Request, fences inventory.Fences) (*message.Message, error) {
 	o := req.Order
-	var out inventory.OrderOutcome
-	var err error
-	switch o.Kind() {
-	case TypeCancel:
-		out, err = r.Store.Cancel(ctx, o.OrderID, o.SKU, fences)
-	case TypeFulfil:
-		out, err = r.Store.Fulfil(ctx, o.OrderID, o.SKU, fences)
-	default:
-		out, err = r.Store.ReserveLines(ctx, o.OrderID, o.Lines, fences)
-	}
+	out, err := r.decide(ctx, o, fences)
 	if err != nil {
 		return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, err)
 	}
@@ -125,4 +116,15 @@ func (r *Reserver) DecideOrder(ctx context.Context, req Request, fences inventor
 	msg := message.NewMessage(watermill.NewUUID(), payload)
 	msg.SetContext(req.Ctx)
 	return msg, nil
+}
+
+// decide runs the store call of o's type.
+func (r *Reserver) decide(ctx context.Context, o Order, fences inventory.Fences) (inventory.OrderOutcome, error) {
+	switch o.Kind() {
+	case TypeCancel:
+		return r.Store.Cancel(ctx, o.OrderID, o.SKU, fences)
+	case TypeFulfil:
+		return r.Store.Fulfil(ctx, o.OrderID, o.SKU, fences)
+	}
+	return r.Store.ReserveLines(ctx, o.OrderID, o.Lines, fences)
 }

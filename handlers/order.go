@@ -177,28 +177,26 @@ func DecodeOrder(payload []byte) (Order, error) {
 func validate(o *Order) error {
 	switch o.Kind() {
 	case TypeReserve:
-		if o.Lines == nil {
-			return inventory.ValidateOrder(o.OrderID, o.SKU, o.Quantity)
-		}
-		if o.SKU != "" || o.Quantity != 0 {
-			return errors.New("an order has either sku and quantity or lines, not both")
-		}
-		if err := inventory.ValidateOrderID(o.OrderID); err != nil {
-			return err
-		}
-		var err error
-		o.Lines, err = inventory.MergeLines(o.Lines)
-		return err
+		return validateReserve(o)
 	case TypeCancel, TypeFulfil:
 		if o.Quantity != 0 || o.Lines != nil {
 			return fmt.Errorf("a %s event names the order and one of its SKUs: it takes no quantity or lines", o.Type)
 		}
-		if err := inventory.ValidateOrderID(o.OrderID); err != nil {
-			return err
-		}
-		return inventory.ValidateSKU(o.SKU)
+		return cmp.Or(inventory.ValidateOrderID(o.OrderID), inventory.ValidateSKU(o.SKU))
 	}
 	return fmt.Errorf("type %.40q: want %s (the default), %s or %s", o.Type, TypeReserve, TypeCancel, TypeFulfil)
+}
+
+// validateReserve checks a reservation: one SKU, or a basket, whose lines it merges and sorts.
+func validateReserve(o *Order) (err error) {
+	switch {
+	case o.Lines == nil:
+		return inventory.ValidateOrder(o.OrderID, o.SKU, o.Quantity)
+	case o.SKU != "" || o.Quantity != 0:
+		return errors.New("an order has either sku and quantity or lines, not both")
+	}
+	o.Lines, err = inventory.MergeLines(o.Lines)
+	return cmp.Or(inventory.ValidateOrderID(o.OrderID), err)
 }
 
 // decodeObject reads one JSON object into o, key by key, refusing repeated and case-variant keys.
@@ -215,10 +213,7 @@ func (l linesOf) decode(dec *json.Decoder) error {
 		return notAnOrder(err, "lines is not an array")
 	}
 	*l.lines = []Line{}
-	for i := 0; dec.More(); i++ {
-		if i == MaxLines {
-			return fmt.Errorf("lines: more than %d", MaxLines)
-		}
+	for i := 0; dec.More(); i++ { // at most some 2,600 lines fit in MaxPayload; MergeLines counts them
 		var line Line
 		if err := decodeFields(dec, map[string]any{"sku": &line.SKU, "quantity": &line.Quantity}); err != nil {
 			return fmt.Errorf("line %d: %w", i+1, err)

@@ -92,7 +92,7 @@ func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
 		{"a line with a zero quantity", `{"order_id":"o","lines":[{"sku":"A","quantity":0}]}`, "line 1: "},
 		{"a line key in other case", `{"order_id":"o","lines":[{"sku":"A","Quantity":1}]}`, "line 1: payload key"},
 		{"a line key twice", `{"order_id":"o","lines":[{"sku":"A","quantity":1,"quantity":9}]}`, "line 1: payload has the key"},
-		{"more than 50 lines", `{"order_id":"o","lines":[` + strings.Join(many, ",") + `]}`, "more than 50"},
+		{"more than 50 lines", `{"order_id":"o","lines":[` + strings.Join(many, ",") + `]}`, "number of lines 51"},
 		{"merged lines over the limit", `{"order_id":"o","lines":[{"sku":"A","quantity":1000000},{"sku":"A","quantity":1}]}`, "add up to"},
 		{"an unknown type", `{"type":"refund","order_id":"o","sku":"S"}`, `type "refund"`},
 		{"a cancel with a quantity", `{"type":"cancel","order_id":"o","sku":"S","quantity":1}`, "no quantity"},

@@ -87,7 +87,8 @@ type basket struct {
 	fences Fences
 }
 
-// ReserveLines reserves every line of an order or none (lines as MergeLines returns them). On one Redis it
+// ReserveLines reserves every line of an order or none (lines in any order: it merges and sorts them as
+// MergeLines, whose errors it returns). On one Redis it
 // is one script; through a *redis.ClusterClient the lines' keys are in different slots, so it is a saga:
 // line by line in SKU order, and when a line is short the lines reserved before it are given back. Every
 // line gets its own outcome record. A call after a crash at any point of the saga (the message's
@@ -100,7 +101,7 @@ type basket struct {
 // the next call to finish.
 func (s *Store) ReserveLines(ctx context.Context, orderID string, lines []Line, fences Fences) (OrderOutcome, error) {
 	b := basket{orderID, lines, fences}
-	if err := s.checkLines(b); err != nil {
+	if err := s.checkLines(&b); err != nil {
 		return OrderOutcome{}, err
 	}
 	return traceOrder(ctx, SpanReserveLines, orderID, func(ctx context.Context) (OrderOutcome, error) {
@@ -192,8 +193,13 @@ func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) 
 		return nil, err
 	}
 	rec, err := s.record(ctx, orderID, sku)
-	if err != nil || rec.Anchor == "" {
-		return rec.lines(sku), err
+	switch {
+	case err != nil:
+		return nil, err
+	case rec.Lines != nil: // the basket's least SKU
+		return rec.Lines, nil
+	case rec.Anchor == "": // a single-SKU order
+		return []Line{{SKU: sku, Quantity: rec.Quantity}}, nil
 	}
 	anchor, err := s.record(ctx, orderID, rec.Anchor)
 	if err == nil && anchor.Lines == nil {
@@ -210,14 +216,6 @@ type lineRecord struct {
 	Quantity int64  `json:"quantity"`
 	Lines    []Line `json:"lines"`  // on a basket's first SKU
 	Anchor   string `json:"anchor"` // on its other SKUs: the first
-}
-
-// lines are the order's lines as far as this record knows.
-func (r lineRecord) lines(sku string) []Line {
-	if r.Lines != nil || r.Quantity == 0 {
-		return r.Lines
-	}
-	return []Line{{SKU: sku, Quantity: r.Quantity}}
 }
 
 func (s *Store) record(ctx context.Context, orderID, sku string) (lineRecord, error) {
@@ -271,14 +269,10 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 		return OrderOutcome{}, err
 	}
 	b := basket{orderID, lines, fences}
-	if err := s.checkLines(b); err != nil {
+	if err := s.checkLines(&b); err != nil {
 		return OrderOutcome{}, err
 	}
-	states, err := s.states(ctx, b)
-	if err != nil {
-		return OrderOutcome{}, err
-	}
-	if reason, err := refusal(op, states); reason != "" || err != nil {
+	if reason, err := s.refusal(ctx, op, b); reason != "" || err != nil {
 		return refused(orderID, sku, reason), err
 	}
 	outs, err := s.transitionAll(ctx, op, b)
@@ -308,20 +302,29 @@ func refused(orderID, sku string, reason Reason) OrderOutcome {
 	return OrderOutcome{OrderID: orderID, Status: StatusRejected, Reason: reason, SKU: sku}
 }
 
-// refusal decides from the lines' recorded statuses ("" for none) why op cannot apply, if it cannot.
-func refusal(op string, states []Status) (Reason, error) {
-	has := func(st Status) bool { return slices.Contains(states, st) }
-	switch {
-	case has(StatusRejected):
-		return ReasonNotReserved, nil
-	case op == "cancel" && has(StatusFulfilled):
-		return ReasonAlreadyFulfilled, nil
-	case op == "fulfil" && (has(StatusCancelled) || has(StatusReleased)):
-		return ReasonAlreadyCancelled, nil
-	case op == "fulfil" && has(""):
-		return "", ErrInProgress
+// refusal reads the lines' recorded statuses ("" for none) and decides from them why op cannot apply, if
+// it cannot: the first rule of op whose status a line has.
+func (s *Store) refusal(ctx context.Context, op string, b basket) (Reason, error) {
+	states, err := s.states(ctx, b)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range refusals[op] {
+		if slices.Contains(states, r.status) {
+			return r.reason, r.err
+		}
 	}
 	return "", nil
+}
+
+var refusals = map[string][]struct {
+	status Status
+	reason Reason
+	err    error
+}{
+	"cancel": {{StatusRejected, ReasonNotReserved, nil}, {StatusFulfilled, ReasonAlreadyFulfilled, nil}},
+	"fulfil": {{StatusRejected, ReasonNotReserved, nil}, {StatusCancelled, ReasonAlreadyCancelled, nil},
+		{StatusReleased, ReasonAlreadyCancelled, nil}, {"", "", ErrInProgress}},
 }
 
 // states reads the recorded status of each line ("" when it has no record).
@@ -360,23 +363,21 @@ func (s *Store) transition(ctx context.Context, op string, b basket, only int) (
 	return decodeLineOutcomes(subset, reply)
 }
 
-// checkLines checks an order's id, lines and fences before a call.
-func (s *Store) checkLines(b basket) error {
-	if err := cmp.Or(ValidateOrderID(b.id), checkRange("number of lines", int64(len(b.lines)), 1, MaxLines)); err != nil {
+// checkLines checks an order's id, lines and fences before a call, and merges and sorts its lines
+// (MergeLines).
+func (s *Store) checkLines(b *basket) (err error) {
+	if b.lines, err = MergeLines(b.lines); err != nil {
 		return err
 	}
-	for i, l := range b.lines {
-		if err := cmp.Or(ValidateSKU(l.SKU), ValidateQuantity(l.Quantity), checkRange("fence", b.fences[l.SKU], 0, MaxStock)); err != nil {
-			return fmt.Errorf("line %d: %w", i+1, err)
+	for _, l := range b.lines {
+		if err := checkRange("fence of sku "+quote(l.SKU), b.fences[l.SKU], 0, MaxStock); err != nil {
+			return err
 		}
-		if i > 0 && b.lines[i-1].SKU >= l.SKU {
-			return fmt.Errorf("%w lines: want them sorted by sku, each sku once (MergeLines)", ErrInvalid)
-		}
-		if _, ok := b.fences[l.SKU]; b.fences != nil && !ok {
+		if _, locked := b.fences[l.SKU]; b.fences != nil && !locked {
 			return fmt.Errorf("%w: order %q has sku %q, which has no fence", ErrNotLocked, b.id, l.SKU)
 		}
 	}
-	return nil
+	return ValidateOrderID(b.id)
 }
 
 // lineByLine: the store cannot run one script over keys of several slots (a cluster, or a test's
@@ -423,20 +424,23 @@ func decodeLineOutcomes(b basket, reply []any) ([]Outcome, error) {
 	return decodeOutcomes(orders, reply)
 }
 
-// summarize makes the order's outcome from its lines' outcomes.
+// summarize makes the order's outcome from its lines' outcomes: the most final of their statuses
+// (rejected, then cancelled, then fulfilled, then reserved), the line that rejected it.
 func summarize(orderID string, outs []Outcome) OrderOutcome {
-	o := OrderOutcome{OrderID: orderID, Status: outs[0].Status, Lines: outs, Replayed: true}
-	for _, out := range outs {
-		o.Replayed = o.Replayed && out.Replayed
-		if out.Status == StatusRejected && out.Reason != ReasonOtherLine && o.SKU == "" {
-			o.Status, o.Reason, o.SKU = StatusRejected, out.Reason, out.SKU
-		}
-		if out.Status == StatusCancelled && o.Status != StatusRejected {
-			o.Status = StatusCancelled
-		}
+	o := OrderOutcome{OrderID: orderID, Lines: outs,
+		Replayed: !slices.ContainsFunc(outs, func(out Outcome) bool { return !out.Replayed })}
+	o.Status = slices.MaxFunc(outs, func(a, b Outcome) int { return finality[a.Status] - finality[b.Status] }).Status
+	if o.Status != StatusRejected {
+		return o
 	}
-	if o.Status == StatusRejected && o.Reason == "" {
-		o.Reason = ReasonOtherLine // a replay of a basket whose short line expired
+	o.Reason = ReasonOtherLine // a replay of a basket whose short line's record expired
+	if i := slices.IndexFunc(outs, func(out Outcome) bool {
+		return out.Status == StatusRejected && out.Reason != ReasonOtherLine
+	}); i >= 0 {
+		o.Reason, o.SKU = outs[i].Reason, outs[i].SKU
 	}
 	return o
 }
+
+// finality orders the statuses of an order's lines: the order's status is its lines' most final.
+var finality = map[Status]int{StatusReserved: 0, StatusFulfilled: 1, StatusReleased: 2, StatusCancelled: 2, StatusRejected: 3}

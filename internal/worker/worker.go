@@ -214,26 +214,14 @@ func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more
 	return w.publish(ctx, batch, msgs, more)
 }
 
-// publish sends the outcome events msgs of batch's orders and acks their entries, as decide describes;
-// more nil: the lock middleware releases the locks.
+// publish sends the outcome events msgs of batch's orders and acks their entries, as decide describes.
 func (w *Worker) publish(ctx context.Context, batch []*pending, msgs []*message.Message, more func() bool) (released bool, err error) {
-	pipes := []redis.Pipeliner{w.rdb.TxPipeline()}
-	var sent []*outcomes
-	for i, part := range w.byPartition(batch) {
-		if i > 0 && w.cfg.Cluster {
-			pipes = append(pipes, w.rdb.TxPipeline())
-		}
-		o, err := w.queueOutcomes(ctx, pipes[len(pipes)-1], part, msgs)
-		if o != nil {
-			sent = append(sent, o)
-		}
-		if err != nil {
-			endAll(sent)
-			return false, err
-		}
+	pipes, sent, err := w.queueAll(ctx, batch, msgs)
+	if err != nil {
+		return false, err
 	}
 	var finish func(error) error
-	if !w.cfg.Cluster && more != nil {
+	if !w.cfg.Cluster {
 		finish = w.releaseIn(ctx, pipes[0], more)
 	}
 	var execErr error
@@ -251,6 +239,27 @@ func (w *Worker) publish(ctx context.Context, batch []*pending, msgs []*message.
 		return finish != nil, fmt.Errorf("publish and ack the outcomes of %d orders: %w", len(batch), err)
 	}
 	return finish != nil, nil
+}
+
+// queueAll queues the outcome events and acks of batch by partition: on one MULTI, or on a cluster one per
+// partition.
+func (w *Worker) queueAll(ctx context.Context, batch []*pending, msgs []*message.Message) ([]redis.Pipeliner, []*outcomes, error) {
+	pipes := []redis.Pipeliner{w.rdb.TxPipeline()}
+	var sent []*outcomes
+	for i, part := range w.byPartition(batch) {
+		if i > 0 && w.cfg.Cluster {
+			pipes = append(pipes, w.rdb.TxPipeline())
+		}
+		o, err := w.queueOutcomes(ctx, pipes[len(pipes)-1], part, msgs)
+		if o != nil {
+			sent = append(sent, o)
+		}
+		if err != nil {
+			endAll(sent)
+			return nil, nil, err
+		}
+	}
+	return pipes, sent, nil
 }
 
 // outcomes are the outcome events and the ack of one partition's orders, queued on a pipeline.
@@ -376,11 +385,7 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 // basket or lifecycle event, holding the locks of all its SKUs, is decided alone.
 func (w *Worker) last() message.HandlerFunc {
 	h := func(msg *message.Message) ([]*message.Message, error) {
-		o, err := handlers.OrderOf(msg)
-		if err != nil {
-			return nil, err
-		}
-		if !o.Single() {
+		if o, _ := handlers.OrderOf(msg); !o.Single() {
 			return nil, w.decideOrder(msg, o)
 		}
 		var token int64
@@ -427,11 +432,23 @@ func (w *Worker) raiseFence(h message.HandlerFunc) message.HandlerFunc {
 }
 
 // decideOrder decides a basket or lifecycle event under the locks of all its SKUs (fenced by each one's
-// token), then publishes its outcome and acks its entry; the lock middleware releases the locks.
+// token), then publishes its outcome and acks its entry.
 func (w *Worker) decideOrder(msg *message.Message, o handlers.Order) error {
 	ctx := msg.Context()
-	var fences inventory.Fences
-	var waited time.Duration
+	fences, waited := heldFences(ctx)
+	out, err := w.reserver.DecideOrder(ctx, handlers.Request{Ctx: ctx, Order: o, Waited: waited}, fences)
+	if err != nil {
+		return err
+	}
+	// A lock taken alone (a basket of one SKU) is released with the outcome, as a batch's last one is;
+	// several are released by the lock middleware.
+	_, err = w.publish(ctx, []*pending{{msg: msg, order: o}}, []*message.Message{out}, func() bool { return false })
+	return err
+}
+
+// heldFences are the tokens of the locks the lock middleware holds for the message of ctx, by SKU (nil
+// without the lock: unfenced), and how long it waited for them.
+func heldFences(ctx context.Context) (fences inventory.Fences, waited time.Duration) {
 	for _, lease := range lockmw.LeasesFrom(ctx) {
 		if fences == nil {
 			fences, waited = inventory.Fences{}, rlock.StatsOf(lease).Waited
@@ -441,12 +458,7 @@ func (w *Worker) decideOrder(msg *message.Message, o handlers.Order) error {
 	if ml, ok := lockmw.MultiLeaseFrom(ctx); ok {
 		waited = ml.Stats().Waited
 	}
-	out, err := w.reserver.DecideOrder(ctx, handlers.Request{Ctx: ctx, Order: o, Waited: waited}, fences)
-	if err != nil {
-		return err
-	}
-	_, err = w.publish(ctx, []*pending{{msg: msg, order: o}}, []*message.Message{out}, nil)
-	return err
+	return fences, waited
 }
 
 // resolve gives a lifecycle event the lines of its order (inventory.Store.Lines), so that the lock step
@@ -455,8 +467,8 @@ func (w *Worker) decideOrder(msg *message.Message, o handlers.Order) error {
 // retried).
 func (w *Worker) resolve(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		o, err := handlers.OrderOf(msg)
-		if err != nil || o.Kind() == handlers.TypeReserve {
+		o, _ := handlers.OrderOf(msg) // decoded: it is after Decode
+		if o.Kind() == handlers.TypeReserve {
 			return h(msg)
 		}
 		lines, err := w.store.Lines(msg.Context(), o.OrderID, o.SKU)

@@ -14,7 +14,7 @@ import (
 type MultiLease struct {
 	leases []Lease // sorted by key
 	ctx    context.Context
-	stop   func() bool
+	stop   func() // ends ctx
 	stats  AcquireStats
 }
 
@@ -26,6 +26,33 @@ type MultiLease struct {
 // once. Every key is taken by one owner, OwnerFrom(ctx) or a new one: an Acquire of one of the keys under
 // the MultiLease's Context re-enters.
 func AcquireAll(ctx context.Context, l Locker, keys []string) (*MultiLease, error) {
+	keys, err := sortedKeys(keys)
+	if err != nil {
+		return nil, err
+	}
+	if OwnerFrom(ctx) == "" {
+		ctx = WithOwner(ctx, uuid.NewString())
+	}
+	start := time.Now()
+	m := &MultiLease{stop: func() {}}
+	for _, key := range keys {
+		lease, err := l.Acquire(ctx, key)
+		if err != nil {
+			_ = m.Release(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("lock %s of %d keys: %w", key, len(keys), err)
+		}
+		m.leases = append(m.leases, lease)
+	}
+	m.stats.Waited = time.Since(start)
+	for _, lease := range m.leases {
+		m.stats.Attempts += StatsOf(lease).Attempts
+	}
+	m.watch(ctx)
+	return m, nil
+}
+
+// sortedKeys are keys sorted, each once, checked.
+func sortedKeys(keys []string) ([]string, error) {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("%w: no keys", ErrInvalidKey)
@@ -35,25 +62,7 @@ func AcquireAll(ctx context.Context, l Locker, keys []string) (*MultiLease, erro
 			return nil, err
 		}
 	}
-	if OwnerFrom(ctx) == "" {
-		ctx = WithOwner(ctx, uuid.NewString())
-	}
-	start := time.Now()
-	m := &MultiLease{stats: AcquireStats{Reentry: true, HandOff: true}}
-	for _, key := range keys {
-		lease, err := l.Acquire(ctx, key)
-		if err != nil {
-			_ = m.Release(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("lock %s of %d keys: %w", key, len(keys), err)
-		}
-		m.leases = append(m.leases, lease)
-		s := StatsOf(lease)
-		m.stats.Attempts += s.Attempts
-		m.stats.Reentry, m.stats.HandOff = m.stats.Reentry && s.Reentry, m.stats.HandOff && s.HandOff
-	}
-	m.stats.Waited = time.Since(start)
-	m.watch(ctx)
-	return m, nil
+	return keys, nil
 }
 
 // watch makes the lease's context, which carries ctx's values (the owner) and ends with the first lease's
@@ -67,12 +76,11 @@ func (m *MultiLease) watch(ctx context.Context) {
 		stops = append(stops, context.AfterFunc(lc, func() { cancel(context.Cause(lc)) }))
 	}
 	m.ctx = c
-	m.stop = func() bool {
+	m.stop = func() {
 		for _, stop := range stops {
 			stop()
 		}
 		cancel(context.Canceled)
-		return true
 	}
 }
 
@@ -88,40 +96,21 @@ func (m *MultiLease) Keys() []string {
 // Leases are the leases of the keys, sorted by key.
 func (m *MultiLease) Leases() []Lease { return slices.Clone(m.leases) }
 
-// Lease returns the lease of key, nil when key is not in the set.
-func (m *MultiLease) Lease(key string) Lease {
-	i := slices.IndexFunc(m.leases, func(l Lease) bool { return l.Key() == key })
-	if i < 0 {
-		return nil
-	}
-	return m.leases[i]
-}
-
 // Context is done when the leases are released or one of them is lost (context.Cause then is that lease's
 // cause: ErrLockLost). Do the guarded work under it: it carries the owner.
 func (m *MultiLease) Context() context.Context { return m.ctx }
 
 // Stats says how the set was obtained: Waited is the time AcquireAll took, Attempts the sum of the keys'
-// attempts, Reentry and HandOff true when they hold for every key.
+// attempts (each lease's own are StatsOf it).
 func (m *MultiLease) Stats() AcquireStats { return m.stats }
 
 // Release gives up every hold of the set, in reverse order, and returns their errors joined (ErrNotHeld
 // for a lock that expired or was taken away meanwhile).
 func (m *MultiLease) Release(ctx context.Context) error {
-	if m.stop != nil {
-		m.stop()
-	}
+	m.stop()
 	var errs []error
 	for i := len(m.leases) - 1; i >= 0; i-- {
 		errs = append(errs, m.leases[i].Release(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// Token is the fencing token of key's lease, 0 when key is not in the set.
-func (m *MultiLease) Token(key string) int64 {
-	if l := m.Lease(key); l != nil {
-		return l.Token()
-	}
-	return 0
 }
