@@ -29,7 +29,9 @@ type Middleware struct {
 	// overlap cannot deadlock), under one wait of at most Wait for the set, and the handler runs under the
 	// MultiLease (MultiLeaseFrom), which ends when any of the leases ends.
 	Keys func(msg *message.Message) ([]string, error)
-	// Wait bounds how long a message waits for all its Keys together; 0: only the locker's own wait.
+	// Wait bounds how long a message waits for all its Keys together: one wait covers the whole set, each
+	// key getting what is left of it (rlock.WithWaitDeadline), and each at most the locker's MaxWait. It does
+	// not bound the handler. Default 0: only the locker's own wait, per key. A single key waits as with Key.
 	Wait time.Duration
 	// Instance names this process in lock owners: a handler run owns its lock as
 	// "<Instance>:<random>:<message UUID>:<run>", so a nested acquisition of the same key in the run

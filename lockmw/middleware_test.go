@@ -3,6 +3,7 @@ package lockmw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,12 +108,13 @@ func TestMiddleware(t *testing.T) {
 	})
 }
 
-// With Keys, a message of several keys runs with all their locks held and releases them all after; when
-// one of them is held elsewhere the handler does not run, the error wraps ErrNotObtained after about Wait,
-// and the key taken before it is free again.
+// With Keys, a message of several keys runs with all their locks held by its owner (in Redis) and releases
+// them all after; when one of them is held elsewhere the handler does not run, the error wraps
+// ErrNotObtained after about Wait, and the key taken before it is free again.
 func TestMiddlewareWithSeveralKeys(t *testing.T) {
 	s := redistest.Start(t)
-	l, err := rlock.NewReentrant(s.Client(), rlock.Config{})
+	rdb := s.Client()
+	l, err := rlock.NewReentrant(rdb, rlock.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,30 +122,30 @@ func TestMiddlewareWithSeveralKeys(t *testing.T) {
 	split := func(msg *message.Message) ([]string, error) { return strings.Split(string(msg.Payload), ","), nil }
 	mw := &Middleware{Locker: l, Keys: split, Wait: 300 * time.Millisecond}
 	ctx := context.Background()
-	holds := func(key string) int64 {
-		st, err := l.Inspect(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Holds
-	}
 	ran := false
 	h := mw.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		ran = true
+		owner := rlock.OwnerFrom(msg.Context())
+		for _, lock := range []string{"lock:{a}", "lock:{b}"} {
+			if owner == "" || !rdb.HExists(ctx, lock, owner).Val() {
+				t.Errorf("in the handler: %s not held by the run's owner %q", lock, owner)
+			}
+		}
+		ml, ok := MultiLeaseFrom(msg.Context())
 		leases := LeasesFrom(msg.Context())
-		if len(leases) != 2 || leases[0].Key() != "a" || leases[1].Key() != "b" || holds("a") != 1 || holds("b") != 1 {
-			t.Errorf("in the handler: %d leases, holds a=%d b=%d; want a and b held", len(leases), holds("a"), holds("b"))
+		if !ok || len(leases) != 2 || leases[0].Key() != "a" || leases[1].Token() != ml.Token("b") {
+			t.Errorf("in the handler: MultiLease %v, leases %v; want a and b", ok, leases)
 		}
 		return nil, nil
 	})
 	if _, err := h(message.NewMessage("m1", []byte("b,a"))); err != nil || !ran {
 		t.Fatalf("err %v, ran %v", err, ran)
 	}
-	if holds("a")+holds("b") != 0 {
-		t.Fatal("locks held after the handler")
+	if n := rdb.Exists(ctx, "lock:{a}", "lock:{b}").Val(); n != 0 {
+		t.Fatalf("%d locks held after the handler", n)
 	}
 
-	other, err := rlock.NewReentrant(s.Client(), rlock.Config{})
+	other, err := rlock.NewReentrant(rdb, rlock.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,15 +156,58 @@ func TestMiddlewareWithSeveralKeys(t *testing.T) {
 	}
 	defer lease.Release(ctx)
 	ran = false
+	msg := message.NewMessage("m2", []byte("a,b"))
+	mctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a wait not bounded by Wait fails, not hangs
+	defer cancel()
+	msg.SetContext(mctx)
 	start := time.Now()
-	_, err = h(message.NewMessage("m2", []byte("a,b")))
-	if !errors.Is(err, rlock.ErrNotObtained) || ran {
-		t.Fatalf("err %v, ran %v; want ErrNotObtained and no run", err, ran)
+	_, err = h(msg)
+	if !errors.Is(err, rlock.ErrNotObtained) || !strings.Contains(err.Error(), "lock b of 2 keys") || ran {
+		t.Fatalf("err %v, ran %v; want ErrNotObtained naming b, and no run", err, ran)
 	}
 	if took := time.Since(start); took < 250*time.Millisecond || took > 2*time.Second {
 		t.Fatalf("gave up after %v, want about Wait (300ms)", took)
 	}
-	if holds("a") != 0 {
-		t.Fatal("a still held after the set failed")
+	a, err := other.TryAcquire(ctx, "a")
+	if err != nil {
+		t.Fatalf("a not free after the set failed: %v", err)
+	}
+	_ = a.Release(ctx)
+}
+
+// Keys of one key takes the path of Key: the handler finds a single lease, and LeasesFrom finds it too.
+func TestMiddlewareWithOneOfKeys(t *testing.T) {
+	s := redistest.Start(t)
+	l, err := rlock.NewReentrant(s.Client(), rlock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	one := func(msg *message.Message) ([]string, error) { return []string{string(msg.Payload)}, nil }
+	h := (&Middleware{Locker: l, Keys: one}).Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		lease, single := LeaseFrom(msg.Context())
+		_, multi := MultiLeaseFrom(msg.Context())
+		if leases := LeasesFrom(msg.Context()); !single || multi || len(leases) != 1 || leases[0] != lease {
+			t.Errorf("lease %v, MultiLease %v, leases %v; want one lease", single, multi, leases)
+		}
+		return nil, nil
+	})
+	if _, err := h(message.NewMessage("m1", []byte("a"))); err != nil {
+		t.Fatal(err)
+	}
+	if LeasesFrom(context.Background()) != nil {
+		t.Fatal("leases outside the middleware")
 	}
 }
+
+func TestMiddlewareNeedsAKeyFunction(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Key or Keys") {
+			t.Fatalf("recovered %v, want a panic asking for Key or Keys", r)
+		}
+	}()
+	(&Middleware{Locker: noLocker{}}).Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+}
+
+// noLocker is a Locker that is never called.
+type noLocker struct{ rlock.Locker }

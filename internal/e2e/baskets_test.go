@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -66,8 +67,9 @@ func basketRun(t *testing.T, crash bool, extra ...string) (*producer.Summary, *r
 func TestBasketsAreAllOrNothing(t *testing.T) {
 	sum, s := basketRun(t, false)
 	assertConsistent(t, sum)
-	if sum.Reserved == 0 || sum.Rejected == 0 {
-		t.Fatalf("reserved %d, rejected %d: with stock for 60 %% of the demand both must happen", sum.Reserved, sum.Rejected)
+	if sum.Reserved == 0 || sum.Rejected == 0 || sum.Poisoned != 0 {
+		t.Fatalf("reserved %d, rejected %d, poisoned %d: with stock for 60 %% of the demand both must happen, and no valid order is poisoned",
+			sum.Reserved, sum.Rejected, sum.Poisoned)
 	}
 	noPending(t, s.Client())
 	noLocks(t, s.Client())
@@ -111,4 +113,28 @@ func TestLifecycleWithCrashingWorkers(t *testing.T) {
 	sum, s := basketRun(t, true, "--cancel", "0.3", "--fulfil", "0.3")
 	assertConsistent(t, sum)
 	noPending(t, s.Client())
+}
+
+// With Redlock the locks of a basket's SKUs are on the lock masters, and each acquisition raises its SKU's
+// stored fence on the stock Redis before the basket is decided: baskets with cancels and fulfils add up.
+func TestRedlockBaskets(t *testing.T) {
+	s := redistest.Start(t)
+	var urls []string
+	for _, m := range redistest.StartN(t, 3) {
+		urls = append(urls, m.URL())
+	}
+	for i := range 2 {
+		startWorker(t, s, fmt.Sprintf("rb%d", i), "REDLOCK_URLS="+strings.Join(urls, ","))
+	}
+	sum := produce(t, s, "--orders", "2000", "--skus", "8", "--lines", "2-3", "--seed-stock", "400",
+		"--cancel", "0.2", "--fulfil", "0.2")
+	assertConsistent(t, sum)
+	if sum.Reserved == 0 || sum.Rejected == 0 || sum.Poisoned != 0 {
+		t.Fatalf("reserved %d, rejected %d, poisoned %d", sum.Reserved, sum.Rejected, sum.Poisoned)
+	}
+	for sku := range sum.SKUs {
+		if st := s.Client().HGet(context.Background(), "stock:{"+sku+"}", "fence").Val(); st == "" {
+			t.Errorf("%s has no stored fence: the baskets' Redlock tokens were not raised on the stock", sku)
+		}
+	}
 }

@@ -343,7 +343,11 @@ func TestOversizedEntryStaysInRedis(t *testing.T) {
 	rdb.HSet(ctx, "stock:{O}", "available", 10)
 	w := startWorker(t, s, "w0")
 	huge := strings.Repeat("x", 200<<20)
-	bigID, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", huge, "extra", "y"}}).Result()
+	// Sent once: a client that timed out writing 200 MiB on a busy machine would send it again (go-redis
+	// retries a timed out command), and two entries would be poisoned.
+	once := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	defer once.Close()
+	bigID, err := once.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", huge, "extra", "y"}}).Result()
 	huge = ""
 	if err != nil {
 		t.Fatal(err)

@@ -162,12 +162,16 @@ func (a *acquisition) takeHandOff(h *hold) *lease {
 }
 
 // lease makes the lease of this acquisition, without its hold. Its context carries the owner, so an
-// acquisition under it re-enters.
+// acquisition under it re-enters, and not the WithWaitDeadline of the acquisition.
 func (a *acquisition) lease() *lease {
 	a.stats.Waited = time.Since(a.start)
 	ctx := a.ctx
 	if OwnerFrom(ctx) != a.owner {
 		ctx = WithOwner(ctx, a.owner)
+	}
+	if _, ok := ctx.Value(waitDeadlineKey{}).(time.Time); ok {
+		// The wait it bounded is over: an Acquire under the lease waits as any other.
+		ctx = context.WithValue(ctx, waitDeadlineKey{}, nil)
 	}
 	lctx, cancel := context.WithCancelCause(ctx)
 	return &lease{e: a.e, key: a.key, ctx: lctx, cancel: cancel, stats: a.stats, acquired: time.Now()}

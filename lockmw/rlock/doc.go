@@ -12,7 +12,9 @@
 //	redisson_lock_token:lock:{KEY}      string: fencing counter, INCR on every fresh acquisition
 //
 // AcquireAll takes the locks of several keys all or none, in sorted order so that callers whose key sets
-// overlap never deadlock (Redisson's MultiLock); WithWaitDeadline bounds one wait shared by the set.
+// overlap never deadlock (Redisson's MultiLock); WithWaitDeadline bounds one wait shared by the set. All
+// are taken by one owner, so an Acquire under the MultiLease's Context re-enters, and that context ends
+// when any of the leases ends (ErrLockLost when one is lost).
 //
 // Locks are reentrant per owner: a lease's context carries its owner, so an Acquire under lease.Context()
 // (a nested call in the same unit of work) re-enters instead of waiting for itself; WithOwner names an

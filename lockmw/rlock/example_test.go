@@ -55,6 +55,26 @@ func ExampleReentrant_Acquire_nested() {
 	// Output: re-entered: true same token: true
 }
 
+func ExampleAcquireAll() {
+	ctx := context.Background()
+	locker := newReentrant(rlock.Config{})
+
+	// An order of several SKUs takes all their locks or none, in sorted order, within one wait for the set.
+	wait := rlock.WithWaitDeadline(ctx, time.Now().Add(5*time.Second))
+	basket, err := rlock.AcquireAll(wait, locker, []string{"SKU-9", "SKU-2", "SKU-9"})
+	if err != nil {
+		panic(err) // errors.Is(err, rlock.ErrNotObtained): retry the order later
+	}
+	defer basket.Release(ctx)
+	// Do the guarded work under basket.Context(), which ends if any of the locks is lost.
+	for _, key := range basket.Keys() {
+		fmt.Println("holding", key, "with fencing token", basket.Token(key))
+	}
+	// Output:
+	// holding SKU-2 with fencing token 1
+	// holding SKU-9 with fencing token 1
+}
+
 func ExampleReentrant_TryAcquire() {
 	ctx := context.Background()
 	locker := newReentrant(rlock.Config{})

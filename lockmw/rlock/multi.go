@@ -2,7 +2,6 @@ package rlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -20,11 +19,18 @@ type MultiLease struct {
 
 // AcquireAll takes the locks of keys (duplicates count once), all or none, in one global order: sorted by
 // key, so that two callers whose key sets overlap never wait for each other in a cycle. Each key is taken
-// with l.Acquire under ctx: bound the wait for the whole set with WithWaitDeadline (each Acquire also
-// stops at the locker's own maximum wait; a deadline of ctx itself would end the leases too). When a key cannot be taken, the locks taken before it are released
-// and the error wraps ErrNotObtained and names the key; retry later, after a random pause, rather than at
-// once. Every key is taken by one owner, OwnerFrom(ctx) or a new one: an Acquire of one of the keys under
-// the MultiLease's Context re-enters.
+// with l.Acquire under ctx, one after the other.
+//
+// One wait covers the whole set: bound it with WithWaitDeadline, and each Acquire waits for what is left of
+// it (and at most the locker's Config.MaxWait, as always). Without it the set may wait MaxWait per key. A
+// deadline of ctx bounds the wait too, but also ends the leases, whose contexts derive from ctx.
+//
+// When a key cannot be taken, the locks taken before it are released (in reverse order) and the error
+// names the key and wraps its Acquire's error: ErrNotObtained when the wait ended. Retry later, after a
+// random pause, rather than at once.
+//
+// Every key is taken by one owner, OwnerFrom(ctx) or a new one: an Acquire of one of the keys under the
+// MultiLease's Context re-enters.
 func AcquireAll(ctx context.Context, l Locker, keys []string) (*MultiLease, error) {
 	keys, err := sortedKeys(keys)
 	if err != nil {
@@ -43,10 +49,7 @@ func AcquireAll(ctx context.Context, l Locker, keys []string) (*MultiLease, erro
 		}
 		m.leases = append(m.leases, lease)
 	}
-	m.stats.Waited = time.Since(start)
-	for _, lease := range m.leases {
-		m.stats.Attempts += StatsOf(lease).Attempts
-	}
+	m.stats = sumStats(m.leases, time.Since(start))
 	m.watch(ctx)
 	return m, nil
 }
@@ -65,8 +68,22 @@ func sortedKeys(keys []string) ([]string, error) {
 	return keys, nil
 }
 
-// watch makes the lease's context, which carries ctx's values (the owner) and ends with the first lease's
-// context that ends, with its cause.
+// sumStats are the stats of a set of leases taken in waited: their attempts summed; a reentry or a hand-off
+// when every lease was one.
+func sumStats(leases []Lease, waited time.Duration) AcquireStats {
+	stats := make([]AcquireStats, len(leases))
+	sum := AcquireStats{Waited: waited}
+	for i, lease := range leases {
+		stats[i] = StatsOf(lease)
+		sum.Attempts += stats[i].Attempts
+	}
+	sum.Reentry = !slices.ContainsFunc(stats, func(s AcquireStats) bool { return !s.Reentry })
+	sum.HandOff = !slices.ContainsFunc(stats, func(s AcquireStats) bool { return !s.HandOff })
+	return sum
+}
+
+// watch makes the MultiLease's context, which carries ctx's values (the owner) and ends with the first
+// lease's context that ends, with its cause.
 func (m *MultiLease) watch(ctx context.Context) {
 	// Not bounded by the set's wait any more: a nested Acquire under it waits as any other.
 	c, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(ctx), waitDeadlineKey{}, nil))
@@ -80,7 +97,7 @@ func (m *MultiLease) watch(ctx context.Context) {
 		for _, stop := range stops {
 			stop()
 		}
-		cancel(context.Canceled)
+		cancel(errReleased)
 	}
 }
 
@@ -96,21 +113,41 @@ func (m *MultiLease) Keys() []string {
 // Leases are the leases of the keys, sorted by key.
 func (m *MultiLease) Leases() []Lease { return slices.Clone(m.leases) }
 
+// Lease returns the lease of key, nil when key is not in the set.
+func (m *MultiLease) Lease(key string) Lease {
+	i := slices.IndexFunc(m.leases, func(l Lease) bool { return l.Key() == key })
+	if i < 0 {
+		return nil
+	}
+	return m.leases[i]
+}
+
+// Token is the fencing token of key's lease (Lease.Token), 0 when key is not in the set.
+func (m *MultiLease) Token(key string) int64 {
+	if lease := m.Lease(key); lease != nil {
+		return lease.Token()
+	}
+	return 0
+}
+
 // Context is done when the leases are released or one of them is lost (context.Cause then is that lease's
-// cause: ErrLockLost). Do the guarded work under it: it carries the owner.
+// cause: ErrLockLost). Do the guarded work under it: it carries the owner, so an Acquire of one of the
+// keys under it re-enters.
 func (m *MultiLease) Context() context.Context { return m.ctx }
 
 // Stats says how the set was obtained: Waited is the time AcquireAll took, Attempts the sum of the keys'
-// attempts (each lease's own are StatsOf it).
+// attempts, Reentry and HandOff true when every key's lease was one (each lease's own are StatsOf it).
 func (m *MultiLease) Stats() AcquireStats { return m.stats }
 
-// Release gives up every hold of the set, in reverse order, and returns their errors joined (ErrNotHeld
-// for a lock that expired or was taken away meanwhile).
+// Release gives up every hold of the set, in reverse order, and returns their errors joined on one line
+// (ErrNotHeld for a lock that expired or was taken away meanwhile, or for a second Release).
 func (m *MultiLease) Release(ctx context.Context) error {
 	m.stop()
 	var errs []error
 	for i := len(m.leases) - 1; i >= 0; i-- {
-		errs = append(errs, m.leases[i].Release(ctx))
+		if err := m.leases[i].Release(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return errors.Join(errs...)
+	return joinNodes(errs)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stockflow/stockflow/internal/redistest"
 )
 
@@ -26,8 +28,7 @@ func TestAcquireAllHasNoDeadlock(t *testing.T) {
 	sets := [][]string{{"A", "B"}, {"B", "A"}, {"B", "C"}, {"C", "A"}, {"C", "B", "A"}, {"C", "A", "B"}}
 	ctx := context.Background()
 	rdb := s.Client()
-	var took [3]atomic.Int64 // acquisitions that included A, B, C
-	var failures atomic.Int64
+	var took [3]atomic.Int64    // acquisitions that included A, B, C
 	var rounds [12]atomic.Int64 // per goroutine
 	deadline := time.Now().Add(run)
 	var wg sync.WaitGroup
@@ -37,12 +38,11 @@ func TestAcquireAllHasNoDeadlock(t *testing.T) {
 			for time.Now().Before(deadline) {
 				m, err := AcquireAll(ctx, l, set)
 				if err != nil {
-					failures.Add(1)
 					t.Errorf("goroutine %d, keys %v: %v", g, set, err)
 					return
 				}
 				for _, key := range m.Keys() {
-					if err := section(ctx, rdb, "counter:"+key); err != nil {
+					if err := slowSection(ctx, rdb, "counter:"+key); err != nil {
 						t.Error(err)
 					}
 					took[key[0]-'A'].Add(1)
@@ -74,69 +74,164 @@ func TestAcquireAllHasNoDeadlock(t *testing.T) {
 	}
 }
 
-// All or none: a set whose middle key another owner holds fails within the set's wait, naming that key,
-// and leaves the key before it free and the key after it untaken.
-func TestAcquireAllIsAllOrNone(t *testing.T) {
-	s := redistest.Start(t)
-	l := newLocker(t, s, Config{})
-	ctx := context.Background()
-	other := mustAcquire(t, newLocker(t, s, Config{}), ctx, "B")
-	defer other.Release(ctx)
-	start := time.Now()
-	_, err := AcquireAll(WithWaitDeadline(ctx, time.Now().Add(300*time.Millisecond)), l, []string{"C", "B", "A"})
-	if !errors.Is(err, ErrNotObtained) || !strings.Contains(err.Error(), "lock B of 3 keys") {
-		t.Fatalf("err %v, want ErrNotObtained naming B", err)
+// slowSection is section with a pause between the read and the write, so that two holders of the same
+// key at once would lose an update nearly every time.
+func slowSection(ctx context.Context, rdb *redis.Client, counter string) error {
+	v, err := rdb.Get(ctx, counter).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
 	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("gave up after %v, want about the set's wait of 300ms", took)
-	}
-	rdb := s.Client()
-	if n := rdb.Exists(ctx, namesFor("A").lock, namesFor("C").lock).Val(); n != 0 {
-		t.Fatalf("%d of A and C left locked", n)
-	}
-	a, err := newLocker(t, s, Config{}).TryAcquire(ctx, "A")
-	if err != nil {
-		t.Fatalf("A not free after the set failed: %v", err)
-	}
-	_ = a.Release(ctx)
+	time.Sleep(100 * time.Microsecond)
+	return rdb.Set(ctx, counter, v+1, 0).Err()
 }
 
-// Under the MultiLease's context an Acquire of one of its keys re-enters with the set's token, and a lost
-// lease ends the MultiLease's context with ErrLockLost.
-func TestMultiLeaseReentersAndEndsWhenALeaseIsLost(t *testing.T) {
+// All or none: a set whose middle key another owner holds fails within the set's wait, naming that key;
+// the key before it was taken and is free again, the key after it was never taken.
+func TestAcquireAllIsAllOrNone(t *testing.T) {
+	_, cases := lockers(t, Config{MaxWait: 5 * time.Second}) // a set's wait not kept fails, not hangs
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			other := mustAcquire(t, c.other, ctx, "B")
+			defer other.Release(ctx)
+			start := time.Now()
+			_, err := AcquireAll(WithWaitDeadline(ctx, time.Now().Add(300*time.Millisecond)), c.locker, []string{"C", "B", "A"})
+			if !errors.Is(err, ErrNotObtained) || !strings.Contains(err.Error(), "lock B of 3 keys") {
+				t.Fatalf("err %v, want ErrNotObtained naming B", err)
+			}
+			if took := time.Since(start); took < 250*time.Millisecond || took > 2*time.Second {
+				t.Fatalf("gave up after %v, want about the set's wait of 300ms", took)
+			}
+			for i, s := range c.servers {
+				rdb := s.Client()
+				if n := rdb.Exists(ctx, namesFor("A").lock, namesFor("C").lock).Val(); n != 0 {
+					t.Fatalf("server %d: %d of A and C left locked", i, n)
+				}
+				// The fencing counter counts every acquisition: A's was taken (first), C's never.
+				if a, c := rdb.Exists(ctx, TokenKey("A")).Val(), rdb.Exists(ctx, TokenKey("C")).Val(); a != 1 || c != 0 {
+					t.Fatalf("server %d: fencing counters of A %d, of C %d; want A taken, C never", i, a, c)
+				}
+			}
+			a, err := c.other.TryAcquire(ctx, "A")
+			if err != nil {
+				t.Fatalf("A not free after the set failed: %v", err)
+			}
+			_ = a.Release(ctx)
+		})
+	}
+}
+
+// Under the MultiLease's context an Acquire of one of its keys, or AcquireAll of some of them, re-enters
+// with the set's tokens; Release frees every key and ends the context, and a second one says ErrNotHeld.
+func TestMultiLeaseReenters(t *testing.T) {
+	_, cases := lockers(t, Config{})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			m, err := AcquireAll(ctx, c.locker, []string{"B", "A", "B"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(m.Keys()); got != "[A B]" || m.Lease("C") != nil || m.Token("C") != 0 {
+				t.Fatalf("keys %s, lease of C %v; want [A B] and no C", got, m.Lease("C"))
+			}
+			if s := m.Stats(); s.Reentry || s.Attempts < 2 || m.Token("B") == 0 || m.Token("B") != m.Leases()[1].Token() {
+				t.Fatalf("stats %+v, token of B %d; want a fresh set of two attempts or more, B's token", s, m.Token("B"))
+			}
+			nctx, cancel := context.WithTimeout(m.Context(), 2*time.Second) // a nested call that waits fails
+			defer cancel()
+			inner := mustAcquire(t, c.locker, nctx, "B")
+			if !StatsOf(inner).Reentry || inner.Token() != m.Token("B") {
+				t.Fatalf("nested acquire of B: reentry %v token %d, want a reentry with the set's token %d",
+					StatsOf(inner).Reentry, inner.Token(), m.Token("B"))
+			}
+			for i, n := range c.holds(t, "B", OwnerFrom(m.Context())) {
+				if n != 2 {
+					t.Fatalf("server %d: %d holds of B by the set's owner, want 2", i, n)
+				}
+			}
+			_ = inner.Release(ctx)
+			nested, err := AcquireAll(nctx, c.locker, []string{"A", "B"})
+			if err != nil || !nested.Stats().Reentry || nested.Token("A") != m.Token("A") {
+				t.Fatalf("nested AcquireAll: %v, want a reentry of both keys", err)
+			}
+			_ = nested.Release(ctx)
+			if err := m.Release(ctx); err != nil || m.Context().Err() == nil {
+				t.Fatalf("release: %v, context %v; want released and the context ended", err, m.Context().Err())
+			}
+			if err := m.Release(ctx); !errors.Is(err, ErrNotHeld) {
+				t.Fatalf("second release: %v, want ErrNotHeld", err)
+			}
+			ab, err := AcquireAll(ctx, c.other, []string{"A", "B"})
+			if err != nil {
+				t.Fatalf("A and B not free after the release: %v", err)
+			}
+			_ = ab.Release(ctx)
+		})
+	}
+}
+
+// A lock of the set lost in Redis (deleted) is noticed by the watchdog at its next renewal: the
+// MultiLease's context ends with ErrLockLost, while the other lock stays held until the release.
+func TestMultiLeaseEndsWhenALeaseIsLost(t *testing.T) {
+	const lease = 900 * time.Millisecond // the watchdog renews every 300 ms
 	s := redistest.Start(t)
-	l := newLocker(t, s, Config{})
+	l := newLocker(t, s, Config{Lease: lease})
 	ctx := context.Background()
-	m, err := AcquireAll(ctx, l, []string{"B", "A", "B"})
+	m, err := AcquireAll(ctx, l, []string{"A", "B"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(m.Keys()); got != "[A B]" {
-		t.Fatalf("keys %s, want [A B]", got)
+	if m.Context().Err() != nil {
+		t.Fatalf("context of a fresh set ended: %v", context.Cause(m.Context()))
 	}
-	b := m.Leases()[1]
-	inner := mustAcquire(t, l, m.Context(), "B")
-	if !StatsOf(inner).Reentry || inner.Token() != b.Token() || b.Token() == 0 {
-		t.Fatalf("nested acquire of B: reentry %v token %d, want a reentry with the set's token %d",
-			StatsOf(inner).Reentry, inner.Token(), b.Token())
-	}
-	_ = inner.Release(ctx)
-	s.Client().Del(ctx, namesFor("A").lock)
-	if _, err := m.Leases()[0].TTL(ctx); !errors.Is(err, ErrNotHeld) {
-		t.Fatalf("TTL of the deleted lock: %v, want ErrNotHeld", err)
-	}
+	rdb := s.Client()
+	rdb.Del(ctx, namesFor("A").lock)
 	select {
 	case <-m.Context().Done():
-	case <-time.After(time.Second):
+	case <-time.After(3 * lease):
 		t.Fatal("the MultiLease's context did not end when one of its leases was lost")
 	}
 	if cause := context.Cause(m.Context()); !errors.Is(cause, ErrLockLost) {
 		t.Fatalf("cause %v, want ErrLockLost", cause)
 	}
+	if err := m.Lease("B").Context().Err(); err != nil || rdb.Exists(ctx, namesFor("B").lock).Val() != 1 {
+		t.Fatalf("B's lease ended (%v) or its lock is gone with A's", err)
+	}
 	if err := m.Release(ctx); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("release after a lost lease: %v, want it to report ErrNotHeld", err)
 	}
-	if s.Client().Exists(ctx, namesFor("B").lock).Val() != 0 {
+	if rdb.Exists(ctx, namesFor("B").lock).Val() != 0 {
 		t.Fatal("B still locked after the release")
+	}
+}
+
+// The set's wait ends with the set: past it, neither the MultiLease's context nor its leases' contexts
+// are done, and an Acquire under them waits for a held key as any other.
+func TestWaitDeadlineEndsWithTheSet(t *testing.T) {
+	_, cases := lockers(t, Config{})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			m, err := AcquireAll(WithWaitDeadline(ctx, time.Now().Add(100*time.Millisecond)), c.locker, []string{"A", "B"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Release(ctx)
+			time.Sleep(200 * time.Millisecond)
+			under := map[string]context.Context{"the set": m.Context(), "the lease of A": m.Lease("A").Context()}
+			for name, uctx := range under {
+				if uctx.Err() != nil {
+					t.Fatalf("context of %s ended with the set's wait: %v", name, context.Cause(uctx))
+				}
+				held := mustAcquire(t, c.other, ctx, "C")
+				time.AfterFunc(100*time.Millisecond, func() { _ = held.Release(ctx) })
+				lease, err := c.locker.Acquire(uctx, "C")
+				if err != nil {
+					t.Fatalf("acquire of C under %s, after the set's wait: %v; want it to wait for C", name, err)
+				}
+				_ = lease.Release(ctx)
+			}
+		})
 	}
 }
