@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -78,7 +79,7 @@ func (r *Reserver) Decide(ctx context.Context, reqs []Request, token int64) ([]*
 	}
 	outs, err := r.Store.ReserveBatch(ctx, orders, token)
 	if err != nil {
-		return nil, fmt.Errorf("reserve %s: %w", orderIDs(reqs), err)
+		return nil, fmt.Errorf("reserve %s: %w", orderIDs(reqs), badIfReused(err))
 	}
 	msgs := make([]*message.Message, len(reqs))
 	for i, out := range outs {
@@ -107,7 +108,7 @@ func (r *Reserver) DecideOrder(ctx context.Context, req Request, fences inventor
 	o := req.Order
 	out, err := r.decide(ctx, o, fences)
 	if err != nil {
-		return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, err)
+		return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, badIfReused(err))
 	}
 	payload, err := json.Marshal(newOrderResult(o, out, r.Worker, req.Waited))
 	if err != nil {
@@ -127,4 +128,13 @@ func (r *Reserver) decide(ctx context.Context, o Order, fences inventory.Fences)
 		return r.Store.Fulfil(ctx, o.OrderID, o.SKU, fences)
 	}
 	return r.Store.ReserveLines(ctx, o.OrderID, o.Lines, fences)
+}
+
+// badIfReused makes an order whose id another order used (inventory.ErrOrderConflict) bad input: no retry
+// can decide it. (In a batch of several orders the worker decides each alone, so only that one fails.)
+func badIfReused(err error) error {
+	if errors.Is(err, inventory.ErrOrderConflict) {
+		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return err
 }

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,6 +32,13 @@ var (
 	// ErrNotLocked means a lifecycle call found the order holds a SKU for which the caller passed no fence:
 	// its lock was not taken. Look the lines up again (Lines), lock them all, retry.
 	ErrNotLocked = errors.New("inventory: a SKU of the order is not locked")
+	// ErrOrderConflict means the order id was used before by another order (other SKUs, a basket for a
+	// single-SKU order or the reverse): its records are not this order's to replay. Nothing was written;
+	// retrying cannot help. It wraps ErrInvalid.
+	ErrOrderConflict = fmt.Errorf("%w order: its order id was used by another order", ErrInvalid)
+	// ErrLocked means ReserveBatch with ElideLock found the SKU's lock held: nothing was written; take the
+	// lock and decide under its token.
+	ErrLocked = errors.New("inventory: the sku's lock is held")
 )
 
 // Status is what happened to an order.
@@ -94,6 +102,11 @@ type Store struct {
 	ttlMillis int64
 	// fenceCounter names the lock's fencing counter of a SKU (WithFenceCounter); nil: none.
 	fenceCounter func(sku string) string
+	// lock names the lock of a SKU and counterTTL is its fencing counter's TTL (WithLockElision); nil: no
+	// elision.
+	lock       func(sku string) string
+	counterTTL int64 // milliseconds
+	minFence   int64 // the least fence ReserveBatch takes: ElideLock with WithLockElision, else 0
 	// replicaAcks replicas must acknowledge each write within ackTimeout (WithReplicaAcks); 0: no WAIT.
 	replicaAcks int
 	ackTimeout  time.Duration
@@ -123,6 +136,16 @@ func WithOutcomeTTL(d time.Duration) Option {
 // the stock's Redis (rlock.Reentrant on the same server; not Redlock, whose counters are on its masters).
 func WithFenceCounter(counter func(sku string) string) Option {
 	return func(s *Store) { s.fenceCounter = counter }
+}
+
+// WithLockElision lets ReserveBatch take the SKU's lock inside its script (fence ElideLock): lock names the
+// lock of a SKU and counter its fencing counter (keys in the SKU's slot, on the stock's Redis, in
+// Redisson's layout: rlock.LockKey and rlock.TokenKey), which keeps its TTL counterTTL as the lock's
+// acquisitions set it (rlock.Config.TokenTTL; 0: none). It implies WithFenceCounter(counter).
+func WithLockElision(lock, counter func(sku string) string, counterTTL time.Duration) Option {
+	return func(s *Store) {
+		s.lock, s.fenceCounter, s.counterTTL, s.minFence = lock, counter, counterTTL.Milliseconds(), ElideLock
+	}
 }
 
 // keys are the keys of a write about the order of sku: the stock, the outcome record, and the lock's

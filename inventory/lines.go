@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -133,6 +136,9 @@ func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
 // reserveSaga reserves lines one at a time (reserve.lua), up to the first line rejected on its own or
 // cancelled, then gives back the lines reserved before it.
 func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
+	if err := s.checkStocks(ctx, b); err != nil {
+		return nil, err
+	}
 	outs := make([]Outcome, 0, len(b.lines))
 	for i, l := range b.lines {
 		reply, err := s.run(ctx, reserveScript, s.keys(l.SKU, b.id), l.Quantity, b.fences[l.SKU], s.ttlMillis,
@@ -153,6 +159,43 @@ func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
 		}
 	}
 	return outs, nil
+}
+
+// checkStocks reads the stock hash of every line before a line-by-line run writes its first line, so that
+// broken data (ErrCorrupt) fails the order before anything is written rather than after its first lines,
+// as the one-Redis scripts, which check every line before their first write, do. A read per line.
+func (s *Store) checkStocks(ctx context.Context, b basket) error {
+	for _, l := range b.lines {
+		reply, err := getStockScript.Run(ctx, s.rdb, []string{stockKey(l.SKU)}).Slice()
+		if err != nil {
+			return scriptError("check the stock of", b.id, l.SKU, 0, err)
+		}
+		if field, v := badField(reply); field != "" {
+			return fmt.Errorf("%w: order %q: sku %q: stock field %s is not an integer HINCRBY can add to: %s",
+				ErrCorrupt, b.id, l.SKU, field, quote(v))
+		}
+	}
+	return nil
+}
+
+// badField returns the first field of a get_stock.lua reply that the scripts' increments would fail on,
+// and its value; "" when there is none.
+func badField(reply []any) (field, value string) {
+	for i, name := range map[int]string{0: "available", 1: "reserved", 3: "fulfilled"} {
+		if v, ok := reply[i].(string); ok && !incrementable(v) {
+			return name, v
+		}
+	}
+	return "", ""
+}
+
+// canonicalInt is an integer as Redis writes it: no sign but a minus, no leading zero, at most 19 digits.
+var canonicalInt = regexp.MustCompile(`^(0|-?[1-9][0-9]{0,18})$`)
+
+// incrementable is the scripts' int(): an integer as Redis writes it, far from the int64 limits.
+func incrementable(v string) bool {
+	f, _ := strconv.ParseFloat(v, 64)
+	return canonicalInt.MatchString(v) && math.Abs(f) < 4e18
 }
 
 // stopsSaga: a line whose outcome decides the basket is not reserved: rejected on its own, or cancelled
@@ -202,8 +245,9 @@ func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) 
 		return []Line{{SKU: sku, Quantity: rec.Quantity}}, nil
 	}
 	anchor, err := s.record(ctx, orderID, rec.Anchor)
-	if err == nil && anchor.Lines == nil {
-		err = fmt.Errorf("%w: the record of order %q for sku %q has no lines", ErrCorrupt, orderID, rec.Anchor)
+	if err == nil && !slices.ContainsFunc(anchor.Lines, func(l Line) bool { return l.SKU == sku }) {
+		err = fmt.Errorf("%w: the record of order %q for sku %q does not list sku %q among its lines", ErrCorrupt,
+			orderID, rec.Anchor, sku)
 	}
 	return anchor.Lines, err
 }
@@ -286,6 +330,9 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 func (s *Store) transitionAll(ctx context.Context, op string, b basket) ([]Outcome, error) {
 	if !s.lineByLine() {
 		return s.transition(ctx, op, b, -1)
+	}
+	if err := s.checkStocks(ctx, b); err != nil {
+		return nil, err
 	}
 	var outs []Outcome
 	for i := range b.lines {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -313,4 +314,117 @@ func TestMergeLines(t *testing.T) {
 
 func contains(s, sub string) bool {
 	return len(sub) == 0 || len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub))
+}
+
+// An order id is one order's: a basket, or a single-SKU order, whose id another order used is refused
+// with ErrOrderConflict and writes nothing, rather than replaying the other order's records for some
+// lines and reserving the rest (stock nothing could give back). The same SKUs replay, even with other
+// quantities; a cancelled single-SKU order's redelivery still replays.
+func TestAReusedOrderIDIsRefused(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range linesStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := inventory.New(rdb)
+			seed(t, store, map[string]int64{"A": 10, "B": 10, "C": 10})
+			single := inventory.Order{ID: "o-2", SKU: "A", Quantity: 1}
+			for _, step := range []func() error{
+				func() error { _, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1), nil); return err },
+				func() error { _, err := store.Reserve(ctx, single, 0); return err },
+			} {
+				if err := step(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for what, call := range map[string]func() error{
+				"o-1 with a line more": func() error {
+					_, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1, "C", 2), nil)
+					return err
+				},
+				"o-1 on other SKUs": func() error {
+					_, err := store.ReserveLines(ctx, "o-1", lines("B", 1, "C", 1), nil)
+					return err
+				},
+				"o-1 as a single-SKU order": func() error {
+					_, err := store.ReserveBatch(ctx, []inventory.Order{{ID: "o-1", SKU: "B", Quantity: 1}}, 0)
+					return err
+				},
+				"o-2 as a basket": func() error {
+					_, err := store.ReserveLines(ctx, "o-2", lines("A", 3, "B", 2), nil)
+					return err
+				},
+			} {
+				if err := call(); !errors.Is(err, inventory.ErrOrderConflict) {
+					t.Errorf("%s: %v, want ErrOrderConflict", what, err)
+				}
+			}
+			checkStock(t, store, map[string][2]int64{"A": {8, 2}, "B": {9, 1}, "C": {10, 0}})
+			if n := rdb.Exists(ctx, "order:{C}:o-1", "order:{B}:o-2").Val(); n != 0 {
+				t.Fatalf("%d records written by refused orders", n)
+			}
+
+			if got, err := store.ReserveLines(ctx, "o-1", lines("A", 5, "B", 5), nil); err != nil || !got.Replayed {
+				t.Fatalf("o-1 with other quantities: %s replayed %v, %v; want the first decision replayed", statuses(got), got.Replayed, err)
+			}
+			if _, err := store.Cancel(ctx, "o-2", "A", nil); err != nil {
+				t.Fatal(err)
+			}
+			outs, err := store.ReserveBatch(ctx, []inventory.Order{single}, 0)
+			if err != nil || outs[0].Status != inventory.StatusCancelled || !outs[0].Replayed {
+				t.Fatalf("o-2 redelivered after its cancel: %+v, %v; want the cancellation replayed", outs, err)
+			}
+		})
+	}
+}
+
+// A stock field HINCRBY would refuse (out of the int64 range, a leading zero) fails every script at its
+// checks, before any line is written, not after the first lines' increments.
+func TestAnOutOfRangeStockFieldWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range linesStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := inventory.New(rdb)
+			seed(t, store, map[string]int64{"A": 10, "B": 10})
+			if _, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1), nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, bad := range []string{"99999999999999999999", "007"} {
+				rdb.HSet(ctx, "stock:{B}", "available", bad)
+				if _, err := store.ReserveLines(ctx, "o-2", lines("A", 1, "B", 1), nil); !errors.Is(err, inventory.ErrCorrupt) {
+					t.Errorf("basket with B available %s: %v, want ErrCorrupt", bad, err)
+				}
+				if _, err := store.Cancel(ctx, "o-1", "A", nil); !errors.Is(err, inventory.ErrCorrupt) {
+					t.Errorf("cancel with B available %s: %v, want ErrCorrupt", bad, err)
+				}
+				if _, err := store.Restock(ctx, "B", 1); !errors.Is(err, inventory.ErrCorrupt) {
+					t.Errorf("restock of B available %s: %v, want ErrCorrupt", bad, err)
+				}
+				checkStock(t, store, map[string][2]int64{"A": {9, 1}})
+				if n := rdb.Exists(ctx, "order:{A}:o-2").Val(); n != 0 {
+					t.Fatalf("available %s: the refused basket wrote its line A", bad)
+				}
+			}
+		})
+	}
+}
+
+// A cancel or fulfil gives its records a full outcome TTL from then: its redelivery must find them as
+// long as a reservation's would, however old the reservation was.
+func TestATransitionRenewsTheRecordTTL(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb, inventory.WithOutcomeTTL(time.Hour))
+	seed(t, store, map[string]int64{"A": 10, "B": 10})
+	if _, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	rdb.PExpire(ctx, "order:{A}:o-1", time.Second) // the reservation is nearly as old as the TTL
+	rdb.PExpire(ctx, "order:{B}:o-1", time.Second)
+	if _, err := store.Cancel(ctx, "o-1", "B", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"order:{A}:o-1", "order:{B}:o-1"} {
+		if ttl := rdb.PTTL(ctx, key).Val(); ttl < 59*time.Minute {
+			t.Errorf("%s: TTL %v after the cancel, want about an hour", key, ttl)
+		}
+	}
 }

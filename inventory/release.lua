@@ -8,6 +8,12 @@
 -- Errors: NOTRESERVED <status|none>, STALEFENCE <stored fence>, STALETOKEN <current token>, UNKNOWNSKU, CORRUPT <field>. Every
 -- check runs before the first write, so an error leaves Redis untouched.
 
+-- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
+-- limits. A field that passed this check cannot fail the script's increments halfway.
+local function int(v)
+  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
+end
+
 local record = redis.call('GET', KEYS[2])
 if not record then return redis.error_reply('NOTRESERVED none') end
 local o = cjson.decode(record)
@@ -30,8 +36,8 @@ if token > 0 and KEYS[3] then
   end
 end
 if not stock[1] then return redis.error_reply('UNKNOWNSKU') end
-if not string.find(stock[1], '^%-?%d+$') then return redis.error_reply('CORRUPT available') end
-if stock[2] and not string.find(stock[2], '^%-?%d+$') then return redis.error_reply('CORRUPT reserved') end
+if not int(stock[1]) then return redis.error_reply('CORRUPT available') end
+if stock[2] and not int(stock[2]) then return redis.error_reply('CORRUPT reserved') end
 
 local after = redis.call('HINCRBY', KEYS[1], 'available', o.quantity)
 redis.call('HINCRBY', KEYS[1], 'reserved', -o.quantity)
@@ -39,6 +45,6 @@ if token > (fence or 0) then
   redis.call('HSET', KEYS[1], 'fence', ARGV[1])
 end
 redis.call('SET', KEYS[2], string.format(
-  '{"status":"released","reason":"","quantity":%d,"available_after":%d,"fence":%d}',
-  o.quantity, after, token), 'KEEPTTL')
+  '{"status":"released","reason":"","quantity":%d,"available_after":%d,"fence":%d%s}',
+  o.quantity, after, token, string.match(record, '"fence":%-?%d+(.*)}$') or ''), 'KEEPTTL')
 return {0, 'released', '', o.quantity, after, token}

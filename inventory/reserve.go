@@ -142,12 +142,24 @@ func scriptError(op, orderID, sku string, fence int64, err error) error {
 		return fmt.Errorf("%w: %s has no recorded outcome", ErrNotReserved, subject)
 	case redis.HasErrorPrefix(err, "NOTRESERVED "):
 		return fmt.Errorf("%w: %s was %s", ErrNotReserved, subject, detail)
-	case redis.HasErrorPrefix(err, "UNKNOWNSKU"):
-		return fmt.Errorf("%w: %s %s", ErrUnknownSKU, op, subject)
-	case redis.HasErrorPrefix(err, "CORRUPT "):
-		return fmt.Errorf("%w: %s %s: stock field %s is not an integer", ErrCorrupt, op, subject, detail)
+	}
+	word, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "ERR "), " ")
+	if e, ok := scriptErrors[word]; ok {
+		return fmt.Errorf("%w: %s %s%s", e.sentinel, op, subject, strings.Replace(e.then, "%s", detail, 1))
 	}
 	return fmt.Errorf("inventory: %s %s: %w", op, subject, err)
+}
+
+// scriptErrors are the scripts' error replies, by their first word, that wrap a sentinel: the error says
+// "<sentinel>: <op> <subject>" and then, with %s the rest of the reply, then.
+var scriptErrors = map[string]struct {
+	sentinel error
+	then     string
+}{
+	"IDCONFLICT": {ErrOrderConflict, " (line %s of the call has another order's record)"},
+	"LOCKED":     {ErrLocked, ""},
+	"UNKNOWNSKU": {ErrUnknownSKU, ""},
+	"CORRUPT":    {ErrCorrupt, ": stock field %s is not an integer"},
 }
 
 func orderSubject(orderID, sku string) string { return fmt.Sprintf("order %q of sku %q", orderID, sku) }

@@ -4,20 +4,35 @@
 -- compare the two).
 -- KEYS[1]           stock:{SKU}  hash: available, reserved, fence
 -- KEYS[2]           optional: the lock's fencing counter (same slot), as in reserve.lua; present when
---                   #KEYS is n + 2
+--                   #KEYS is n + 2 or more
+-- KEYS[3]           with ARGV[1] = -1 only: the lock (lock:{SKU}, Redisson's layout), #KEYS is n + 3
 -- KEYS[#KEYS-n+i]   order:{SKU}:<order_id> of order i (i = 1..n): the outcome recorded for it (JSON)
--- ARGV[1]           fencing token, 0 = unfenced
+-- ARGV[1]           fencing token, 0 = unfenced; -1: the call takes the lock itself (lock elision): if
+--                   KEYS[3] is held it fails with LOCKED and writes nothing, else it draws a new token from
+--                   the counter (raised past the stored fence if it fell behind) and decides under it, the
+--                   lock held for the duration of the call as if acquired and released around it
 -- ARGV[2]           outcome TTL in milliseconds
 -- ARGV[3]           1: a batch that writes nothing (all its orders replayed) rewrites its first record as
 --                   it is, as a replay does in reserve.lua (WithReplicaAcks)
--- ARGV[3+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 3
+-- ARGV[4]           with ARGV[1] = -1: the fencing counter's TTL in milliseconds (0: none), as the lock's
+--                   acquisitions set it
+-- ARGV[4+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 4
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per order, in order.
--- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. The checks run once,
+-- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>, LOCKED, IDCONFLICT <i>
+-- (order i's id has a basket's record). The checks run once,
 -- before the first write, so an error leaves Redis untouched. As in reserve.lua a recorded order is
 -- replayed unchecked: a batch whose orders all have a recorded outcome is not checked.
 
-local token, n = tonumber(ARGV[1]), #ARGV - 3
+-- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
+-- limits. A field that passed this check cannot fail the script's increments halfway.
+local function int(v)
+  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
+end
+
+local token, n = tonumber(ARGV[1]), #ARGV - 4
 local first = #KEYS - n -- KEYS[first + i] is the record of order i
+local elide = token < 0
+if elide and redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('LOCKED') end
 
 local function replay(o)
   return {1, o.status, o.reason, o.quantity, o.available_after, o.fence}
@@ -27,25 +42,39 @@ end
 local function check(stock)
   local fence = tonumber(stock[3])
   if token > 0 and fence and token < fence then return 'STALEFENCE ' .. stock[3] end
-  if token > 0 and first == 2 then
+  if token > 0 and first >= 2 then
     local current = tonumber(redis.call('GET', KEYS[2]) or '')
     if current and token < current then return 'STALETOKEN ' .. current end
   end
   if not stock[1] then return nil end
-  if not string.find(stock[1], '^%-?%d+$') then return 'CORRUPT available' end
-  if stock[2] and not string.find(stock[2], '^%-?%d+$') then return 'CORRUPT reserved' end
+  if not int(stock[1]) then return 'CORRUPT available' end
+  if stock[2] and not int(stock[2]) then return 'CORRUPT reserved' end
 end
 
 local records, undecided = {}, false
 for i = 1, n do
   records[i] = redis.call('GET', KEYS[first + i])
   undecided = undecided or not records[i]
+  -- A basket's line (lines.go) is another order's, as in reserve.lua.
+  if records[i] and (string.find(records[i], '"lines":', 1, true) or string.find(records[i], '"anchor":', 1, true)) then
+    return redis.error_reply('IDCONFLICT ' .. i)
+  end
 end
 local stock = {}
 if undecided then
   stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
   local err = check(stock)
   if err then return redis.error_reply(err) end
+  if elide then
+    -- Checked, so the writes may start: take a token as an acquisition would.
+    token = redis.call('INCR', KEYS[2])
+    local fence = tonumber(stock[3]) or 0
+    if token <= fence then
+      token = fence + 1
+      redis.call('SET', KEYS[2], token)
+    end
+    if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+  end
 end
 
 -- Decide in memory first; the writes follow, the stock first, so that HINCRBY refusing a value (as in
@@ -68,7 +97,7 @@ for i = 1, n do
     local d = decided[key]
     replies[i] = {1, d[2], d[3], d[4], d[5], d[6]}
   else
-    replies[i] = decide(tonumber(ARGV[3 + i]))
+    replies[i] = decide(tonumber(ARGV[4 + i]))
     decided[key], fresh[#fresh + 1] = replies[i], i
   end
 end
@@ -79,7 +108,7 @@ if taken > 0 then
 end
 -- Raise only, once, and as in reserve.lua never on an unknown SKU.
 if stock[1] and token > (tonumber(stock[3]) or 0) then
-  redis.call('HSET', KEYS[1], 'fence', ARGV[1])
+  redis.call('HSET', KEYS[1], 'fence', string.format('%d', token))
 end
 if #fresh == 0 and ARGV[3] == '1' then
   redis.call('SET', KEYS[first + 1], records[1], 'KEEPTTL')

@@ -10,25 +10,50 @@
 --                  members its record adds (,"lines":[...] or ,"anchor":"..."; lines.go)
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per line, in order.
 -- Errors: PARTIAL (some lines have a record, some not: a basket begun line by line; lines.go finishes it
--- that way), STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs
+-- that way), IDCONFLICT <line> (the line's record is another order's: the order id was reused), STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs
 -- before the first write, so an error leaves Redis untouched.
+
+-- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
+-- limits. A field that passed this check cannot fail the script's increments halfway.
+local function int(v)
+  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
+end
+
+-- Whether record o was written for the order of this call, whose record members are extra (ARGV): the
+-- line of a basket has the same anchor, or on the basket's first SKU lines of the same SKUs; a single-SKU
+-- order (no members) has neither. An order id reused for another order must not replay its records.
+local function same(o, extra)
+  local want = {}
+  if extra and extra ~= '' then want = cjson.decode('{' .. string.sub(extra, 2) .. '}') end
+  if want.anchor or o.anchor then return want.anchor == o.anchor end
+  if not want.lines or not o.lines then return want.lines == nil and o.lines == nil end
+  if #want.lines ~= #o.lines then return false end
+  for i, l in ipairs(want.lines) do
+    if o.lines[i].sku ~= l.sku then return false end
+  end
+  return true
+end
 
 local n = (#ARGV - 2) / 3
 local k = #KEYS / n
 
 local records, have = {}, 0
 for i = 1, n do
-  records[i] = redis.call('GET', KEYS[k * (i - 1) + 2])
-  if records[i] then have = have + 1 end
+  local raw = redis.call('GET', KEYS[k * (i - 1) + 2])
+  if raw then
+    records[i], have = cjson.decode(raw), have + 1
+    if not same(records[i], ARGV[3 * i + 2]) then return redis.error_reply('IDCONFLICT ' .. i) end
+    if i == 1 then records.raw = raw end
+  end
 end
 if have == n then
   -- Redelivery: the first decision stands.
   local replies = {}
   for i = 1, n do
-    local o = cjson.decode(records[i])
+    local o = records[i]
     replies[i] = {1, o.status, o.reason, o.quantity, o.available_after, o.fence}
   end
-  if ARGV[2] == '1' then redis.call('SET', KEYS[2], records[1], 'KEEPTTL') end
+  if ARGV[2] == '1' then redis.call('SET', KEYS[2], records.raw, 'KEEPTTL') end
   return replies
 end
 if have > 0 then return redis.error_reply('PARTIAL ' .. have .. ' of ' .. n) end
@@ -47,8 +72,8 @@ for i = 1, n do
     if current and l.token < current then return redis.error_reply('STALETOKEN ' .. current) end
   end
   if st[1] then
-    if not string.find(st[1], '^%-?%d+$') then return redis.error_reply('CORRUPT available') end
-    if st[2] and not string.find(st[2], '^%-?%d+$') then return redis.error_reply('CORRUPT reserved') end
+    if not int(st[1]) then return redis.error_reply('CORRUPT available') end
+    if st[2] and not int(st[2]) then return redis.error_reply('CORRUPT reserved') end
     l.available = tonumber(st[1])
   end
   if not l.available then

@@ -5,8 +5,14 @@
 -- Returns the new available count.
 -- Errors: OVERSTOCK <available>, CORRUPT available. Checked before the first write.
 
+-- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
+-- limits. A field that passed this check cannot fail the script's increments halfway.
+local function int(v)
+  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
+end
+
 local current = redis.call('HGET', KEYS[1], 'available') or '0'
-if not string.find(current, '^%-?%d+$') then return redis.error_reply('CORRUPT available') end
+if not int(current) then return redis.error_reply('CORRUPT available') end
 if tonumber(current) + tonumber(ARGV[1]) > tonumber(ARGV[2]) then
   return redis.error_reply('OVERSTOCK ' .. current)
 end

@@ -15,15 +15,17 @@ const scope = "github.com/stockflow/stockflow/inventory"
 // Attributes of the stock spans and of the orders counter, the same keys on both. The semantic conventions
 // have none for stock, so they are ours, under stockflow.stock.
 const (
-	AttrSKU       = attribute.Key("stockflow.stock.sku")
-	AttrQuantity  = attribute.Key("stockflow.stock.quantity")
-	AttrFence     = attribute.Key("stockflow.stock.fence")      // the fencing token the write came with
-	AttrOutcome   = attribute.Key("stockflow.stock.outcome")    // reserved | rejected (Status)
-	AttrReason    = attribute.Key("stockflow.stock.reason")     // why rejected (Reason), "" when reserved
-	AttrReplayed  = attribute.Key("stockflow.stock.replayed")   // the outcome recorded the first time
-	AttrBatchSize = attribute.Key("stockflow.stock.batch_size") // how many orders a ReserveBatch decided
-	AttrLines     = attribute.Key("stockflow.stock.lines")      // how many lines (SKUs) an order has
-	AttrOrderID   = attribute.Key("stockflow.stock.order_id")   // on the spans of ReserveLines, Cancel, Fulfil
+	AttrSKU      = attribute.Key("stockflow.stock.sku")
+	AttrQuantity = attribute.Key("stockflow.stock.quantity")
+	AttrFence    = attribute.Key("stockflow.stock.fence") // the fencing token the write came with
+	// AttrLockElided marks a batch that took its lock inside its script (ElideLock; the fence says -1).
+	AttrLockElided = attribute.Key("stockflow.stock.lock_elided")
+	AttrOutcome    = attribute.Key("stockflow.stock.outcome")    // reserved | rejected (Status)
+	AttrReason     = attribute.Key("stockflow.stock.reason")     // why rejected (Reason), "" when reserved
+	AttrReplayed   = attribute.Key("stockflow.stock.replayed")   // the outcome recorded the first time
+	AttrBatchSize  = attribute.Key("stockflow.stock.batch_size") // how many orders a ReserveBatch decided
+	AttrLines      = attribute.Key("stockflow.stock.lines")      // how many lines (SKUs) an order has
+	AttrOrderID    = attribute.Key("stockflow.stock.order_id")   // on the spans of ReserveLines, Cancel, Fulfil
 	// AttrReplicaAcks is how many replicas acknowledged the write (WithReplicaAcks), on the span only.
 	AttrReplicaAcks = attribute.Key("stockflow.stock.replica_acks")
 )
@@ -78,7 +80,8 @@ func traceReserve(ctx context.Context, o Order, fence int64, reserve func(contex
 // the outcomes are not span attributes, a batch has many.
 func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve func(context.Context) ([]Outcome, error)) ([]Outcome, error) {
 	ctx, span := otel.Tracer(scope).Start(ctx, SpanReserveBatch, trace.WithAttributes(
-		AttrSKU.String(batch[0].SKU), AttrFence.Int64(fence), AttrBatchSize.Int(len(batch))))
+		AttrSKU.String(batch[0].SKU), AttrFence.Int64(fence), AttrBatchSize.Int(len(batch)),
+		AttrLockElided.Bool(fence == ElideLock)))
 	defer span.End()
 	outs, err := reserve(ctx)
 	if err != nil {

@@ -169,7 +169,8 @@ func TestReserveBatchSpanAndCounter(t *testing.T) {
 			t.Errorf("span %d is named %q, want %q", i, ended[i].Name(), inventory.SpanReserveBatch)
 		}
 		checkAttrs(t, ended[i], []attribute.KeyValue{inventory.AttrSKU.String("SKU-1"),
-			inventory.AttrFence.Int64([]int64{5, 4, 4}[i]), inventory.AttrBatchSize.Int(size)})
+			inventory.AttrFence.Int64([]int64{5, 4, 4}[i]), inventory.AttrBatchSize.Int(size),
+			inventory.AttrLockElided.Bool(false)})
 	}
 	if last := ended[2]; last.Status().Code != codes.Error || len(last.Events()) == 0 {
 		t.Errorf("the refused batch's span: status %v, %d events; want the error recorded", last.Status(), len(last.Events()))

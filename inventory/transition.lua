@@ -5,9 +5,10 @@
 -- KEYS[k*(i-1)+1]  stock:{SKU}; KEYS[k*(i-1)+2] order:{SKU}:<order_id>; KEYS[k*(i-1)+3] fencing counter
 -- ARGV[1]          cancel | fulfil | abort
 -- ARGV[2]          1: a call that changes nothing rewrites the first record as it is (WithReplicaAcks)
--- ARGV[3]          outcome TTL in milliseconds, for a record written anew (below)
+-- ARGV[3]          outcome TTL in milliseconds: every record a transition writes lives this long from now
 -- ARGV[3*i+1]      quantity of line i; ARGV[3*i+2] its fencing token (0 = unfenced); ARGV[3*i+3] the
---                  members its record carries (,"lines":[...] or ,"anchor":"...")
+--                  members a record written anew carries (,"lines":[...] or ,"anchor":"..."); a record
+--                  that exists keeps its own
 -- A line already in the target state is replayed. A cancel also writes a cancelled record for a line that
 -- has none (a basket whose line-by-line reservation a crash interrupted: its redelivery then replays
 -- the cancellation instead of reserving the line).
@@ -15,6 +16,12 @@
 -- Errors: CONFLICT <line> <status> (a line in a state the operation cannot leave), STALEFENCE <stored
 -- fence>, STALETOKEN <current token>, UNKNOWNSKU, CORRUPT <field>. Every check runs before the first
 -- write, so an error leaves Redis untouched.
+
+-- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
+-- limits. A field that passed this check cannot fail the script's increments halfway.
+local function int(v)
+  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
+end
 
 local op = ARGV[1]
 local target = ({cancel = 'cancelled', fulfil = 'fulfilled', abort = 'rejected'})[op]
@@ -30,6 +37,9 @@ for i = 1, n do
   local status = 'none'
   if l.raw then
     l.o = cjson.decode(l.raw)
+    -- A record keeps the members it was written with (a single-SKU order's none, a basket line's lines or
+    -- anchor): whose order it is does not change.
+    l.extra = string.match(l.raw, '"fence":%-?%d+(.*)}$') or ''
     status, l.quantity = l.o.status, l.o.quantity
     if status == 'released' then status = 'cancelled' end -- Release's word for it
   end
@@ -45,7 +55,7 @@ for i = 1, n do
     end
     if status == 'reserved' and not st[1] then return redis.error_reply('UNKNOWNSKU') end
     for f, v in pairs({available = st[1], reserved = st[2], fulfilled = st[4]}) do
-      if v and not string.find(v, '^%-?%d+$') then return redis.error_reply('CORRUPT ' .. f) end
+      if v and not int(v) then return redis.error_reply('CORRUPT ' .. f) end
     end
     l.from, l.available, l.known = status, tonumber(st[1]) or 0, st[1] ~= nil
     writes = true
@@ -73,11 +83,9 @@ for i, l in ipairs(lines) do
     local record = string.format(
       '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d%s}',
       target, reason, l.quantity, after, l.token, l.extra)
-    if l.raw then
-      redis.call('SET', l.record, record, 'KEEPTTL')
-    else
-      redis.call('SET', l.record, record, 'PX', ARGV[3])
-    end
+    -- A full TTL from now, also for a record that had one already: the event that moved the line on must
+    -- find its record on every redelivery for as long as a reservation would.
+    redis.call('SET', l.record, record, 'PX', ARGV[3])
     replies[i] = {0, target, reason, l.quantity, after, l.token}
   end
 end

@@ -298,11 +298,25 @@ func TestRedlockMode(t *testing.T) {
 	}
 }
 
+// With OTEL_TRACES_EXPORTER=console the worker prints its spans. An order takes its lock with its stock
+// script when the lock is free (lock elision), so the lock's own span shows with LOCK_ELISION=false.
 func TestConsoleTraceExporter(t *testing.T) {
+	for _, tc := range []struct {
+		elision string
+		spans   []string
+	}{
+		{"true", []string{`"Name":"process orders"`, `"Name":"stock reserve batch"`, `"stockflow.stock.lock_elided"`}},
+		{"false", []string{`"Name":"process orders"`, `"Name":"lock acquire"`, `"Name":"stock reserve batch"`}},
+	} {
+		t.Run("LOCK_ELISION="+tc.elision, func(t *testing.T) { consoleTraces(t, tc.spans, "LOCK_ELISION="+tc.elision) })
+	}
+}
+
+func consoleTraces(t *testing.T, spans []string, env ...string) {
 	s := redistest.Start(t)
 	rdb := s.Client()
 	ctx := context.Background()
-	w := startWorker(t, s, "w0", "OTEL_TRACES_EXPORTER=console")
+	w := startWorker(t, s, "w0", append(env, "OTEL_TRACES_EXPORTER=console")...)
 	if err := rdb.HSet(ctx, "stock:{SKU-1}", "available", 5).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -317,9 +331,9 @@ func TestConsoleTraceExporter(t *testing.T) {
 	if err, ok := w.exited(10 * time.Second); !ok || err != nil {
 		t.Fatalf("worker exit: %v (exited %v)", err, ok)
 	}
-	for _, span := range []string{`"Name":"process orders"`, `"Name":"lock acquire"`, `"Name":"stock reserve batch"`} {
+	for _, span := range spans {
 		if !strings.Contains(w.logText(), span) {
-			t.Fatalf("worker printed no span %s with OTEL_TRACES_EXPORTER=console", span)
+			t.Fatalf("worker printed no %s with OTEL_TRACES_EXPORTER=console", span)
 		}
 	}
 }

@@ -44,6 +44,9 @@ type combiner struct {
 	decide func(ctx context.Context, batch []*pending, token int64, more func() bool) (released bool, err error)
 	// maxWait bounds a follower's wait, as LOCK_WAIT bounds a leader's; 0: none.
 	maxWait time.Duration
+	// elide: a leader first decides its batches with inventory.ElideLock, each taking the lock inside its
+	// stock script, and goes to the lock step only when a batch finds the lock held (leadElided).
+	elide bool
 }
 
 type skuOrders struct {
@@ -81,8 +84,24 @@ func (c *combiner) step(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 		defer c.stepDown(p)
+		if c.elide {
+			if done, err := c.leadElided(msg, o.SKU); done {
+				return nil, err
+			}
+		}
 		return h(msg)
 	}
+}
+
+// putBack returns a batch that decided nothing to the head of its SKU's queue, in its order.
+func (c *combiner) putBack(sku string, batch []*pending) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range batch {
+		p.taken = false
+	}
+	q := c.skus[sku]
+	q.waiting = append(slices.Clone(batch), q.waiting...)
 }
 
 // join queues p behind its SKU's orders; it reports whether p leads (no other order of the SKU does).
@@ -170,31 +189,51 @@ func (c *combiner) take(sku string) []*pending {
 	return batch
 }
 
-// lead decides the batches of the leader msg's SKU under its lock hold, for at most leadFor (its own
-// order is in the first), and returns the outcome of its own order's batch. A batch that released the lock
-// with its outcomes is the last.
+// lead decides the batches of the leader msg's SKU under its lock hold, for at most leadFor, and returns
+// the outcome of its own order, which is in the first batch (a leader's order is the oldest waiting). A
+// batch that released the lock with its outcomes is the last.
 func (c *combiner) lead(msg *message.Message, token int64) error {
 	o, err := handlers.OrderOf(msg)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	more := func() bool { return time.Since(start) < leadFor && c.waiting(o.SKU) }
-	var own error
+	_, err = c.batches(msg, o.SKU, token, func() bool { return time.Since(start) < leadFor && c.waiting(o.SKU) })
+	return err
+}
+
+// leadElided decides the batches of the leader msg's SKU as lead does, but each taking the SKU's lock
+// inside its stock script (inventory.ElideLock); done reports that its own order was decided, with own its
+// outcome. A batch that finds the lock held (another process's turn, a Redisson client) goes back to the
+// head of the queue untouched and the lead ends there: when its own order is still waiting, the leader
+// goes on to take the lock.
+func (c *combiner) leadElided(msg *message.Message, sku string) (done bool, own error) {
+	return c.batches(msg, sku, inventory.ElideLock, func() bool { return false })
+}
+
+// batches decides batches of sku, oldest orders first, for at most leadFor, until one fails, one
+// releases the lock, or one finds it held (put back). done reports that the first batch, which holds the
+// leader's own order, was decided, with own its outcome.
+func (c *combiner) batches(msg *message.Message, sku string, token int64, more func() bool) (done bool, own error) {
+	start := time.Now()
 	for released := false; !released && time.Since(start) < leadFor; {
-		batch := c.take(o.SKU)
+		batch := c.take(sku)
 		if len(batch) == 0 {
 			break
 		}
-		released, err = c.decideEach(msg, batch, token, more)
-		if slices.ContainsFunc(batch, func(p *pending) bool { return p.msg == msg }) {
-			own = err
+		var err error
+		if released, err = c.decideEach(msg, batch, token, more); errors.Is(err, inventory.ErrLocked) {
+			c.putBack(sku, batch)
+			break
+		}
+		if !done {
+			done, own = true, err
 		}
 		if err != nil {
 			break
 		}
 	}
-	return own
+	return done, own
 }
 
 // decideEach decides batch and hands each order its outcome. A batch that failed permanently (one order's
@@ -209,6 +248,9 @@ func (c *combiner) decideEach(leader *message.Message, batch []*pending, token i
 		}
 	}()
 	released, err = c.decide(leader.Context(), batch, token, more)
+	if errors.Is(err, inventory.ErrLocked) {
+		return false, err // decided nothing: leadElided puts the batch back
+	}
 	if err == nil || len(batch) == 1 || classify(err) != permanent {
 		c.decided(leader, batch, err)
 		return released, err

@@ -37,10 +37,15 @@ type Config struct {
 	// RedlockURLs, when set, switches the locks to Redlock over these independent masters.
 	RedlockURLs string
 	// Name names this worker: its consumers are <Name>-0 .. <Name>-(Concurrency-1).
-	Name            string
-	Concurrency     int
-	LockLease       time.Duration
-	LockWait        time.Duration
+	Name        string
+	Concurrency int
+	LockLease   time.Duration
+	LockWait    time.Duration
+	// LockElision lets a batch of orders take its SKU's lock inside the stock script when nobody holds it
+	// (inventory.ElideLock), rather than acquiring and releasing it around the script: the same exclusion
+	// and fencing for two fewer scripts and one round trip less. Only with the reentrant lock on the stock's
+	// Redis; default on.
+	LockElision     bool
 	ClaimIdle       time.Duration
 	ShutdownTimeout time.Duration
 	// MetricsAddr is where /metrics, /healthz and /readyz are served; default "" (off).
@@ -88,6 +93,7 @@ func DefaultConfig() Config {
 		Concurrency:     DefaultConcurrency,
 		LockLease:       rlock.DefaultLease,
 		LockWait:        DefaultLockWait,
+		LockElision:     true,
 		ClaimIdle:       DefaultClaimIdle,
 		ShutdownTimeout: DefaultShutdownTimeout,
 		OutcomeTTL:      inventory.DefaultOutcomeTTL,
@@ -109,6 +115,8 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.Concurrency, "WORKER_CONCURRENCY", d.Concurrency, "consumers (messages in flight) per process")
 	s.Duration(&c.LockLease, "LOCK_LEASE", d.LockLease, "lease of a SKU lock; the watchdog renews it every third of it while held")
 	s.Duration(&c.LockWait, "LOCK_WAIT", d.LockWait, "longest wait for a SKU lock before the order is retried")
+	c.LockElision = d.LockElision
+	s.Bool(&c.LockElision, "LOCK_ELISION", "when a SKU's lock is free, take it inside the stock script rather than around it (one round trip and two scripts less per batch; only with the lock on REDIS_URL, not Redlock); false: always acquire and release")
 	s.Duration(&c.ClaimIdle, "CLAIM_IDLE", d.ClaimIdle, "how long a pending order of a dead consumer waits before another worker claims it")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", d.ShutdownTimeout, "on SIGTERM, how long in-flight orders may take to finish")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", d.MetricsAddr, "listen address for /metrics, /healthz and /readyz (empty: off)")

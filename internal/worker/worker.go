@@ -194,6 +194,9 @@ func (w *Worker) setHandler() error {
 	w.reserver = &handlers.Reserver{Store: store, Worker: w.cfg.Name}
 	w.server = stream.ServerAttributes(w.rdb)
 	w.combiner = newCombiner(w.cfg.LockWait, w.decide)
+	// Lock elision needs the reentrant lock on the stock's Redis. Not with FAULT_DELAY_WRITE, which delays
+	// the write of a lock holder: an elided write holds the lock only while it runs.
+	w.combiner.elide = w.cfg.LockElision && w.fenceCounterAtStore() && w.cfg.FaultDelayWrite == 0
 	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
@@ -340,7 +343,9 @@ func (w *Worker) storeOptions() []inventory.Option {
 	opts := []inventory.Option{inventory.WithOutcomeTTL(w.cfg.OutcomeTTL),
 		inventory.WithReplicaAcks(w.cfg.Replicas.Acks, w.cfg.Replicas.Timeout)}
 	if w.fenceCounterAtStore() {
-		opts = append(opts, inventory.WithFenceCounter(rlock.TokenKey))
+		// The counter, and for lock elision (setHandler) the lock and the counter's TTL as the locker's
+		// acquisitions give it (newLocker).
+		opts = append(opts, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, w.cfg.OutcomeTTL))
 	}
 	return opts
 }

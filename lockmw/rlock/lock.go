@@ -125,6 +125,10 @@ type names struct {
 // the lock: a store on the same Redis can compare a writer's token with it (inventory.WithFenceCounter).
 func TokenKey(key string) string { return namesFor(key).token }
 
+// LockKey is the Redis key of the lock of key ("lock:{key}", a hash in Redisson's RLock layout): a store
+// on the same Redis can take the lock inside its own script when nobody holds it (inventory.WithLockElision).
+func LockKey(key string) string { return namesFor(key).lock }
+
 func namesFor(key string) names {
 	lock := "lock:{" + key + "}"
 	return names{lock: lock, channel: "redisson_lock__channel:" + lock, token: "redisson_lock_token:" + lock}
