@@ -121,6 +121,7 @@ func TestLockWaitBucketsLinkToTheTraceThatWaited(t *testing.T) {
 	s := redistest.Start(t)
 	cfg := workerConfig(t, s)
 	cfg.MetricsAddr = freeAddr(t)
+	cfg.LockElision = false // lock waits need lock acquisitions (TestOneTracePerOrder)
 	runWorker(t, s, cfg)
 
 	waitServing(t, cfg.MetricsAddr)

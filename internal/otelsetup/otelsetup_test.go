@@ -146,6 +146,9 @@ func TestOneTracePerOrder(t *testing.T) {
 	cfg := workerConfig(t, s)
 	cfg.MetricsAddr = freeAddr(t)
 	cfg.TraceRedis = true
+	// The lock's spans and waits are what this test follows: every batch takes the lock (with lock elision
+	// an uncontended batch takes it inside its stock script, without a lock acquire span or wait).
+	cfg.LockElision = false
 	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		worker.Options{Metrics: meters.handler, Tracing: true})
 	if err != nil {
