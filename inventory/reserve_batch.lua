@@ -71,7 +71,7 @@ if undecided then
     local fence = tonumber(stock[3]) or 0
     if token <= fence then
       token = fence + 1
-      redis.call('SET', KEYS[2], token)
+      redis.call('SET', KEYS[2], string.format('%d', token))
     end
     if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
   end

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -85,6 +86,7 @@ func endOp(op *Op, rec *located) error {
 	}
 	op.Result = Result{Status: rec.Status, Reason: rec.Reason, Quantity: rec.Quantity,
 		AvailableAfter: rec.AvailableAfter, Replayed: rec.Replayed}
+	op.Token = cmp.Or(op.Token, rec.Token) // the token an elided write was decided under (returnEvent)
 	return nil
 }
 

@@ -84,6 +84,9 @@ type returnEvent struct {
 	header
 	Op string `json:"op"`
 	Result
+	// Token is the fencing token the store decided a fresh write under, when the call left it to the store
+	// to take (inventory.ElideLock: invoked with token 0); 0 otherwise.
+	Token int64 `json:"token,omitempty"`
 }
 
 type failEvent struct {
@@ -114,8 +117,9 @@ func (r *Recorder) Released(key, owner string, token int64, at time.Time) {
 
 // Call is a stock operation under way: end it with Return or Fail. A nil *Call does nothing.
 type Call struct {
-	r  *Recorder
-	id string
+	r            *Recorder
+	id           string
+	invokedToken int64
 }
 
 // Invoke records that a stock operation is about to start and returns the handle to record its end.
@@ -125,7 +129,7 @@ func (r *Recorder) Invoke(kind Kind, sku, orderID string, quantity, token int64)
 	if r == nil {
 		return nil
 	}
-	c := &Call{r: r, id: r.prefix + "-" + strconv.FormatUint(r.seq.Add(1), 10)}
+	c := &Call{r: r, id: r.prefix + "-" + strconv.FormatUint(r.seq.Add(1), 10), invokedToken: token}
 	r.write(invokeEvent{header: r.header("invoke", r.now()), Op: c.id, Kind: kind, SKU: sku, Order: orderID,
 		Quantity: quantity, Token: token})
 	return c
@@ -138,7 +142,15 @@ func (c *Call) Return(out inventory.Outcome) {
 	}
 	res := Result{Status: out.Status, Reason: out.Reason, Quantity: out.Quantity, AvailableAfter: out.AvailableAfter,
 		Replayed: out.Replayed}
-	c.r.write(returnEvent{header: c.r.header("return", c.r.now()), Op: c.id, Result: res})
+	c.r.write(returnEvent{header: c.r.header("return", c.r.now()), Op: c.id, Result: res, Token: c.token(out)})
+}
+
+// token is the token of out to record with its return: that of a fresh write invoked without one.
+func (c *Call) token(out inventory.Outcome) int64 {
+	if c.invokedToken != 0 || out.Replayed {
+		return 0
+	}
+	return out.Fence
 }
 
 // Fail records that the operation failed with err, classified by Classify.
@@ -152,11 +164,11 @@ func (c *Call) Fail(err error) {
 // Classify says whether a failed stock operation certainly had no effect (Refused) or may have been
 // applied (Unknown). Refused are only the errors the scripts answer before their first write, and input
 // errors caught before anything is sent: a stale fence, invalid input, nothing to release, an unknown SKU
-// to release, a corrupt stock hash. Everything else is Unknown, even a refused connection: go-redis
+// to release, a corrupt stock hash, a held lock an elided batch would have taken. Everything else is Unknown, even a refused connection: go-redis
 // retries a command whose reply was lost, so the last attempt's error says nothing about the first.
 func Classify(err error) Failure {
 	for _, definite := range []error{inventory.ErrStaleFence, inventory.ErrInvalid, inventory.ErrNotReserved,
-		inventory.ErrUnknownSKU, inventory.ErrCorrupt} {
+		inventory.ErrUnknownSKU, inventory.ErrCorrupt, inventory.ErrLocked} {
 		if errors.Is(err, definite) {
 			return Refused
 		}

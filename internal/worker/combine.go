@@ -35,6 +35,9 @@ const leadFor = rlock.DefaultHandOffHold
 // errGaveUp: a follower waited for its outcome as long as it may wait for the lock.
 var errGaveUp = errors.New("worker: waited the lock wait for a batch to decide the order")
 
+// errTakeLock: an elided batch decided nothing and goes back to be decided under the lock.
+var errTakeLock = errors.New("worker: the batch is to be decided under the lock")
+
 // combiner holds the orders waiting per SKU.
 type combiner struct {
 	mu   sync.Mutex
@@ -56,10 +59,13 @@ type skuOrders struct {
 
 // pending is one order in the combiner.
 type pending struct {
-	msg    *message.Message
-	order  handlers.Order
-	since  time.Time
-	taken  bool          // in a batch being decided
+	msg   *message.Message
+	order handlers.Order
+	since time.Time
+	taken bool // in a batch being decided
+	// gaveUp is the error of a follower that gave up while its order was taken: should the batch come
+	// back undecided (putBack), the order gets it rather than a second wait.
+	gaveUp error
 	waited time.Duration // from joining until its batch was decided
 	done   chan error    // the batch's outcome: nil when decided, published and acked
 	lead   chan struct{} // this order's consumer leads now
@@ -93,15 +99,22 @@ func (c *combiner) step(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// putBack returns a batch that decided nothing to the head of its SKU's queue, in its order.
+// putBack returns a batch that decided nothing to the head of its SKU's queue, in its order; a follower
+// that gave up meanwhile gets its error instead, so no follower waits longer than its bound.
 func (c *combiner) putBack(sku string, batch []*pending) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var back []*pending
 	for _, p := range batch {
 		p.taken = false
+		if p.gaveUp != nil {
+			p.done <- p.gaveUp
+			continue
+		}
+		back = append(back, p)
 	}
 	q := c.skus[sku]
-	q.waiting = append(slices.Clone(batch), q.waiting...)
+	q.waiting = append(back, q.waiting...)
 }
 
 // join queues p behind its SKU's orders; it reports whether p leads (no other order of the SKU does).
@@ -137,7 +150,7 @@ func (c *combiner) follow(p *pending) (leads bool, err error) {
 	case <-ctx.Done():
 		err = fmt.Errorf("lock %s: %w: %w", p.order.SKU, rlock.ErrNotObtained, context.Cause(ctx))
 	}
-	if c.leave(p) {
+	if c.leave(p, err) {
 		return false, err
 	}
 	select { // taken into a batch, or made leader, meanwhile
@@ -150,10 +163,13 @@ func (c *combiner) follow(p *pending) (leads bool, err error) {
 
 // leave takes a follower that gives up out of its SKU's queue; false when it cannot: its order is being
 // decided, or it was just made leader.
-func (c *combiner) leave(p *pending) bool {
+func (c *combiner) leave(p *pending, err error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.skus[p.order.SKU]
+	if p.taken {
+		p.gaveUp = err
+	}
 	if p.taken || q.leader == p {
 		return false
 	}
@@ -222,7 +238,7 @@ func (c *combiner) batches(msg *message.Message, sku string, token int64, more f
 			break
 		}
 		var err error
-		if released, err = c.decideEach(msg, batch, token, more); errors.Is(err, inventory.ErrLocked) {
+		if released, err = c.decideEach(msg, batch, token, more); errors.Is(err, errTakeLock) {
 			c.putBack(sku, batch)
 			break
 		}
@@ -248,13 +264,20 @@ func (c *combiner) decideEach(leader *message.Message, batch []*pending, token i
 		}
 	}()
 	released, err = c.decide(leader.Context(), batch, token, more)
-	if errors.Is(err, inventory.ErrLocked) {
-		return false, err // decided nothing: leadElided puts the batch back
-	}
-	if err == nil || len(batch) == 1 || classify(err) != permanent {
+	switch oneByOne := len(batch) > 1 && classify(err) == permanent; {
+	case errors.Is(err, inventory.ErrLocked) || oneByOne && token == inventory.ElideLock:
+		// Decided nothing: the batch goes back to be decided under the lock, where a batch that fails
+		// permanently is decided order by order (an elided order could meet the lock taken meanwhile).
+		return false, fmt.Errorf("%w: %w", errTakeLock, err)
+	case !oneByOne:
 		c.decided(leader, batch, err)
 		return released, err
 	}
+	return false, c.decideOneByOne(leader, batch, token)
+}
+
+// decideOneByOne decides each order of batch alone and returns the leader's outcome.
+func (c *combiner) decideOneByOne(leader *message.Message, batch []*pending, token int64) (err error) {
 	for _, p := range batch {
 		single := []*pending{p}
 		_, perr := c.decide(leader.Context(), single, token, func() bool { return true })
@@ -263,7 +286,7 @@ func (c *combiner) decideEach(leader *message.Message, batch []*pending, token i
 			err = perr
 		}
 	}
-	return false, err
+	return err
 }
 
 // decided hands a batch's outcome to its followers' consumers, and records each order's wait.

@@ -293,3 +293,24 @@ func TestBatchThatFailsPermanentlyIsDecidedOrderByOrder(t *testing.T) {
 		t.Fatalf("%d pending, batches %v; want o-2 alone pending after a batch of 3 and three of 1", len(p), e.store.batches)
 	}
 }
+
+// With lock elision a leader first decides its batch taking the lock inside the stock script; when the
+// lock is held (here a Redisson-layout holder), the batch decides nothing, goes back to the head of the
+// queue, and the leader goes on to the lock step, whose batch then takes every waiting order.
+func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
+	e.c.elide = true
+	e.rdb.HSet(context.Background(), rlock.LockKey("SKU-1"), "someone:1", 1)
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
+	close(e.gate)
+	if errs := wait(); errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("errors %v", errs)
+	}
+	if r := e.results(t); len(r) != 3 || r["o-1"].Fence != 0 || r["o-3"].Status != inventory.StatusReserved {
+		t.Fatalf("outcomes %v; want all three reserved under the lock step's token (0 here)", r)
+	}
+	if !slices.Equal(e.store.batches, []int{1, 3}) {
+		t.Fatalf("batches %v; want the leader's elided batch of 1 (refused: locked), then one of 3 under the lock", e.store.batches)
+	}
+}

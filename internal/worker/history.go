@@ -33,8 +33,9 @@ type recordingStore struct {
 }
 
 func (s recordingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
-	// An elided batch (inventory.ElideLock) is recorded as unfenced writes inside a hold of the token it
-	// drew, acquired and released around the call: it cannot be stale, and a later stale write is.
+	// An elided batch (inventory.ElideLock) is invoked without a token; its fresh writes return with the
+	// token the script drew, inside a hold of that token acquired and released around the call, so the
+	// fencing checks cover them, and a later stale write is refused against them.
 	calls := make([]*history.Call, len(orders))
 	for i, o := range orders {
 		calls[i] = s.rec.Invoke(history.Reserve, o.SKU, o.ID, o.Quantity, max(fence, 0))

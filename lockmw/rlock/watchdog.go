@@ -80,7 +80,7 @@ func (w *watchdog) add(l *lease, fresh bool) {
 		w.joinLocked(old, l)
 		return
 	case old != nil:
-		w.loseLocked(old)
+		cancelAll(w.loseLocked(old))
 		go w.reportLost(old, errors.New("the lock was gone when its owner acquired it again"))
 	}
 	w.startLocked(l.h)
@@ -187,16 +187,24 @@ func (w *watchdog) lose(h *hold, reason error) {
 		w.mu.Unlock()
 		return
 	}
-	w.loseLocked(h)
+	leases := w.loseLocked(h)
 	w.mu.Unlock()
+	// Reported before the leases end: a holder that sees its lease's context end finds the loss already
+	// on its span, in the log and in the counter.
 	w.reportLost(h, reason)
+	cancelAll(leases)
 }
 
-func (w *watchdog) loseLocked(h *hold) {
+// loseLocked forgets the lost hold h and returns its leases, for the caller to cancel.
+func (w *watchdog) loseLocked(h *hold) []*lease {
 	delete(w.holds, h.key)
 	h.lost = true
 	h.expiry.Stop()
-	for _, l := range h.leases {
+	return h.leases
+}
+
+func cancelAll(leases []*lease) {
+	for _, l := range leases {
 		l.cancel(ErrLockLost)
 	}
 }
