@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -141,14 +142,29 @@ func (m *Middleware) acquire(ctx context.Context, keys []string) (held, error) {
 }
 
 // releaseRun gives the message its context back and releases the lease; a lease that was lost or expired
-// is no error here.
+// is no error here, also when it is one of several: the others' errors still are.
 func releaseRun(msg *message.Message, orig context.Context, lease held) error {
 	msg.SetContext(orig) // a retry must not start from a released lease's context
 	// The release must not inherit a cancelled message context: it frees the key for others.
-	if err := lease.Release(context.WithoutCancel(orig)); !errors.Is(err, rlock.ErrNotHeld) {
+	err := lease.Release(context.WithoutCancel(orig))
+	if _, several := lease.(*rlock.MultiLease); several {
+		err = withoutNotHeld(err)
+	}
+	if errors.Is(err, rlock.ErrNotHeld) {
+		return nil
+	}
+	return err
+}
+
+// withoutNotHeld drops the ErrNotHeld of the leases of a MultiLease's joined release error.
+func withoutNotHeld(err error) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
 		return err
 	}
-	return nil
+	return errors.Join(slices.DeleteFunc(slices.Clone(joined.Unwrap()), func(e error) bool {
+		return errors.Is(e, rlock.ErrNotHeld)
+	})...)
 }
 
 // withUnlockError adds a failed release to the handler's outcome, on one line.

@@ -211,3 +211,52 @@ func TestMiddlewareNeedsAKeyFunction(t *testing.T) {
 
 // noLocker is a Locker that is never called.
 type noLocker struct{ rlock.Locker }
+
+// failingRelease wraps a locker whose leases of key fail to release with err (after releasing).
+type failingRelease struct {
+	rlock.Locker
+	key string
+	err error
+}
+
+func (f failingRelease) Acquire(ctx context.Context, key string) (rlock.Lease, error) {
+	lease, err := f.Locker.Acquire(ctx, key)
+	if err != nil || key != f.key {
+		return lease, err
+	}
+	return failingLease{lease, f.err}, nil
+}
+
+type failingLease struct {
+	rlock.Lease
+	err error
+}
+
+func (l failingLease) Release(ctx context.Context) error {
+	_ = l.Lease.Release(ctx)
+	return l.err
+}
+
+// A set whose one lock was lost (no error: it expired or was taken) and another's release failed reports
+// the failure: the lost one does not hide it.
+func TestMiddlewareReportsAReleaseFailureBesideALostLock(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	l, err := rlock.NewReentrant(rdb, rlock.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	down := errors.New("connection reset")
+	split := func(msg *message.Message) ([]string, error) { return strings.Split(string(msg.Payload), ","), nil }
+	mw := &Middleware{Locker: failingRelease{l, "b", down}, Keys: split}
+	h := mw.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		rdb.Del(context.Background(), "lock:{a}") // a is lost
+		return nil, nil
+	})
+	if _, err := h(message.NewMessage("m1", []byte("a,b"))); !errors.Is(err, down) {
+		t.Fatalf("err %v, want b's release failure", err)
+	}
+	if _, err := h(message.NewMessage("m2", []byte("a,c"))); err != nil {
+		t.Fatalf("err %v, want none: a lost lock alone is no error", err)
+	}
+}

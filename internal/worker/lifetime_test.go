@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/redisproc"
 	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
@@ -267,5 +268,23 @@ func TestLostGroupIsNotRecreatedPastTheOutcomeTTL(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].ID != recent {
 		t.Fatalf("first entry after the group was recreated: %v, want %s (the one older than OUTCOME_TTL skipped)", got, recent)
+	}
+}
+
+// A Redis Cluster node given as one server (REDIS_CLUSTER false) is refused at startup, with what to set:
+// its baskets would fail with CROSSSLOT for ever.
+func TestAClusterNodeTakenForOneServerIsRefused(t *testing.T) {
+	s := redistest.Start(t, func(o *redisproc.Options) { o.Cluster = true })
+	cfg := validConfig(t)
+	cfg.RedisURL = s.URL()
+	w, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Locker: NoLock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.prepare(ctx); !errors.Is(err, errClusterNode) || !strings.Contains(err.Error(), "REDIS_CLUSTER=true") {
+		t.Fatalf("prepare: %v, want errClusterNode saying to set REDIS_CLUSTER=true", err)
 	}
 }

@@ -16,13 +16,17 @@ import (
 // errEvicting refuses a Redis that may evict keys.
 var errEvicting = errors.New("worker: Redis may evict keys")
 
+// errClusterNode refuses a Redis Cluster node addressed as one server (REDIS_CLUSTER false).
+var errClusterNode = errors.New("worker: REDIS_URL is a Redis Cluster node")
+
 // prepare runs before the first message: it waits until Redis answers, refuses a user without the
-// worker's permissions, a Redis that may evict keys and streams laid out in another number of partitions
-// (stream.Config.CheckLayout), and creates the consumer groups that do not exist.
+// worker's permissions, a Redis that may evict keys, a cluster node taken for one server and streams laid
+// out in another number of partitions (stream.Config.CheckLayout), and creates the consumer groups that do
+// not exist.
 func (w *Worker) prepare(ctx context.Context) error {
 	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
 		err := w.prepareOnce(ctx)
-		if err == nil || errors.Is(err, errEvicting) || errors.Is(err, errPermission) || errors.Is(err, stream.ErrLayout) {
+		if err == nil || refusesToStart(err) {
 			return err
 		}
 		w.logger.Warn("waiting for Redis", "err", err, "in", backoff.String())
@@ -34,11 +38,24 @@ func (w *Worker) prepare(ctx context.Context) error {
 	}
 }
 
+// refusesToStart: err is a setup no retry mends.
+func refusesToStart(err error) bool {
+	for _, setup := range []error{errEvicting, errPermission, errClusterNode, stream.ErrLayout} {
+		if errors.Is(err, setup) {
+			return true
+		}
+	}
+	return false
+}
+
 func (w *Worker) prepareOnce(ctx context.Context) error {
 	if err := w.checkPermissions(ctx); err != nil {
 		return err
 	}
 	if err := w.checkEviction(ctx, true); err != nil {
+		return err
+	}
+	if err := w.checkClusterNode(ctx); err != nil {
 		return err
 	}
 	if err := w.cfg.CheckLayout(ctx, w.rdb); err != nil {
@@ -67,6 +84,20 @@ func (w *Worker) checkEviction(ctx context.Context, masters bool) error {
 		if err := w.evictionPolicy(ctx, c, "REDLOCK_URLS master "+c.Options().Addr); errors.Is(err, errEvicting) {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkClusterNode refuses a cluster-enabled server when REDIS_CLUSTER is false: a SKU's keys share a slot,
+// so single-SKU orders would go through, but a basket's script spans its SKUs' slots and fails with
+// CROSSSLOT, which no retry mends, and the node answers MOVED for every slot it does not serve. A server
+// that does not answer INFO cluster is let through (one that cannot be reached fails the other checks).
+func (w *Worker) checkClusterNode(ctx context.Context) error {
+	if w.cfg.Cluster {
+		return nil
+	}
+	if info, _ := w.rdb.Info(ctx, "cluster").Result(); infoField(info, "cluster_enabled") == "1" {
+		return fmt.Errorf("%w (cluster_enabled:1): set REDIS_CLUSTER=true, with the cluster's nodes in REDIS_URL", errClusterNode)
 	}
 	return nil
 }
