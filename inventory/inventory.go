@@ -69,6 +69,9 @@ const (
 	ReasonNotReserved      Reason = "not_reserved"      // the order was rejected
 	ReasonAlreadyCancelled Reason = "already_cancelled" // a fulfil after a cancel
 	ReasonAlreadyFulfilled Reason = "already_fulfilled" // a cancel after a fulfil
+	// The reason of a cancelled Outcome whose cancel came before the order was reserved (Cancel): the order,
+	// when it comes, reserves nothing.
+	ReasonCancelledEarly Reason = "cancelled_early"
 )
 
 // Outcome is the decision recorded for an order. Its JSON field names are those of the outcome event.

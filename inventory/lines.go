@@ -28,8 +28,20 @@ var (
 	transitionSrc    string
 	transitionScript = redis.NewScript(transitionSrc)
 
+	//go:embed cancel_early.lua
+	cancelEarlySrc    string
+	cancelEarlyScript = redis.NewScript(cancelEarlySrc)
+
 	// A script rather than GET: the store's client is a redis.Scripter.
 	getRecordScript = redis.NewScript(`return redis.call('GET', KEYS[1])`)
+
+	// The stock fields of a line that the scripts increment, and 1 when the order's record for it is that of
+	// a cancel that came first (cancel_early.lua), else 0. KEYS: stock:{SKU}, order:{SKU}:<order_id>.
+	checkLineScript = redis.NewScript(`
+local st = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fulfilled')
+local rec = redis.call('GET', KEYS[2])
+st[4] = (rec and string.find(rec, '"early":true', 1, true)) and 1 or 0
+return st`)
 )
 
 // Line is one SKU of an order with several (a basket) and how many of it.
@@ -129,6 +141,8 @@ func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
 		return decodeLineOutcomes(b, reply)
 	case redis.HasErrorPrefix(err, "PARTIAL"):
 		return s.reserveSaga(ctx, b)
+	case redis.HasErrorPrefix(err, "EARLYCANCEL"):
+		return s.transitionAll(ctx, "cancel", b)
 	}
 	return nil, scriptError("reserve the lines of", b.id, b.lines[0].SKU, b.fences[b.lines[0].SKU], err)
 }
@@ -136,8 +150,12 @@ func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
 // reserveSaga reserves lines one at a time (reserve.lua), up to the first line rejected on its own or
 // cancelled, then gives back the lines reserved before it.
 func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
-	if err := s.checkStocks(ctx, b); err != nil {
+	early, err := s.checkStocks(ctx, b)
+	if err != nil {
 		return nil, err
+	}
+	if early {
+		return s.transitionAll(ctx, "cancel", b)
 	}
 	outs := make([]Outcome, 0, len(b.lines))
 	for i, l := range b.lines {
@@ -161,27 +179,32 @@ func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
 	return outs, nil
 }
 
-// checkStocks reads the stock hash of every line before a line-by-line run writes its first line, so that
-// broken data (ErrCorrupt) fails the order before anything is written rather than after its first lines,
-// as the one-Redis scripts, which check every line before their first write, do. A read per line.
-func (s *Store) checkStocks(ctx context.Context, b basket) error {
+// checkStocks reads the stock hash and the record of every line before a line-by-line run writes its
+// first line, so that broken data (ErrCorrupt) fails the order before anything is written rather than
+// after its first lines, as the one-Redis scripts, which check every line before their first write, do.
+// early reports that a cancel of the order came before it (cancelEarly) and left its record on a line: the
+// basket follows it, cancelled whole. A read per line.
+func (s *Store) checkStocks(ctx context.Context, b basket) (early bool, err error) {
+	var earlies int64
 	for _, l := range b.lines {
-		reply, err := getStockScript.Run(ctx, s.rdb, []string{stockKey(l.SKU)}).Slice()
+		reply, err := checkLineScript.Run(ctx, s.rdb, []string{stockKey(l.SKU), orderKey(l.SKU, b.id)}).Slice()
 		if err != nil {
-			return scriptError("check the stock of", b.id, l.SKU, 0, err)
+			return false, scriptError("check the stock of", b.id, l.SKU, 0, err)
 		}
 		if field, v := badField(reply); field != "" {
-			return fmt.Errorf("%w: order %q: sku %q: stock field %s is not an integer HINCRBY can add to: %s",
+			return false, fmt.Errorf("%w: order %q: sku %q: stock field %s is not an integer HINCRBY can add to: %s",
 				ErrCorrupt, b.id, l.SKU, field, quote(v))
 		}
+		n, _ := reply[3].(int64)
+		earlies += n
 	}
-	return nil
+	return earlies > 0, nil
 }
 
-// badField returns the first field of a get_stock.lua reply that the scripts' increments would fail on,
+// badField returns the first field of a checkLineScript reply that the scripts' increments would fail on,
 // and its value; "" when there is none.
 func badField(reply []any) (field, value string) {
-	for i, name := range map[int]string{0: "available", 1: "reserved", 3: "fulfilled"} {
+	for i, name := range []string{"available", "reserved", "fulfilled"} {
 		if v, ok := reply[i].(string); ok && !incrementable(v) {
 			return name, v
 		}
@@ -205,7 +228,7 @@ func stopsSaga(out Outcome) bool {
 }
 
 // undoSaga gives back the reserved lines of outs (the lines up to the one that stopped the saga) and
-// reports the lines after it as not tried.
+// decides the lines after it (restOfSaga).
 func (s *Store) undoSaga(ctx context.Context, b basket, outs []Outcome) ([]Outcome, error) {
 	last := outs[len(outs)-1]
 	for i, out := range outs {
@@ -218,15 +241,26 @@ func (s *Store) undoSaga(ctx context.Context, b basket, outs []Outcome) ([]Outco
 		}
 		outs[i] = undone[0]
 	}
-	for _, l := range b.lines[len(outs):] {
-		rest := Outcome{OrderID: b.id, SKU: l.SKU, Quantity: l.Quantity, Status: StatusRejected,
-			Reason: ReasonOtherLine, Replayed: last.Replayed}
-		if last.Status == StatusCancelled {
-			rest.Status, rest.Reason = StatusCancelled, ""
+	for i := len(outs); i < len(b.lines); i++ {
+		rest, err := s.restOfSaga(ctx, b, i, last)
+		if err != nil {
+			return nil, err
 		}
 		outs = append(outs, rest)
 	}
 	return outs, nil
+}
+
+// restOfSaga decides line i of a basket whose saga stopped at an earlier line, last: cancelled with it (a
+// cancel wrote every line's record, which this replays), or else rejected with it, recorded so that a
+// cancel naming that line finds the order rejected rather than unknown.
+func (s *Store) restOfSaga(ctx context.Context, b basket, i int, last Outcome) (Outcome, error) {
+	op := cmp.Or(map[Status]string{StatusCancelled: "cancel"}[last.Status], "abort")
+	outs, err := s.transition(ctx, op, b, i)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return outs[0], nil
 }
 
 // Lines returns the lines of the order orderID that has a record for sku (any one of its SKUs), sorted
@@ -239,6 +273,8 @@ func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) 
 	switch {
 	case err != nil:
 		return nil, err
+	case rec.Early: // a cancel that came before the order (cancelEarly): the order is not known yet
+		return nil, fmt.Errorf("%w: order %q was cancelled before it came (sku %q)", ErrUnknownOrder, orderID, sku)
 	case rec.Lines != nil: // the basket's least SKU
 		return rec.Lines, nil
 	case rec.Anchor == "": // a single-SKU order
@@ -255,8 +291,10 @@ func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) 
 // ErrUnknownOrder: no outcome is recorded for the order and SKU (never decided, or expired).
 var ErrUnknownOrder = errors.New("inventory: unknown order")
 
-// lineRecord is what Lines reads of an outcome record.
+// lineRecord is what Lines and the lifecycle's refusals read of an outcome record.
 type lineRecord struct {
+	Status   Status `json:"status"`
+	Early    bool   `json:"early"` // written by a cancel that came before the order (cancelEarly)
 	Quantity int64  `json:"quantity"`
 	Lines    []Line `json:"lines"`  // on a basket's first SKU
 	Anchor   string `json:"anchor"` // on its other SKUs: the first
@@ -278,10 +316,12 @@ func (s *Store) record(ctx context.Context, orderID, sku string) (lineRecord, er
 }
 
 // Cancel gives back the stock of every line of the order orderID that has a record for sku (any one of its
-// SKUs), once: the order becomes cancelled. A cancelled order replays as cancelled; an unknown, rejected or
-// fulfilled one is refused with a rejected outcome (ReasonUnknownOrder, ReasonNotReserved,
-// ReasonAlreadyFulfilled) that writes nothing. A basket left half reserved by a crash is cancelled whole:
-// its lines without a record get a cancelled one, so its redelivery replays the cancellation.
+// SKUs), once: the order becomes cancelled. A cancelled order replays as cancelled; a rejected or fulfilled
+// one is refused with a rejected outcome (ReasonNotReserved, ReasonAlreadyFulfilled) that writes nothing.
+// An order with no record for sku is cancelled early (ReasonCancelledEarly, cancelEarly): the record it
+// leaves makes the order, when it comes, reserve nothing. A basket left half reserved by a crash is
+// cancelled whole: its lines without a record get a cancelled one, so its redelivery replays the
+// cancellation.
 //
 // The caller holds the locks of all the order's SKUs (Lines tells them) and passes their tokens; a SKU of
 // the order missing from a non-nil fences fails with ErrNotLocked. On one Redis it is one script; on a
@@ -306,10 +346,12 @@ func (s *Store) Fulfil(ctx context.Context, orderID, sku string, fences Fences) 
 // it applies.
 func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences Fences) (OrderOutcome, error) {
 	lines, err := s.Lines(ctx, orderID, sku)
-	if errors.Is(err, ErrUnknownOrder) {
+	switch {
+	case errors.Is(err, ErrUnknownOrder) && op == "cancel":
+		return s.cancelEarly(ctx, orderID, sku, fences)
+	case errors.Is(err, ErrUnknownOrder):
 		return refused(orderID, sku, ReasonUnknownOrder), nil
-	}
-	if err != nil {
+	case err != nil:
 		return OrderOutcome{}, err
 	}
 	b := basket{orderID, lines, fences}
@@ -331,7 +373,7 @@ func (s *Store) transitionAll(ctx context.Context, op string, b basket) ([]Outco
 	if !s.lineByLine() {
 		return s.transition(ctx, op, b, -1)
 	}
-	if err := s.checkStocks(ctx, b); err != nil {
+	if _, err := s.checkStocks(ctx, b); err != nil {
 		return nil, err
 	}
 	var outs []Outcome
@@ -343,6 +385,20 @@ func (s *Store) transitionAll(ctx context.Context, op string, b basket) ([]Outco
 		outs = append(outs, out...)
 	}
 	return outs, nil
+}
+
+// cancelEarly remembers a cancel of an order that has no record for sku yet (its reservation comes after
+// it in the stream, or never): a cancelled record marked early (cancel_early.lua), which the reservation
+// then follows (reserve_batch.lua replays it; a basket is cancelled whole, reserving nothing). A second
+// such cancel replays the first. A record that is not early means the order came meanwhile, which the
+// lock on sku rules out unless the caller does not hold it: ErrNotLocked, to look again.
+func (s *Store) cancelEarly(ctx context.Context, orderID, sku string, fences Fences) (OrderOutcome, error) {
+	created, err := s.run(ctx, cancelEarlyScript, []string{orderKey(sku, orderID)}, s.ttlMillis, fences[sku]).Int64()
+	if err != nil {
+		return OrderOutcome{}, scriptError("cancel early", orderID, sku, fences[sku], err)
+	}
+	return OrderOutcome{OrderID: orderID, Status: StatusCancelled, Reason: ReasonCancelledEarly, SKU: sku,
+		Replayed: created == 0}, nil
 }
 
 func refused(orderID, sku string, reason Reason) OrderOutcome {
@@ -378,16 +434,9 @@ var refusals = map[string][]struct {
 func (s *Store) states(ctx context.Context, b basket) ([]Status, error) {
 	states := make([]Status, len(b.lines))
 	for i, l := range b.lines {
-		raw, err := getRecordScript.Run(ctx, s.rdb, []string{orderKey(l.SKU, b.id)}).Text()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		var rec struct{ Status Status }
-		if err == nil {
-			err = json.Unmarshal([]byte(raw), &rec)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("inventory: read %s: %w", orderSubject(b.id, l.SKU), err)
+		rec, err := s.record(ctx, b.id, l.SKU)
+		if err != nil && !errors.Is(err, ErrUnknownOrder) {
+			return nil, err
 		}
 		states[i] = rec.Status
 	}

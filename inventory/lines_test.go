@@ -86,6 +86,11 @@ func TestReserveLinesIsAllOrNothing(t *testing.T) {
 			if s := statuses(got); s != "rejected/insufficient_stock/B: A=rejected/other_line_rejected B=rejected/insufficient_stock C=rejected/other_line_rejected" {
 				t.Fatalf("o-2: %s", s)
 			}
+			// Every line of a rejected basket has its record, also those after the short one on a cluster:
+			// a cancel naming any of them finds the order rejected (not unknown, which it would remember).
+			if got, err := store.Cancel(ctx, "o-2", "C", nil); err != nil || got.Reason != inventory.ReasonNotReserved {
+				t.Fatalf("cancel of o-2 naming C: %s, %v; want not_reserved", statuses(got), err)
+			}
 			got, err = store.ReserveLines(ctx, "o-3", lines("C", 1, "NOPE", 1), nil)
 			if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonUnknownSKU || got.SKU != "NOPE" {
 				t.Fatalf("o-3: %s, %v", statuses(got), err)
@@ -223,7 +228,8 @@ func TestCancelAndFulfil(t *testing.T) {
 				{"fulfil", "o-2", "B", "fulfilled//: A=fulfilled/ B=fulfilled/", true},
 				{"cancel", "o-2", "B", "rejected/already_fulfilled/B:", false},
 				{"cancel", "o-3", "A", "cancelled//: A=cancelled/", false},
-				{"cancel", "o-9", "A", "rejected/unknown_order/A:", false},
+				{"cancel", "o-9", "A", "cancelled/cancelled_early/A:", false}, // remembered for when o-9 comes
+				{"fulfil", "o-8", "A", "rejected/unknown_order/A:", false},
 			}
 			for _, s := range steps {
 				op := store.Cancel
@@ -426,5 +432,50 @@ func TestATransitionRenewsTheRecordTTL(t *testing.T) {
 		if ttl := rdb.PTTL(ctx, key).Val(); ttl < 59*time.Minute {
 			t.Errorf("%s: TTL %v after the cancel, want about an hour", key, ttl)
 		}
+	}
+}
+
+// A cancel that comes before its order is remembered: its outcome is cancelled (cancelled_early), and the
+// order, when it comes, reserves nothing: a single-SKU order replays the cancellation, a basket is cancelled
+// whole, whichever of its SKUs the cancel named; a fulfil then finds it cancelled, a second cancel replays.
+func TestACancelBeforeItsOrderIsRemembered(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range linesStores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := inventory.New(rdb)
+			seed(t, store, map[string]int64{"A": 10, "B": 10, "C": 10})
+			for _, c := range []struct{ id, sku string }{{"o-1", "A"}, {"o-2", "B"}, {"o-3", "C"}} {
+				got, err := store.Cancel(ctx, c.id, c.sku, nil)
+				if err != nil || got.Status != inventory.StatusCancelled || got.Reason != inventory.ReasonCancelledEarly || got.Replayed {
+					t.Fatalf("early cancel of %s: %+v, %v", c.id, got, err)
+				}
+			}
+			if got, err := store.Cancel(ctx, "o-1", "A", nil); err != nil || got.Status != inventory.StatusCancelled || !got.Replayed {
+				t.Fatalf("second early cancel: %+v, %v; want the first replayed", got, err)
+			}
+			outs, err := store.ReserveBatch(ctx, []inventory.Order{{ID: "o-1", SKU: "A", Quantity: 2}}, 0)
+			if err != nil || outs[0].Status != inventory.StatusCancelled || outs[0].Reason != inventory.ReasonCancelledEarly {
+				t.Fatalf("o-1 after its cancel: %+v, %v; want cancelled", outs, err)
+			}
+			for _, id := range []string{"o-2", "o-3"} { // the cancel named the basket's first SKU, then its last
+				got, err := store.ReserveLines(ctx, id, lines("A", 1, "B", 2, "C", 3), nil)
+				if err != nil || statuses(got) != "cancelled//: A=cancelled/ B=cancelled/ C=cancelled/" {
+					t.Fatalf("%s after its cancel: %s, %v; want all cancelled", id, statuses(got), err)
+				}
+				if again, err := store.ReserveLines(ctx, id, lines("A", 1, "B", 2, "C", 3), nil); err != nil || !again.Replayed || again.Status != inventory.StatusCancelled {
+					t.Fatalf("%s redelivered: %s replayed %v, %v", id, statuses(again), again.Replayed, err)
+				}
+				if ls, err := store.Lines(ctx, id, "C"); err != nil || len(ls) != 3 {
+					t.Fatalf("Lines(%s, C) = %v, %v; want the basket's three lines", id, ls, err)
+				}
+				if got, err := store.Fulfil(ctx, id, "B", nil); err != nil || got.Reason != inventory.ReasonAlreadyCancelled {
+					t.Fatalf("fulfil of %s: %s, %v; want already_cancelled", id, statuses(got), err)
+				}
+			}
+			if got, err := store.Fulfil(ctx, "o-9", "A", nil); err != nil || got.Reason != inventory.ReasonUnknownOrder {
+				t.Fatalf("fulfil of an unknown order: %s, %v", statuses(got), err)
+			}
+			checkStock(t, store, map[string][2]int64{"A": {10, 0}, "B": {10, 0}, "C": {10, 0}})
+		})
 	}
 }

@@ -158,6 +158,7 @@ var scriptErrors = map[string]struct {
 }{
 	"IDCONFLICT": {ErrOrderConflict, " (line %s of the call has another order's record)"},
 	"LOCKED":     {ErrLocked, ""},
+	"NOTEARLY":   {ErrNotLocked, " (the order came meanwhile)"},
 	"UNKNOWNSKU": {ErrUnknownSKU, ""},
 	"CORRUPT":    {ErrCorrupt, ": stock field %s is not an integer"},
 }

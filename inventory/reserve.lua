@@ -26,6 +26,7 @@ end
 -- line of a basket has the same anchor, or on the basket's first SKU lines of the same SKUs; a single-SKU
 -- order (no members) has neither. An order id reused for another order must not replay its records.
 local function same(o, extra)
+  if o.early then return true end -- a cancel that came first (cancel_early.lua): any order of the id
   local want = {}
   if extra and extra ~= '' then want = cjson.decode('{' .. string.sub(extra, 2) .. '}') end
   if want.anchor or o.anchor then return want.anchor == o.anchor end

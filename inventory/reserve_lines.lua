@@ -10,7 +10,8 @@
 --                  members its record adds (,"lines":[...] or ,"anchor":"..."; lines.go)
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per line, in order.
 -- Errors: PARTIAL (some lines have a record, some not: a basket begun line by line; lines.go finishes it
--- that way), IDCONFLICT <line> (the line's record is another order's: the order id was reused), STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs
+-- that way), IDCONFLICT <line> (the line's record is another order's: the order id was reused),
+-- EARLYCANCEL <line> (a cancel of the order came first: lines.go cancels the basket whole), STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs
 -- before the first write, so an error leaves Redis untouched.
 
 -- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
@@ -23,6 +24,7 @@ end
 -- line of a basket has the same anchor, or on the basket's first SKU lines of the same SKUs; a single-SKU
 -- order (no members) has neither. An order id reused for another order must not replay its records.
 local function same(o, extra)
+  if o.early then return true end -- a cancel that came first (cancel_early.lua): any order of the id
   local want = {}
   if extra and extra ~= '' then want = cjson.decode('{' .. string.sub(extra, 2) .. '}') end
   if want.anchor or o.anchor then return want.anchor == o.anchor end
@@ -43,6 +45,7 @@ for i = 1, n do
   if raw then
     records[i], have = cjson.decode(raw), have + 1
     if not same(records[i], ARGV[3 * i + 2]) then return redis.error_reply('IDCONFLICT ' .. i) end
+    if records[i].early then return redis.error_reply('EARLYCANCEL ' .. i) end
     if i == 1 then records.raw = raw end
   end
 end

@@ -11,7 +11,8 @@
 --                  that exists keeps its own
 -- A line already in the target state is replayed. A cancel also writes a cancelled record for a line that
 -- has none (a basket whose line-by-line reservation a crash interrupted: its redelivery then replays
--- the cancellation instead of reserving the line).
+-- the cancellation instead of reserving the line), and an abort a rejected one (the lines of a saga after
+-- the one that rejected the basket: a cancel naming one of them then finds the order rejected).
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per line, in order.
 -- Errors: CONFLICT <line> <status> (a line in a state the operation cannot leave), STALEFENCE <stored
 -- fence>, STALETOKEN <current token>, UNKNOWNSKU, CORRUPT <field>. Every check runs before the first
@@ -35,7 +36,12 @@ for i = 1, n do
     token = tonumber(ARGV[a + 1]), extra = ARGV[a + 2]}
   l.raw = redis.call('GET', l.record)
   local status = 'none'
-  if l.raw then
+  if l.raw and cjson.decode(l.raw).early then
+    -- A cancel that came before the order (cancel_early.lua): its line counts as never reserved, and a
+    -- cancel writes its record anew, as the order's. Anything else finds it cancelled.
+    if op == 'cancel' then l.raw = nil else status = 'cancelled' end
+  end
+  if l.raw and status == 'none' then
     l.o = cjson.decode(l.raw)
     -- A record keeps the members it was written with (a single-SKU order's none, a basket line's lines or
     -- anchor): whose order it is does not change.
@@ -45,7 +51,7 @@ for i = 1, n do
   end
   if status == target and (op ~= 'abort' or l.o.reason == 'other_line_rejected') then
     l.replay = true
-  elseif status == 'reserved' or (op == 'cancel' and status == 'none') then
+  elseif status == 'reserved' or (op ~= 'fulfil' and status == 'none') then
     local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence', 'fulfilled')
     l.fence = tonumber(st[3])
     if l.token > 0 and l.fence and l.token < l.fence then return redis.error_reply('STALEFENCE ' .. st[3]) end

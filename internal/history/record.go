@@ -84,8 +84,8 @@ type returnEvent struct {
 	header
 	Op string `json:"op"`
 	Result
-	// Token is the fencing token the store decided a fresh write under, when the call left it to the store
-	// to take (inventory.ElideLock: invoked with token 0); 0 otherwise.
+	// Token is the fencing token of the outcome (Outcome.Fence). The op's token is its invocation's, or when
+	// that was 0, this one: the token the store took itself (inventory.ElideLock).
 	Token int64 `json:"token,omitempty"`
 }
 
@@ -117,9 +117,8 @@ func (r *Recorder) Released(key, owner string, token int64, at time.Time) {
 
 // Call is a stock operation under way: end it with Return or Fail. A nil *Call does nothing.
 type Call struct {
-	r            *Recorder
-	id           string
-	invokedToken int64
+	r  *Recorder
+	id string
 }
 
 // Invoke records that a stock operation is about to start and returns the handle to record its end.
@@ -129,7 +128,7 @@ func (r *Recorder) Invoke(kind Kind, sku, orderID string, quantity, token int64)
 	if r == nil {
 		return nil
 	}
-	c := &Call{r: r, id: r.prefix + "-" + strconv.FormatUint(r.seq.Add(1), 10), invokedToken: token}
+	c := &Call{r: r, id: r.prefix + "-" + strconv.FormatUint(r.seq.Add(1), 10)}
 	r.write(invokeEvent{header: r.header("invoke", r.now()), Op: c.id, Kind: kind, SKU: sku, Order: orderID,
 		Quantity: quantity, Token: token})
 	return c
@@ -142,15 +141,7 @@ func (c *Call) Return(out inventory.Outcome) {
 	}
 	res := Result{Status: out.Status, Reason: out.Reason, Quantity: out.Quantity, AvailableAfter: out.AvailableAfter,
 		Replayed: out.Replayed}
-	c.r.write(returnEvent{header: c.r.header("return", c.r.now()), Op: c.id, Result: res, Token: c.token(out)})
-}
-
-// token is the token of out to record with its return: that of a fresh write invoked without one.
-func (c *Call) token(out inventory.Outcome) int64 {
-	if c.invokedToken != 0 || out.Replayed {
-		return 0
-	}
-	return out.Fence
+	c.r.write(returnEvent{header: c.r.header("return", c.r.now()), Op: c.id, Result: res, Token: out.Fence})
 }
 
 // Fail records that the operation failed with err, classified by Classify.
