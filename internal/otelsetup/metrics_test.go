@@ -212,6 +212,7 @@ func TestBacklogGaugesShowWhatTheGroupHolds(t *testing.T) {
 	// One consumer, each order held 300 ms, the backlog refreshed every second (STREAM_RETENTION/4).
 	cfg.Concurrency, cfg.FaultDelayWrite, cfg.StreamRetention = 1, 300*time.Millisecond, 4*time.Second
 	runWorker(t, s, cfg)
+	waitServing(t, cfg.MetricsAddr) // the worker starts serving in its own goroutine
 	rdb, ctx := s.Client(), context.Background()
 	if err := rdb.HSet(ctx, "stock:{K}", "available", 100).Err(); err != nil {
 		t.Fatal(err)
