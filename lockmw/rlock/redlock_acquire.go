@@ -45,7 +45,7 @@ func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, h
 	rd := &round{n: n, owner: owner, held: held,
 		replies: make([][]int64, len(r.clients)), errs: make([]error, len(r.clients))}
 	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
-		rd.replies[i], rd.errs[i] = r.runAcquire(ctx, c, n, owner)
+		rd.replies[i], rd.errs[i] = r.runAcquire(ctx, direct{c}, n, owner)
 	})
 	return rd
 }
@@ -162,10 +162,10 @@ func (r redlockNodes) writeBackToken(ctx context.Context, rd *round, token int64
 // It reports whether it gave back a granted master, which publishes an unlock message.
 func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	ctx = context.WithoutCancel(ctx)
-	requestID := uuid.NewString()
+	req := request{id: uuid.NewString()}
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
 		if rd.mayHold(i) {
-			_, _ = r.runRelease(ctx, c, rd.n, rd.owner, requestID)
+			_, _ = r.runRelease(ctx, direct{c}, rd.n, rd.owner, req)
 		}
 	})
 	return rd.anyGranted()

@@ -9,22 +9,27 @@
 -- ARGV[3] latch lifetime in milliseconds
 -- ARGV[4] the command that sends the unlock message: 'publish', or 'spublish' (sharded pub/sub), as Redisson
 --         passes it
+-- ARGV[5] '1' when an earlier send of this request may have run: its latch is read first. A first send
+--         has no latch to read (request ids are unique), and skips the read.
 -- Returns {holds left for ARGV[1] (0: the lock is free; -1: ARGV[1] does not hold it), clients that received
 -- the unlock message (0 when none was sent)}.
-local done = redis.call('get', KEYS[3])
-if done then
-  return {tonumber(done), 0}
+if ARGV[5] == '1' then
+  local done = redis.call('get', KEYS[3])
+  if done then
+    return {tonumber(done), 0}
+  end
 end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not count then
   return {-1, 0}
 end
-local count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if count > 0 then
+if count > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then -- never shorten an extended lease
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
-  redis.call('set', KEYS[3], count, 'px', ARGV[3])
-  return {count, 0}
+  redis.call('set', KEYS[3], count - 1, 'px', ARGV[3])
+  return {count - 1, 0}
 end
 redis.call('del', KEYS[1])
 return {0, redis.call(ARGV[4], KEYS[2], '0')}

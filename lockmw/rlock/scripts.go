@@ -55,8 +55,20 @@ func newScripts(cfg Config, sharded bool) scripts {
 	return s
 }
 
-func (s scripts) runAcquire(ctx context.Context, c redis.Scripter, n names, owner string) ([]int64, error) {
-	return acquireScript.Run(ctx, c, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
+// runner runs a script on one Redis: a batcher, or a client directly.
+type runner interface {
+	run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd
+}
+
+// direct runs scripts on c, one round trip each.
+type direct struct{ c redis.Scripter }
+
+func (d direct) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return script.Run(ctx, d.c, keys, args...)
+}
+
+func (s scripts) runAcquire(ctx context.Context, r runner, n names, owner string) ([]int64, error) {
+	return r.run(ctx, acquireScript, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
 		s.tokenTTL.Milliseconds()).Int64Slice()
 }
 
@@ -64,21 +76,32 @@ func (s scripts) runAcquire(ctx context.Context, c redis.Scripter, n names, owne
 // owner did not hold it) and how many clients received the unlock message.
 type releaseReply struct{ left, receivers int64 }
 
-func (s scripts) runRelease(ctx context.Context, c redis.Scripter, n names, owner, requestID string) (releaseReply, error) {
-	keys, args := s.releaseArgs(n, owner, requestID)
-	return parseRelease(releaseScript.Run(ctx, c, keys, args...))
+// request is one release request: its id names its unlock latch, and again says an earlier send of it may
+// have run (a retry), so the script reads that latch first.
+type request struct {
+	id    string
+	again bool
+}
+
+func (s scripts) runRelease(ctx context.Context, r runner, n names, owner string, req request) (releaseReply, error) {
+	keys, args := s.releaseArgs(n, owner, req)
+	return parseRelease(r.run(ctx, releaseScript, keys, args...))
 }
 
 // queueRelease queues the release script on pipe, by its SHA: a server that lost its scripts answers
 // NOSCRIPT, and the caller sends it again with runRelease.
-func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names, owner, requestID string) *redis.Cmd {
-	keys, args := s.releaseArgs(n, owner, requestID)
+func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names, owner string, req request) *redis.Cmd {
+	keys, args := s.releaseArgs(n, owner, req)
 	return releaseScript.EvalSha(ctx, pipe, keys, args...)
 }
 
-func (s scripts) releaseArgs(n names, owner, requestID string) (keys []string, args []any) {
-	return []string{n.lock, n.channel, n.latch(requestID)},
-		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish}
+func (s scripts) releaseArgs(n names, owner string, req request) (keys []string, args []any) {
+	again := "0"
+	if req.again {
+		again = "1"
+	}
+	return []string{n.lock, n.channel, n.latch(req.id)},
+		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, again}
 }
 
 // runForceRelease deletes the lock of n whoever holds it and reports whether there was one.
