@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,7 +19,9 @@ const maxInFlight = 2
 // (the flat combining of the worker's stock writes; Redisson's Netty connections pipeline the same way).
 // A call made while fewer than maxInFlight round trips are out goes at once, on its own, under its own
 // context: a lone caller pays nothing. A queued call keeps its context too: its caller stops waiting when
-// it ends (a call already sent may still run, as after any timeout, which the callers already handle).
+// it ends (a call already sent may still run, as after any timeout, which the callers already handle). A
+// batch goes under the first call's context without its cancellation or deadline: the client's read and
+// write timeouts bound it.
 type batcher struct {
 	rdb redis.UniversalClient
 
@@ -55,34 +56,27 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
+	return b.wait(c)
+}
+
+// wait returns the reply of queued call c, or its context's error once that ends first.
+func (b *batcher) wait(c *call) *redis.Cmd {
 	select {
 	case <-c.done:
 		return c.cmd
-	case <-ctx.Done():
+	case <-c.ctx.Done():
 	}
-	b.mu.Lock()
-	queued := b.abandon(c)
-	b.mu.Unlock()
-	if !queued { // taken into a batch as ctx ended: its reply may be in
-		select {
-		case <-c.done:
-			return c.cmd
-		default:
-		}
-	}
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(context.Cause(ctx))
+	b.abandon(c) // or, taken into a batch meanwhile, its outcome is unknown, as after any timeout
+	cmd := redis.NewCmd(c.ctx)
+	cmd.SetErr(context.Cause(c.ctx))
 	return cmd
 }
 
-// abandon takes c out of the queue; false when a batch took it already.
-func (b *batcher) abandon(c *call) bool {
-	i := slices.Index(b.queue, c)
-	if i < 0 {
-		return false
-	}
-	b.queue = slices.Delete(b.queue, i, i+1)
-	return true
+// abandon takes c out of the queue, unless a batch took it already.
+func (b *batcher) abandon(c *call) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queue = slices.DeleteFunc(b.queue, func(q *call) bool { return q == c })
 }
 
 // next hands the round trip that just came back to the queued calls, if any, or gives it up.
@@ -111,11 +105,11 @@ func (b *batcher) sendAll(batch []*call) {
 	}
 }
 
-// send runs batch in one pipeline, under a context that no caller's cancellation ends and that lasts as
-// long as the longest deadline among them; a script the server does not know (NOSCRIPT) runs again alone.
+// send runs batch in one pipeline, under a context that no caller's cancellation ends (each caller stops
+// waiting at its own context's end; the client's timeouts bound the round trip); a script the server does
+// not know (NOSCRIPT) runs again alone.
 func (b *batcher) send(batch []*call) {
-	ctx, cancel := batchContext(batch)
-	defer cancel()
+	ctx := context.WithoutCancel(batch[0].ctx)
 	pipe := b.rdb.Pipeline()
 	for _, c := range batch {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
@@ -127,20 +121,4 @@ func (b *batcher) send(batch []*call) {
 		}
 		close(c.done)
 	}
-}
-
-// batchContext is the context of a batch: without cancellation, with the latest deadline of its calls, or
-// none when one of them has none.
-func batchContext(batch []*call) (context.Context, context.CancelFunc) {
-	var latest time.Time
-	for _, c := range batch {
-		d, ok := c.ctx.Deadline()
-		if !ok {
-			return context.WithoutCancel(batch[0].ctx), func() {}
-		}
-		if d.After(latest) {
-			latest = d
-		}
-	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
 }

@@ -75,7 +75,8 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 			"masters", len(clients))
 	}
 	sharded := cfg.ShardedPubSub == ShardedOn
-	nodes := redlockNodes{scripts: newScripts(cfg, sharded), clients: clients, timeout: cfg.NodeTimeout, quorum: len(clients)/2 + 1}
+	nodes := redlockNodes{scripts: newScripts(cfg, sharded), clients: clients, timeout: cfg.NodeTimeout,
+		quorum: len(clients)/2 + 1, rounds: new(sync.Map)}
 	b := newBreakers(len(clients), nodes.quorum)
 	for i, c := range clients {
 		c.AddHook(b.hook(i))
@@ -126,6 +127,7 @@ type redlockNodes struct {
 	clients []redis.UniversalClient
 	timeout time.Duration // per call
 	quorum  int
+	rounds  *sync.Map // roundID -> *round: the last acquire round of each owner and lock, until it settles
 }
 
 // each runs f on every master at once, each call bounded by the node timeout, and waits for all.
@@ -186,6 +188,7 @@ func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) erro
 }
 
 func (r redlockNodes) release(ctx context.Context, n names, owner string, req request) (releaseReply, error) {
+	r.settle(ctx, roundID{n.lock, owner})
 	replies := make([]releaseReply, len(r.clients))
 	errs := make([]error, len(r.clients))
 	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,17 +38,85 @@ type round struct {
 	owner   string
 	held    bool // the owner held the lock before the round
 	replies [][]int64
-	errs    []error
+	errs    []error       // errNoAnswer for a master that had not answered when the round returned
+	settled chan struct{} // closed once every master answered
 }
 
-// acquireRound runs the acquire script on every master at once.
+// errNoAnswer is the error of a master whose answer the round did not wait for: its script may run.
+var errNoAnswer = errors.New("rlock: no answer yet")
+
+// answer is one master's reply to the acquire script.
+type answer struct {
+	i     int
+	reply []int64
+	err   error
+}
+
+// acquireRound runs the acquire script on every master at once. It returns as soon as a majority granted
+// the lock, or once every master answered: the lock is not held any better by the last masters' grants,
+// and waiting for them costs the slowest master's time on every acquisition. The calls still out finish
+// in the background (each within the node timeout, whatever becomes of ctx), and the owner's next release
+// or round of the lock waits for them (settle): a release that overtook a grant would leave that master
+// holding the lock for a whole lease.
 func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, held bool) *round {
-	rd := &round{n: n, owner: owner, held: held,
-		replies: make([][]int64, len(r.clients)), errs: make([]error, len(r.clients))}
-	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
-		rd.replies[i], rd.errs[i] = r.runAcquire(ctx, direct{c}, n, owner)
-	})
+	rd := &round{n: n, owner: owner, held: held, replies: make([][]int64, len(r.clients)),
+		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients)), settled: make(chan struct{})}
+	id := roundID{n.lock, owner}
+	r.settle(ctx, id)
+	r.rounds.Store(id, rd)
+	answers := r.ask(ctx, n, owner)
+	granted := 0
+	for left := len(r.clients); left > 0; left-- {
+		a := <-answers
+		rd.replies[a.i], rd.errs[a.i] = a.reply, a.err
+		if rd.granted(a.i) {
+			granted++
+		}
+		if granted >= r.quorum && left > 1 && ctx.Err() == nil {
+			go r.finish(id, rd, answers, left-1)
+			return rd
+		}
+	}
+	r.finish(id, rd, answers, 0)
 	return rd
+}
+
+// ask runs the acquire script on every master at once, each call within the node timeout whatever becomes
+// of ctx, and returns the channel their answers arrive on.
+func (r redlockNodes) ask(ctx context.Context, n names, owner string) <-chan answer {
+	answers := make(chan answer, len(r.clients))
+	calls := context.WithoutCancel(mayskip(ctx))
+	for i, c := range r.clients {
+		go func() {
+			ctx, cancel := context.WithTimeoutCause(calls, r.timeout, errNodeTimeout)
+			defer cancel()
+			reply, err := r.runAcquire(ctx, direct{c}, n, owner)
+			answers <- answer{i, reply, err}
+		}()
+	}
+	return answers
+}
+
+// roundID names the rounds of one owner on one lock.
+type roundID struct{ lock, owner string }
+
+// finish waits for the last answers of rd, which nobody reads, and marks the round settled.
+func (r redlockNodes) finish(id roundID, rd *round, answers <-chan answer, left int) {
+	for range left {
+		<-answers
+	}
+	close(rd.settled)
+	r.rounds.CompareAndDelete(id, rd)
+}
+
+// settle waits until the last round of id has every answer, or ctx ends.
+func (r redlockNodes) settle(ctx context.Context, id roundID) {
+	if v, ok := r.rounds.Load(id); ok {
+		select {
+		case <-v.(*round).settled:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // granted reports whether master i gave the lock to the owner.
@@ -162,6 +231,7 @@ func (r redlockNodes) writeBackToken(ctx context.Context, rd *round, token int64
 // It reports whether it gave back a granted master, which publishes an unlock message.
 func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	ctx = context.WithoutCancel(ctx)
+	<-rd.settled // a master that answers late is released after its answer
 	req := request{id: uuid.NewString()}
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
 		if rd.mayHold(i) {

@@ -136,6 +136,43 @@ func TestRedlockPausedMasterCostsAtMostTheNodeTimeout(t *testing.T) {
 	}
 }
 
+// An acquisition returns once a majority granted it, without waiting for a slow master; the release then
+// waits for that master's answer, so the lock is left on no master.
+func TestRedlockDoesNotWaitForTheSlowestMaster(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	slow := newDelayProxy(t, servers[4].Addr)
+	var clients []redis.UniversalClient
+	for _, s := range servers[:4] {
+		clients = append(clients, s.Client())
+	}
+	clients = append(clients, redis.NewClient(&redis.Options{Addr: slow.ln.Addr().String()}))
+	t.Cleanup(func() { _ = clients[4].Close() })
+	l, err := NewRedlock(clients, Config{NodeTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	const delay = 500 * time.Millisecond
+	slow.replyDelay.Store(int64(delay))
+	start := time.Now()
+	lease, err := l.Acquire(ctx, "sku-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took >= delay/2 {
+		t.Fatalf("acquire took %v: it waited for the master that answers after %v", took, delay)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		if n := s.Client().Exists(ctx, "lock:{sku-1}").Val(); n != 0 {
+			t.Fatalf("master %s keeps the lock after its release", s.Addr)
+		}
+	}
+}
+
 func TestRedlockAttemptPastValidityIsUndone(t *testing.T) {
 	servers := redistest.StartN(t, 5)
 	// The majority answers only after the lease is over: it got the lock, but too late to use it.

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,12 +97,8 @@ func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names
 }
 
 func (s scripts) releaseArgs(n names, owner string, req request) (keys []string, args []any) {
-	again := "0"
-	if req.again {
-		again = "1"
-	}
 	return []string{n.lock, n.channel, n.latch(req.id)},
-		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, again}
+		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, strconv.FormatBool(req.again)}
 }
 
 // runForceRelease deletes the lock of n whoever holds it and reports whether there was one.
