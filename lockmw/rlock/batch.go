@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,9 +20,8 @@ const maxInFlight = 2
 // (the flat combining of the worker's stock writes; Redisson's Netty connections pipeline the same way).
 // A call made while fewer than maxInFlight round trips are out goes at once, on its own, under its own
 // context: a lone caller pays nothing. A queued call keeps its context too: its caller stops waiting when
-// it ends (a call already sent may still run, as after any timeout, which the callers already handle). A
-// batch goes under the first call's context without its cancellation or deadline: the client's read and
-// write timeouts bound it.
+// it ends while the call waits in the queue; once a batch took it, until its reply (the batch lasts until
+// the latest deadline of its calls), so that no call its caller makes next can overtake it.
 type batcher struct {
 	rdb redis.UniversalClient
 
@@ -40,7 +40,15 @@ type call struct {
 	done   chan struct{} // closed once cmd has its reply
 }
 
-func newBatcher(rdb redis.UniversalClient) *batcher { return &batcher{rdb: rdb} }
+// newRunner returns the runner of the lock scripts on rdb: a batcher on one server. A cluster client runs
+// each script on its own: a batch would wait for its slowest master, one slow master would hold up the
+// locks of every slot.
+func newRunner(rdb redis.UniversalClient) runner {
+	if c, ok := rdb.(*redis.Client); ok {
+		return &batcher{rdb: c}
+	}
+	return direct{rdb}
+}
 
 // run runs script as Script.Run does (EVALSHA, then EVAL when the server does not know it), alone or in a
 // batch.
@@ -50,7 +58,9 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 		b.inFlight++
 		b.mu.Unlock()
 		cmd := script.Run(ctx, b.rdb, keys, args...)
-		b.next()
+		if batch := b.take(); len(batch) > 0 {
+			go b.sendAll(batch)
+		}
 		return cmd
 	}
 	c := &call{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
@@ -66,50 +76,52 @@ func (b *batcher) wait(c *call) *redis.Cmd {
 		return c.cmd
 	case <-c.ctx.Done():
 	}
-	b.abandon(c) // or, taken into a batch meanwhile, its outcome is unknown, as after any timeout
+	if !b.abandon(c) {
+		// Taken into a batch: its caller waits for its reply (the batch's deadline bounds it), lest a call
+		// made next (an undo) overtake it.
+		<-c.done
+		return c.cmd
+	}
 	cmd := redis.NewCmd(c.ctx)
 	cmd.SetErr(context.Cause(c.ctx))
 	return cmd
 }
 
-// abandon takes c out of the queue, unless a batch took it already.
-func (b *batcher) abandon(c *call) {
+// abandon takes c out of the queue; false when a batch took it already.
+func (b *batcher) abandon(c *call) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.queue = slices.DeleteFunc(b.queue, func(q *call) bool { return q == c })
+	i := slices.Index(b.queue, c)
+	if i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+	}
+	return i >= 0
 }
 
-// next hands the round trip that just came back to the queued calls, if any, or gives it up.
-func (b *batcher) next() {
+// take takes the queued calls for the round trip that just came back; with none it gives the round trip
+// up.
+func (b *batcher) take() []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.queue) == 0 {
-		b.inFlight--
-		return
-	}
 	batch := b.queue
 	b.queue = nil
-	go b.sendAll(batch)
+	if len(batch) == 0 { // none queued, or their callers left
+		b.inFlight--
+	}
+	return batch
 }
 
-// sendAll sends batch and then every batch queued meanwhile, until the queue is empty.
+// sendAll sends batch and then every batch queued meanwhile, until none is.
 func (b *batcher) sendAll(batch []*call) {
-	for batch != nil {
+	for ; len(batch) > 0; batch = b.take() {
 		b.send(batch)
-		b.mu.Lock()
-		batch, b.queue = b.queue, nil
-		if batch == nil {
-			b.inFlight--
-		}
-		b.mu.Unlock()
 	}
 }
 
-// send runs batch in one pipeline, under a context that no caller's cancellation ends (each caller stops
-// waiting at its own context's end; the client's timeouts bound the round trip); a script the server does
-// not know (NOSCRIPT) runs again alone.
+// send runs batch in one pipeline; a script the server does not know (NOSCRIPT) runs again alone.
 func (b *batcher) send(batch []*call) {
-	ctx := context.WithoutCancel(batch[0].ctx)
+	ctx, cancel := batchContext(batch)
+	defer cancel()
 	pipe := b.rdb.Pipeline()
 	for _, c := range batch {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
@@ -121,4 +133,19 @@ func (b *batcher) send(batch []*call) {
 		}
 		close(c.done)
 	}
+}
+
+// batchContext is the context of a batch: the first call's values, no caller's cancellation, and the
+// latest deadline among the calls (none when one of them has none: the client's timeouts bound it).
+func batchContext(batch []*call) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	deadlines := make([]time.Time, 0, len(batch))
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return ctx, func() {}
+		}
+		deadlines = append(deadlines, d)
+	}
+	return context.WithDeadline(ctx, slices.MaxFunc(deadlines, time.Time.Compare))
 }

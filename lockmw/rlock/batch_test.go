@@ -69,7 +69,7 @@ func TestConcurrentCallsShareRoundTrips(t *testing.T) {
 func TestQueuedCallKeepsItsContext(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()
-	b := newBatcher(rdb)
+	b := newRunner(rdb).(*batcher)
 	script := redis.NewScript(`return redis.call('incr', KEYS[1])`)
 	ctx := context.Background()
 	if err := script.Load(ctx, rdb).Err(); err != nil {
@@ -113,4 +113,42 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// slowScript keeps Redis busy for ARGV[1] milliseconds, then increments KEYS[1].
+var slowScript = redis.NewScript(`
+local t = redis.call('time')
+local stop = t[1] * 1000000 + t[2] + ARGV[1] * 1000
+repeat
+  t = redis.call('time')
+until t[1] * 1000000 + t[2] >= stop
+return redis.call('incr', KEYS[1])`)
+
+// A call whose context ends after a batch took it waits for the batch (here its reply, as another call
+// of the batch has no deadline): its caller's next call (an undo, a retry) must not overtake it.
+func TestTakenCallWaitsForItsBatch(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	b := newRunner(rdb).(*batcher)
+	ctx := context.Background()
+	if err := slowScript.Load(ctx, rdb).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Two calls on the wire: Redis runs them from 0 to 300 ms and from 300 to 600 ms. The queued calls go
+	// in a batch when the first comes back, and Redis runs them after the second: the deadline of one, at
+	// 450 ms, ends while their batch is out.
+	qctx, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
+	defer cancel()
+	var onWire sync.WaitGroup
+	for range maxInFlight {
+		onWire.Go(func() { b.run(ctx, slowScript, []string{"n"}, 300) })
+	}
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
+	onWire.Go(func() { b.run(ctx, slowScript, []string{"n"}, 0) })
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
+	n, err := b.run(qctx, slowScript, []string{"n"}, 0).Int()
+	if err != nil || n != maxInFlight+2 {
+		t.Fatalf("queued call: %d, %v; want its reply, %d, after its context ended", n, err, maxInFlight+2)
+	}
+	onWire.Wait()
 }

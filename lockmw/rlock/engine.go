@@ -18,7 +18,7 @@ type backend interface {
 	acquire(ctx context.Context, n names, owner string, held bool) (attempt, error)
 	// release returns the holds left for owner (-1 when owner does not hold the lock) and the listeners
 	// its unlock message reached.
-	release(ctx context.Context, n names, owner string, req request) (releaseReply, error)
+	release(ctx context.Context, n names, owner, requestID string) (releaseReply, error)
 	// renew makes each hold last at least lease from now (never shorter), and returns per hold: nil
 	// (renewed), ErrNotHeld (gone) or another error (outcome unknown).
 	renew(ctx context.Context, hs []*hold, lease time.Duration) []error

@@ -40,7 +40,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if step != releaseInRedis {
 		return err
 	}
-	return l.e.releaseHold(ctx, l.h, request{id: l.e.uniqueID()})
+	return l.e.releaseHold(ctx, l.h, l.e.uniqueID(), false)
 }
 
 // end ends the lease in this process and tells what is left to do in Redis. Whatever Redis will answer,
@@ -79,8 +79,8 @@ func ReleaseIn(ctx context.Context, pipe redis.Pipeliner, held Lease) (finish fu
 	if step != releaseInRedis {
 		return func(error) error { l.cancel(errReleased); return err }
 	}
-	req := request{id: l.e.uniqueID()}
-	cmd := single.queueRelease(ctx, pipe, l.h.names, l.h.redisOwner, req)
+	requestID := l.e.uniqueID()
+	cmd := single.queueRelease(ctx, pipe, l.h.names, l.h.redisOwner, requestID)
 	return func(error) error {
 		l.cancel(errReleased)
 		rep, err := parseRelease(cmd)
@@ -89,8 +89,7 @@ func ReleaseIn(ctx context.Context, pipe redis.Pipeliner, held Lease) (finish fu
 		}
 		// Not sent, not loaded (NOSCRIPT) or no reply: the same request again, which the latch makes safe.
 		// Only a request that may have run is a retry (one whose "not held" means it was released).
-		req.again = !redis.HasErrorPrefix(err, "NOSCRIPT")
-		return l.e.releaseHold(ctx, l.h, req)
+		return l.e.releaseHold(ctx, l.h, requestID, !redis.HasErrorPrefix(err, "NOSCRIPT"))
 	}
 }
 
@@ -149,15 +148,14 @@ func (l *lease) failed(op string, err error) error {
 // second reentrant hold. (A retry of the last hold's release finds the lock gone; if the same owner took the
 // lock again in between, from another goroutine, that retry would release the new hold: owners are meant
 // to be used by one goroutine at a time, as the middleware's are.)
-// req.again says an earlier try may have landed.
-func (e *engine) releaseHold(ctx context.Context, h *hold, req request) error {
+// retried says an earlier try may have landed.
+func (e *engine) releaseHold(ctx context.Context, h *hold, requestID string, retried bool) error {
 	var err error
 	for try := range releaseTries {
 		var rep releaseReply
-		if rep, err = e.be.release(ctx, h.names, h.redisOwner, req); err == nil {
-			return e.afterRelease(h, rep, req.again)
+		if rep, err = e.be.release(ctx, h.names, h.redisOwner, requestID); err == nil {
+			return e.afterRelease(h, rep, retried || try > 0)
 		}
-		req.again = true
 		if ctx.Err() != nil {
 			break
 		}

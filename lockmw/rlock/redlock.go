@@ -187,12 +187,12 @@ func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) erro
 	return nil
 }
 
-func (r redlockNodes) release(ctx context.Context, n names, owner string, req request) (releaseReply, error) {
-	r.settle(ctx, roundID{n.lock, owner})
+func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {
+	r.settle(roundID{n.lock, owner})
 	replies := make([]releaseReply, len(r.clients))
 	errs := make([]error, len(r.clients))
 	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
-		replies[i], errs[i] = r.runRelease(ctx, direct{c}, n, owner, req)
+		replies[i], errs[i] = r.runRelease(ctx, direct{c}, n, owner, requestID)
 	})
 	failures := r.nodeErrors(errs)
 	released, notHeld, out := countReleases(replies, errs)
@@ -201,7 +201,7 @@ func (r redlockNodes) release(ctx context.Context, n names, owner string, req re
 		// The masters that did not answer keep their copy until the lease ends unless told again; the
 		// latch makes a repeat of this request harmless where the first one landed.
 		if len(failures) > 0 {
-			go r.retryRelease(context.WithoutCancel(ctx), errs, n, owner, request{id: req.id, again: true})
+			go r.retryRelease(context.WithoutCancel(ctx), errs, n, owner, requestID)
 		}
 		return out, nil
 	case notHeld > len(r.clients)-r.quorum:
@@ -229,13 +229,13 @@ func countReleases(replies []releaseReply, errs []error) (released, notHeld int,
 
 // retryRelease repeats a release request on the masters that did not answer it (errs), with a longer
 // timeout.
-func (r redlockNodes) retryRelease(ctx context.Context, errs []error, n names, owner string, req request) {
+func (r redlockNodes) retryRelease(ctx context.Context, errs []error, n names, owner, requestID string) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, err := range errs {
 		if err != nil {
-			wg.Go(func() { _, _ = r.runRelease(ctx, direct{r.clients[i]}, n, owner, req) })
+			wg.Go(func() { _, _ = r.runRelease(ctx, direct{r.clients[i]}, n, owner, requestID) })
 		}
 	}
 	wg.Wait()

@@ -40,6 +40,7 @@ type round struct {
 	replies [][]int64
 	errs    []error       // errNoAnswer for a master that had not answered when the round returned
 	settled chan struct{} // closed once every master answered
+	late    []answer      // the answers that came after the round returned; read once settled
 }
 
 // errNoAnswer is the error of a master whose answer the round did not wait for: its script may run.
@@ -62,17 +63,13 @@ func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, h
 	rd := &round{n: n, owner: owner, held: held, replies: make([][]int64, len(r.clients)),
 		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients)), settled: make(chan struct{})}
 	id := roundID{n.lock, owner}
-	r.settle(ctx, id)
+	r.settle(id)
 	r.rounds.Store(id, rd)
 	answers := r.ask(ctx, n, owner)
-	granted := 0
 	for left := len(r.clients); left > 0; left-- {
 		a := <-answers
 		rd.replies[a.i], rd.errs[a.i] = a.reply, a.err
-		if rd.granted(a.i) {
-			granted++
-		}
-		if granted >= r.quorum && left > 1 && ctx.Err() == nil {
+		if rd.grants() >= r.quorum && ctx.Err() == nil {
 			go r.finish(id, rd, answers, left-1)
 			return rd
 		}
@@ -100,22 +97,20 @@ func (r redlockNodes) ask(ctx context.Context, n names, owner string) <-chan ans
 // roundID names the rounds of one owner on one lock.
 type roundID struct{ lock, owner string }
 
-// finish waits for the last answers of rd, which nobody reads, and marks the round settled.
+// finish waits for the last answers of rd and marks the round settled.
 func (r redlockNodes) finish(id roundID, rd *round, answers <-chan answer, left int) {
 	for range left {
-		<-answers
+		rd.late = append(rd.late, <-answers)
 	}
 	close(rd.settled)
 	r.rounds.CompareAndDelete(id, rd)
 }
 
-// settle waits until the last round of id has every answer, or ctx ends.
-func (r redlockNodes) settle(ctx context.Context, id roundID) {
+// settle waits until the last round of id has every answer: at most the node timeout, whatever the
+// caller's context.
+func (r redlockNodes) settle(id roundID) {
 	if v, ok := r.rounds.Load(id); ok {
-		select {
-		case <-v.(*round).settled:
-		case <-ctx.Done():
-		}
+		<-v.(*round).settled
 	}
 }
 
@@ -131,14 +126,15 @@ func (rd *round) mayHold(i int) bool {
 	return rd.granted(i) || (rd.errs[i] != nil && !errors.Is(rd.errs[i], ErrMasterSkipped) && !rd.held)
 }
 
-// anyGranted reports whether some master granted the lock.
-func (rd *round) anyGranted() bool {
+// grants counts the masters that granted the lock.
+func (rd *round) grants() int {
+	n := 0
 	for i := range rd.replies {
 		if rd.granted(i) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // tally is what the masters answered in one round.
@@ -231,12 +227,15 @@ func (r redlockNodes) writeBackToken(ctx context.Context, rd *round, token int64
 // It reports whether it gave back a granted master, which publishes an unlock message.
 func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	ctx = context.WithoutCancel(ctx)
-	<-rd.settled // a master that answers late is released after its answer
-	req := request{id: uuid.NewString()}
+	<-rd.settled // a master that answers late is released after its answer, as it answered
+	for _, a := range rd.late {
+		rd.replies[a.i], rd.errs[a.i] = a.reply, a.err
+	}
+	requestID := uuid.NewString()
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
 		if rd.mayHold(i) {
-			_, _ = r.runRelease(ctx, direct{c}, rd.n, rd.owner, req)
+			_, _ = r.runRelease(ctx, direct{c}, rd.n, rd.owner, requestID)
 		}
 	})
-	return rd.anyGranted()
+	return rd.grants() > 0
 }

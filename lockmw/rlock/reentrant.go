@@ -32,7 +32,7 @@ func NewReentrant(rdb redis.UniversalClient, cfg Config) (*Reentrant, error) {
 	}
 	cfg.setDefaults()
 	sharded := cfg.ShardedPubSub.on(rdb)
-	node := singleNode{scripts: newScripts(cfg, sharded), rdb: rdb, batch: newBatcher(rdb)}
+	node := singleNode{scripts: newScripts(cfg, sharded), rdb: rdb, run: newRunner(rdb)}
 	e, err := newEngine("reentrant", cfg, node)
 	if err != nil {
 		return nil, err
@@ -114,8 +114,8 @@ func (r *Reentrant) ForceRelease(ctx context.Context, key string) (bool, error) 
 // singleNode runs the lock scripts on one Redis.
 type singleNode struct {
 	scripts
-	rdb   redis.UniversalClient
-	batch *batcher // the acquire and release scripts of concurrent callers share round trips
+	rdb redis.UniversalClient
+	run runner // the acquire and release scripts: concurrent callers share round trips on one server
 }
 
 // undoTimeout bounds the undo of a failed attempt, which runs even when the caller's context ended.
@@ -127,7 +127,7 @@ func (s singleNode) raiseToken(ctx context.Context, n names, token int64) error 
 
 func (s singleNode) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
 	start := time.Now()
-	res, err := s.runAcquire(ctx, s.batch, n, owner)
+	res, err := s.runAcquire(ctx, s.run, n, owner)
 	if err != nil {
 		if !held { // the script may have run before the reply was lost or the context ended
 			s.undo(ctx, n, owner)
@@ -151,11 +151,11 @@ func (s singleNode) acquire(ctx context.Context, n names, owner string, held boo
 func (s singleNode) undo(ctx context.Context, n names, owner string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	_, _ = s.release(ctx, n, owner, request{id: uuid.NewString()})
+	_, _ = s.release(ctx, n, owner, uuid.NewString())
 }
 
-func (s singleNode) release(ctx context.Context, n names, owner string, req request) (releaseReply, error) {
-	return s.runRelease(ctx, s.batch, n, owner, req)
+func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {
+	return s.runRelease(ctx, s.run, n, owner, requestID)
 }
 
 func (s singleNode) renew(ctx context.Context, hs []*hold, lease time.Duration) []error {

@@ -484,7 +484,7 @@ func TestMaxWait(t *testing.T) {
 func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()
-	be := singleNode{scripts: scripts{lease: time.Minute}, rdb: rdb, batch: newBatcher(rdb)}
+	be := singleNode{scripts: scripts{lease: time.Minute}, rdb: rdb, run: newRunner(rdb)}
 	ctx := context.Background()
 	n := namesFor("sku-1")
 	for range 2 {
@@ -493,7 +493,7 @@ func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 		}
 	}
 	for try := range 2 { // the same request sent twice, as after a lost reply
-		rep, err := be.release(ctx, n, "o", request{id: "req-1", again: try > 0})
+		rep, err := be.release(ctx, n, "o", "req-1")
 		if err != nil || rep.left != 1 {
 			t.Fatalf("release try %d: %d holds left, %v; want 1", try, rep.left, err)
 		}

@@ -9,15 +9,13 @@
 -- ARGV[3] latch lifetime in milliseconds
 -- ARGV[4] the command that sends the unlock message: 'publish', or 'spublish' (sharded pub/sub), as Redisson
 --         passes it
--- ARGV[5] 'true' when an earlier send of this request may have run: its latch is read first. A first send
---         has no latch to read (request ids are unique), and skips the read.
 -- Returns {holds left for ARGV[1] (0: the lock is free; -1: ARGV[1] does not hold it), clients that received
 -- the unlock message (0 when none was sent)}.
-if ARGV[5] == 'true' then
-  local done = redis.call('get', KEYS[3])
-  if done then
-    return {tonumber(done), 0}
-  end
+-- The latch is read on every send, not only on this package's own retries: go-redis sends a command again
+-- after a lost connection (Options.MaxRetries), with the same arguments.
+local done = redis.call('get', KEYS[3])
+if done then
+  return {tonumber(done), 0}
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not count then

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,28 +76,21 @@ func (s scripts) runAcquire(ctx context.Context, r runner, n names, owner string
 // owner did not hold it) and how many clients received the unlock message.
 type releaseReply struct{ left, receivers int64 }
 
-// request is one release request: its id names its unlock latch, and again says an earlier send of it may
-// have run (a retry), so the script reads that latch first.
-type request struct {
-	id    string
-	again bool
-}
-
-func (s scripts) runRelease(ctx context.Context, r runner, n names, owner string, req request) (releaseReply, error) {
-	keys, args := s.releaseArgs(n, owner, req)
+func (s scripts) runRelease(ctx context.Context, r runner, n names, owner, requestID string) (releaseReply, error) {
+	keys, args := s.releaseArgs(n, owner, requestID)
 	return parseRelease(r.run(ctx, releaseScript, keys, args...))
 }
 
 // queueRelease queues the release script on pipe, by its SHA: a server that lost its scripts answers
 // NOSCRIPT, and the caller sends it again with runRelease.
-func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names, owner string, req request) *redis.Cmd {
-	keys, args := s.releaseArgs(n, owner, req)
+func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names, owner, requestID string) *redis.Cmd {
+	keys, args := s.releaseArgs(n, owner, requestID)
 	return releaseScript.EvalSha(ctx, pipe, keys, args...)
 }
 
-func (s scripts) releaseArgs(n names, owner string, req request) (keys []string, args []any) {
-	return []string{n.lock, n.channel, n.latch(req.id)},
-		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, strconv.FormatBool(req.again)}
+func (s scripts) releaseArgs(n names, owner, requestID string) (keys []string, args []any) {
+	return []string{n.lock, n.channel, n.latch(requestID)},
+		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish}
 }
 
 // runForceRelease deletes the lock of n whoever holds it and reports whether there was one.
