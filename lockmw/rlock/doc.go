@@ -39,6 +39,12 @@
 // 5 ms, so processes take turns on a hot key. N hand-offs cost one acquire and one release script in all.
 // ReleaseIn sends a release in the caller's own pipeline.
 //
+// Concurrent acquisitions and releases of different keys share round trips: on one server (a *redis.Client)
+// a script call made while two round trips are out waits for the first to come back and goes with every call
+// queued meanwhile, in one pipeline (the client and Redis then pay one write and one read for the batch);
+// a lone call goes at once. Redlock returns from an acquisition as soon as a majority granted it; the
+// answers still out are awaited by the owner's release.
+//
 // Errors read as one line ("rlock: lock not obtained: context deadline exceeded") and match every cause
 // with errors.Is and errors.As: ErrNotObtained with ctx.Err(), ErrQuorum with each master's *NodeError.
 //
