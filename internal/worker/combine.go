@@ -50,6 +50,8 @@ type combiner struct {
 	// elide: a leader first decides its batches with inventory.ElideLock, each taking the lock inside its
 	// stock script, and goes to the lock step only when a batch finds the lock held (leadElided).
 	elide bool
+	// leadFor bounds one consumer's lead of a SKU: leadFor by default.
+	leadFor time.Duration
 }
 
 type skuOrders struct {
@@ -72,7 +74,7 @@ type pending struct {
 }
 
 func newCombiner(maxWait time.Duration, decide func(context.Context, []*pending, int64, func() bool) (bool, error)) *combiner {
-	return &combiner{skus: make(map[string]*skuOrders), maxWait: maxWait, decide: decide}
+	return &combiner{skus: make(map[string]*skuOrders), maxWait: maxWait, decide: decide, leadFor: leadFor}
 }
 
 // step is the chain's combining step, between decode and the lock: a follower returns its order's outcome;
@@ -214,7 +216,7 @@ func (c *combiner) lead(msg *message.Message, token int64) error {
 		return err
 	}
 	start := time.Now()
-	_, err = c.batches(msg, o.SKU, token, func() bool { return time.Since(start) < leadFor && c.waiting(o.SKU) })
+	_, err = c.batches(msg, o.SKU, token, func() bool { return time.Since(start) < c.leadFor && c.waiting(o.SKU) })
 	return err
 }
 
@@ -232,7 +234,7 @@ func (c *combiner) leadElided(msg *message.Message, sku string) (done bool, own 
 // leader's own order, was decided, with own its outcome.
 func (c *combiner) batches(msg *message.Message, sku string, token int64, more func() bool) (done bool, own error) {
 	start := time.Now()
-	for released := false; !released && time.Since(start) < leadFor; {
+	for released := false; !released && time.Since(start) < c.leadFor; {
 		batch := c.take(sku)
 		if len(batch) == 0 {
 			break

@@ -19,13 +19,14 @@ import (
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
-// countingStore counts the batches of a store, and fails them with err when set; after runs after each
-// batch that succeeded, panics panics instead of deciding.
+// countingStore counts the batches of a store, and fails them with err when set; before runs before each
+// batch with its number (from 1), after after each batch that succeeded; panics panics instead of deciding.
 type countingStore struct {
 	*inventory.Store
 	mu      sync.Mutex
 	batches []int
 	err     error
+	before  func(batch int)
 	after   func()
 	panics  bool
 }
@@ -33,7 +34,11 @@ type countingStore struct {
 func (s *countingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
 	s.mu.Lock()
 	s.batches = append(s.batches, len(orders))
+	n := len(s.batches)
 	s.mu.Unlock()
+	if s.before != nil {
+		s.before(n)
+	}
 	switch {
 	case s.panics:
 		panic("boom")
@@ -312,5 +317,43 @@ func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 	}
 	if !slices.Equal(e.store.batches, []int{1, 3}) {
 		t.Fatalf("batches %v; want the leader's elided batch of 1 (refused: locked), then one of 3 under the lock", e.store.batches)
+	}
+}
+
+// A follower that gives up while an elided batch holds its order gets its error when the batch comes back
+// undecided (the lock was taken meanwhile), instead of going back to the queue to wait again.
+func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
+	e := newCombineEnv(t, 100*time.Millisecond)
+	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
+	e.c.elide, e.c.leadFor = true, time.Minute
+	h := e.handler()
+	leader, follower := e.order(t, "o-1"), e.order(t, "o-2")
+	followerErr := make(chan error, 1)
+	e.store.before = func(batch int) {
+		switch batch {
+		case 1: // the leader's batch: the follower joins meanwhile
+			go func() { _, err := h(follower); followerErr <- err }()
+			e.waitWaiting(t, 1)
+		case 2: // the follower's batch: it gives up, and another process takes the lock
+			time.Sleep(300 * time.Millisecond)
+			e.rdb.HSet(context.Background(), rlock.LockKey("SKU-1"), "someone:1", 1)
+		}
+	}
+	if _, err := h(leader); err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	select {
+	case err := <-followerErr:
+		if !errors.Is(err, errGaveUp) {
+			t.Fatalf("follower: %v, want errGaveUp", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower that gave up waits again after its batch came back undecided")
+	}
+	if r := e.results(t); len(r) != 1 || r["o-1"].Status != inventory.StatusReserved {
+		t.Fatalf("outcomes %v; want o-1 reserved only", r)
+	}
+	if !slices.Equal(e.store.batches, []int{1, 1}) {
+		t.Fatalf("batches %v; want the leader's and the follower's, one order each", e.store.batches)
 	}
 }
