@@ -195,12 +195,16 @@ func (w *watchdog) lose(h *hold, reason error) {
 	cancelAll(leases)
 }
 
-// loseLocked forgets the lost hold h and returns its leases, for the caller to cancel.
+// loseLocked forgets the lost hold h and returns its leases, for the caller to cancel. They leave the hold:
+// a release meanwhile (done) would otherwise delete from the very slice the caller cancels, outside the
+// lock (slices.DeleteFunc clears the elements it drops: a nil lease).
 func (w *watchdog) loseLocked(h *hold) []*lease {
 	delete(w.holds, h.key)
 	h.lost = true
 	h.expiry.Stop()
-	return h.leases
+	leases := h.leases
+	h.leases = nil
+	return leases
 }
 
 func cancelAll(leases []*lease) {
