@@ -28,8 +28,8 @@ func TestClusterWaiterWokenBySPublish(t *testing.T) {
 	}
 	slices.Sort(waits)
 	t.Logf("waiter held the lock after the release returned: median %v, max %v", waits[len(waits)/2], waits[len(waits)-1])
-	if median := waits[len(waits)/2]; median >= 50*time.Millisecond {
-		t.Errorf("median wake-up %v after the release, want < 50ms", median)
+	if median := waits[len(waits)/2]; median >= wokenWithin {
+		t.Errorf("median wake-up %v after the release, want < %v", median, wokenWithin)
 	}
 	for _, m := range c.Nodes[:3] {
 		calls := commandCalls(t, nodeClient(t, m.Addr))
@@ -214,12 +214,12 @@ func TestShardedPubSubOnSingleServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
 			holder, waiter := newLocker(t, s, Config{ShardedPubSub: tc.mode}), newLocker(t, s, Config{ShardedPubSub: tc.mode})
-			if wait := wakeUp(t, holder, waiter, waiter.e, "sku-1"); wait > 50*time.Millisecond {
-				t.Errorf("waiter woken %v after the release, want < 50ms", wait)
+			if wait := wakeUp(t, holder, waiter, waiter.e, "sku-1"); wait > wokenWithin {
+				t.Errorf("waiter woken %v after the release, want < %v", wait, wokenWithin)
 			}
 			forced := func(ctx context.Context, _ Lease) error { _, err := holder.ForceRelease(ctx, "sku-1"); return err }
-			if wait := wakeUpAfter(t, holder, waiter, waiter.e, "sku-1", forced); wait > 50*time.Millisecond {
-				t.Errorf("waiter woken %v after ForceRelease, want < 50ms", wait)
+			if wait := wakeUpAfter(t, holder, waiter, waiter.e, "sku-1", forced); wait > wokenWithin {
+				t.Errorf("waiter woken %v after ForceRelease, want < %v", wait, wokenWithin)
 			}
 			calls := commandCalls(t, s.Client())
 			if calls[tc.publish] == 0 || calls[tc.subscribe] == 0 || calls[tc.unused] != 0 {
@@ -243,8 +243,8 @@ func TestShardedPubSubRedlock(t *testing.T) {
 		return l
 	}
 	holder, waiter := newRedlock(), newRedlock()
-	if wait := wakeUp(t, holder, waiter, waiter.e, "sku-1"); wait > 50*time.Millisecond {
-		t.Errorf("waiter woken %v after the release, want < 50ms", wait)
+	if wait := wakeUp(t, holder, waiter, waiter.e, "sku-1"); wait > wokenWithin {
+		t.Errorf("waiter woken %v after the release, want < %v", wait, wokenWithin)
 	}
 	for _, s := range servers {
 		if calls := commandCalls(t, s.Client()); calls["spublish"] == 0 || calls["publish"] != 0 {
@@ -261,6 +261,11 @@ func TestValidateRejectsUnknownShardedMode(t *testing.T) {
 		}
 	}
 }
+
+// wokenWithin bounds a waiter's wake-up after a release: far below its fallback retry (the holder's lease,
+// 30 s), so only the unlock message can have woken it, and loose enough for a loaded machine (CI once saw
+// 62 ms for Redlock). How fast the wake-up is, the benchmarks measure (the hot key comparisons).
+const wokenWithin = 500 * time.Millisecond
 
 // wakeUp has holder hold key while waiter waits for it, then releases it, and returns how long after the
 // release returned the waiter held the lock.
