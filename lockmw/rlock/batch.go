@@ -13,7 +13,7 @@ import (
 // are out waits for the first to come back and goes with every call queued meanwhile. More round trips
 // in flight cost more system calls per lock operation on both ends (a batch of n scripts is one write and
 // one read for the client and for Redis); fewer leave Redis idle while replies travel. 2 measured best
-// with 32 goroutines on 2 cores (scripts/bench.sh --only uncontended).
+// with 32 goroutines on 2 cores (BenchmarkUncontended in bench/internal/harness: 1, 2 and 4 tried).
 const maxInFlight = 2
 
 // batcher runs the lock scripts of concurrent callers on one Redis in shared round trips, as one pipeline
