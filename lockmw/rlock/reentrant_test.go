@@ -162,8 +162,8 @@ func TestReentrancy(t *testing.T) {
 	}
 	select {
 	case at := <-got:
-		if wait := at.Sub(released); wait > 100*time.Millisecond {
-			t.Fatalf("waiter got the lock %v after the release, want <= 100ms", wait)
+		if wait := at.Sub(released); wait > wokenWithin {
+			t.Fatalf("waiter got the lock %v after the release, want <= %v", wait, wokenWithin)
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("waiter did not get the lock after the last release")
@@ -210,8 +210,8 @@ func TestRedissonInterop(t *testing.T) {
 		}
 		select {
 		case at := <-got:
-			if wait := at.Sub(released); wait > 100*time.Millisecond {
-				t.Fatalf("woken %v after Redisson's unlock, want <= 100ms", wait)
+			if wait := at.Sub(released); wait > wokenWithin {
+				t.Fatalf("woken %v after Redisson's unlock, want <= %v", wait, wokenWithin)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("Redisson's unlock did not wake our waiter")
@@ -446,8 +446,8 @@ func TestCancelledWaiterLeavesNoTrace(t *testing.T) {
 	cancel()
 	select {
 	case err := <-res:
-		if took := time.Since(cancelled); took > 50*time.Millisecond {
-			t.Fatalf("cancelled acquire returned after %v, want <= 50ms", took)
+		if took := time.Since(cancelled); took > wokenWithin { // not at the holder's lease, 30 s away
+			t.Fatalf("cancelled acquire returned after %v, want <= %v", took, wokenWithin)
 		}
 		if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("err %v, want ErrNotObtained and context.Canceled", err)
