@@ -134,21 +134,26 @@ func TestTakenCallWaitsForItsBatch(t *testing.T) {
 	if err := slowScript.Load(ctx, rdb).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Two calls on the wire: Redis runs them from 0 to 300 ms and from 300 to 600 ms. The queued calls go
-	// in a batch when the first comes back, and Redis runs them after the second: the deadline of one, at
-	// 450 ms, ends while their batch is out.
+	// Two calls on the wire keep Redis busy for 300 ms each. The two queued calls go in one batch when the
+	// first comes back, at 300 ms at the earliest; the batch's first call keeps Redis busy for 300 ms more,
+	// so the second call's deadline, at 450 ms, ends while their batch is out, whenever the second call on
+	// the wire reaches Redis.
 	qctx, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
 	defer cancel()
-	var onWire sync.WaitGroup
+	var others sync.WaitGroup
 	for range maxInFlight {
-		onWire.Go(func() { b.run(ctx, slowScript, []string{"n"}, 300) })
+		others.Go(func() { b.run(ctx, slowScript, []string{"n"}, 300) })
 	}
 	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
-	onWire.Go(func() { b.run(ctx, slowScript, []string{"n"}, 0) })
+	others.Go(func() { b.run(ctx, slowScript, []string{"n"}, 300) })
 	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
 	n, err := b.run(qctx, slowScript, []string{"n"}, 0).Int()
-	if err != nil || n != maxInFlight+2 {
-		t.Fatalf("queued call: %d, %v; want its reply, %d, after its context ended", n, err, maxInFlight+2)
+	ended := qctx.Err() != nil
+	others.Wait()
+	if err != nil || n < 1 {
+		t.Fatalf("queued call: %d, %v; want its reply after its context ended", n, err)
 	}
-	onWire.Wait()
+	if !ended {
+		t.Fatal("the queued call came back before its context ended: the test did not test anything")
+	}
 }
