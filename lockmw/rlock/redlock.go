@@ -76,7 +76,7 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 	}
 	sharded := cfg.ShardedPubSub == ShardedOn
 	nodes := redlockNodes{scripts: newScripts(cfg, sharded), clients: clients, timeout: cfg.NodeTimeout,
-		quorum: len(clients)/2 + 1, rounds: new(sync.Map)}
+		quorum: len(clients)/2 + 1, rounds: new(sync.Map), workers: newWorkers()}
 	b := newBreakers(len(clients), nodes.quorum)
 	for i, c := range clients {
 		c.AddHook(b.hook(i))
@@ -128,6 +128,7 @@ type redlockNodes struct {
 	timeout time.Duration // per call
 	quorum  int
 	rounds  *sync.Map // roundID -> *round: the last acquire round of each owner and lock, until it settles
+	workers workers   // run the calls to the masters
 }
 
 // each runs f on every master at once, each call bounded by the node timeout, and waits for all.
@@ -138,8 +139,10 @@ func (r redlockNodes) each(ctx context.Context, f func(ctx context.Context, i in
 // eachWithin is each with another bound per call.
 func (r redlockNodes) eachWithin(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int, c redis.UniversalClient)) {
 	var wg sync.WaitGroup
+	wg.Add(len(r.clients))
 	for i, c := range r.clients {
-		wg.Go(func() {
+		r.workers.run(func() {
+			defer wg.Done()
 			ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
 			defer cancel()
 			f(ctx, i, c)

@@ -84,12 +84,12 @@ func (r redlockNodes) ask(ctx context.Context, n names, owner string) <-chan ans
 	answers := make(chan answer, len(r.clients))
 	calls := context.WithoutCancel(mayskip(ctx))
 	for i, c := range r.clients {
-		go func() {
+		r.workers.run(func() {
 			ctx, cancel := context.WithTimeoutCause(calls, r.timeout, errNodeTimeout)
 			defer cancel()
 			reply, err := r.runAcquire(ctx, direct{c}, n, owner)
 			answers <- answer{i, reply, err}
-		}()
+		})
 	}
 	return answers
 }
