@@ -4,8 +4,9 @@
 -- ARGV[1] lease in milliseconds
 -- ARGV[2] owner id
 -- ARGV[3] fencing counter TTL in milliseconds, refreshed on every fresh acquisition; 0 or absent: none
--- Returns {1, token, count} when ARGV[2] holds the lock after the call (count > 1 is a reentry, which keeps
--- the token), or {0, pttl} when another owner holds it.
+-- Returns the token when ARGV[2] took the free lock (a bare integer: the common reply is the cheapest for Redis
+-- to build), {1, token, count} when ARGV[2] held it already (a reentry, which keeps the token), or {0, pttl}
+-- when another owner holds it.
 if redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
@@ -13,7 +14,7 @@ if redis.call('exists', KEYS[1]) == 0 then
   if tonumber(ARGV[3] or '0') > 0 then
     redis.call('pexpire', KEYS[2], ARGV[3])
   end
-  return {1, token, 1}
+  return token
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)

@@ -9,17 +9,17 @@
 -- ARGV[3] latch lifetime in milliseconds
 -- ARGV[4] the command that sends the unlock message: 'publish', or 'spublish' (sharded pub/sub), as Redisson
 --         passes it
--- Returns {holds left for ARGV[1] (0: the lock is free; -1: ARGV[1] does not hold it), clients that received
--- the unlock message (0 when none was sent)}.
+-- Returns the holds left for ARGV[1] (0: the lock is free; -1: ARGV[1] does not hold it), or {0, clients that
+-- received the unlock message} when some did (bare integers are the cheapest replies for Redis to build).
 -- The latch is read on every send, not only on this package's own retries: go-redis sends a command again
 -- after a lost connection (Options.MaxRetries), with the same arguments.
 local done = redis.call('get', KEYS[3])
 if done then
-  return {tonumber(done), 0}
+  return tonumber(done)
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not count then
-  return {-1, 0}
+  return -1
 end
 if count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
@@ -27,7 +27,11 @@ if count > 1 then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
   redis.call('set', KEYS[3], count - 1, 'px', ARGV[3])
-  return {count - 1, 0}
+  return count - 1
 end
 redis.call('del', KEYS[1])
-return {0, redis.call(ARGV[4], KEYS[2], '0')}
+local receivers = redis.call(ARGV[4], KEYS[2], '0')
+if receivers > 0 then
+  return {0, receivers}
+end
+return 0

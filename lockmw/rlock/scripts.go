@@ -67,9 +67,14 @@ func (d direct) run(ctx context.Context, script *redis.Script, keys []string, ar
 	return script.Run(ctx, d.c, keys, args...)
 }
 
+// runAcquire runs the acquire script, its reply as {1, token, count} or {0, pttl}.
 func (s scripts) runAcquire(ctx context.Context, r runner, n names, owner string) ([]int64, error) {
-	return r.run(ctx, acquireScript, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
-		s.tokenTTL.Milliseconds()).Int64Slice()
+	cmd := r.run(ctx, acquireScript, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
+		s.tokenTTL.Milliseconds())
+	if token, ok := cmd.Val().(int64); ok { // took the free lock
+		return []int64{1, token, 1}, nil
+	}
+	return cmd.Int64Slice()
 }
 
 // releaseReply is the outcome of a release: the holds left for the owner (0: the lock is free; -1: the
@@ -101,6 +106,9 @@ func (s scripts) runForceRelease(ctx context.Context, c redis.Scripter, n names)
 
 // parseRelease reads the reply of the release script.
 func parseRelease(cmd *redis.Cmd) (releaseReply, error) {
+	if left, ok := cmd.Val().(int64); ok { // no unlock message received
+		return releaseReply{left: left}, nil
+	}
 	res, err := cmd.Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected release reply %v", res)
