@@ -13,14 +13,18 @@ import (
 	"github.com/stockflow/stockflow/internal/redistest"
 )
 
+// maxKills bounds a chaos run: the run then finishes without crashes, in a time that does not depend on how
+// fast a loaded machine restarts workers (an order lost or stuck by a crash stays missing all the same).
+const maxKills = 15
+
 // chaos kills a random one of workers with SIGKILL every period (±25 %) and starts a replacement with
-// start, until the returned stop is called; stop returns how many it killed.
+// start, until the returned stop is called or maxKills were killed; stop returns how many it killed.
 func chaos(workers []*proc, period time.Duration, start func(name string) *proc) (stop func() int) {
 	done, kills := make(chan struct{}), make(chan int)
 	go func() {
 		n := 0
-		defer func() { kills <- n }()
-		for {
+		defer func() { <-done; kills <- n }()
+		for n < maxKills {
 			select {
 			case <-done:
 				return
