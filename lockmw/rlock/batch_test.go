@@ -145,13 +145,18 @@ func TestTakenCallWaitsForItsBatch(t *testing.T) {
 		others.Go(func() { b.run(ctx, slowScript, []string{"n"}, 300) })
 	}
 	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
-	others.Go(func() { b.run(ctx, slowScript, []string{"n"}, 300) })
+	var mate int
+	var mateErr error
+	others.Go(func() { mate, mateErr = b.run(ctx, slowScript, []string{"n"}, 300).Int() })
 	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
 	n, err := b.run(qctx, slowScript, []string{"n"}, 0).Int()
 	ended := qctx.Err() != nil
 	others.Wait()
-	if err != nil || n < 1 {
-		t.Fatalf("queued call: %d, %v; want its reply after its context ended", n, err)
+	if mateErr != nil {
+		t.Fatal(mateErr)
+	}
+	if err != nil || n <= mate {
+		t.Fatalf("queued call: %d, %v; want its own reply (after %d, its batch mate's) after its context ended", n, err, mate)
 	}
 	if !ended {
 		t.Fatal("the queued call came back before its context ended: the test did not test anything")

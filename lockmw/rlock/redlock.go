@@ -76,7 +76,7 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 	}
 	sharded := cfg.ShardedPubSub == ShardedOn
 	nodes := redlockNodes{scripts: newScripts(cfg, sharded), clients: clients, timeout: cfg.NodeTimeout,
-		quorum: len(clients)/2 + 1, rounds: new(sync.Map), workers: newWorkers()}
+		quorum: len(clients)/2 + 1, rounds: new(sync.Map), workers: newWorkers(workerIdle)}
 	b := newBreakers(len(clients), nodes.quorum)
 	for i, c := range clients {
 		c.AddHook(b.hook(i))
@@ -128,7 +128,7 @@ type redlockNodes struct {
 	timeout time.Duration // per call
 	quorum  int
 	rounds  *sync.Map // roundID -> *round: the last acquire round of each owner and lock, until it settles
-	workers workers   // run the calls to the masters
+	workers *workers  // run the calls to the masters
 }
 
 // each runs f on every master at once, each call bounded by the node timeout, and waits for all.

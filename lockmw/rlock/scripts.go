@@ -71,7 +71,7 @@ func (d direct) run(ctx context.Context, script *redis.Script, keys []string, ar
 func (s scripts) runAcquire(ctx context.Context, r runner, n names, owner string) ([]int64, error) {
 	cmd := r.run(ctx, acquireScript, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
 		s.tokenTTL.Milliseconds())
-	if token, ok := cmd.Val().(int64); ok { // took the free lock
+	if token, ok := cmd.Val().(int64); ok && cmd.Err() == nil { // took the free lock
 		return []int64{1, token, 1}, nil
 	}
 	return cmd.Int64Slice()
@@ -106,7 +106,7 @@ func (s scripts) runForceRelease(ctx context.Context, c redis.Scripter, n names)
 
 // parseRelease reads the reply of the release script.
 func parseRelease(cmd *redis.Cmd) (releaseReply, error) {
-	if left, ok := cmd.Val().(int64); ok { // no unlock message received
+	if left, ok := cmd.Val().(int64); ok && cmd.Err() == nil { // no unlock message received
 		return releaseReply{left: left}, nil
 	}
 	res, err := cmd.Int64Slice()
