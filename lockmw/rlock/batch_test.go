@@ -134,20 +134,20 @@ func TestTakenCallWaitsForItsBatch(t *testing.T) {
 	if err := slowScript.Load(ctx, rdb).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Two calls on the wire keep Redis busy for 300 ms each. The two queued calls go in one batch when the
-	// first comes back, at 300 ms at the earliest; the batch's first call keeps Redis busy for 300 ms more,
-	// so the second call's deadline, at 450 ms, ends while their batch is out, whenever the second call on
-	// the wire reaches Redis.
-	qctx, cancel := context.WithTimeout(ctx, 450*time.Millisecond)
+	// Two calls on the wire keep Redis busy for 100 ms each. The two queued calls go in one batch when the
+	// first comes back, at 100 ms at the earliest; the batch's first call keeps Redis busy for 1 s more, so
+	// the second call's deadline, at 600 ms, ends while their batch is out, whenever the second call on the
+	// wire reaches Redis, and the batch has 500 ms to leave before it.
+	qctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
 	defer cancel()
 	var others sync.WaitGroup
 	for range maxInFlight {
-		others.Go(func() { b.run(ctx, slowScript, []string{"n"}, 300) })
+		others.Go(func() { b.run(ctx, slowScript, []string{"n"}, 100) })
 	}
 	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
 	var mate int
 	var mateErr error
-	others.Go(func() { mate, mateErr = b.run(ctx, slowScript, []string{"n"}, 300).Int() })
+	others.Go(func() { mate, mateErr = b.run(ctx, slowScript, []string{"n"}, 1000).Int() })
 	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
 	n, err := b.run(qctx, slowScript, []string{"n"}, 0).Int()
 	ended := qctx.Err() != nil
