@@ -61,12 +61,14 @@ func TestClusterPipeline(t *testing.T) {
 	}
 	sum := produceEnv(t, env, "--orders", "6000", "--skus", "20", "--seed-stock", "250")
 	assertConsistent(t, sum)
-	if sum.Reserved != 5000 || sum.Rejected != 1000 || sum.Outcomes != 6000 {
-		t.Fatalf("reserved %d, rejected %d, %d outcomes; want 5000, 1000, 6000", sum.Reserved, sum.Rejected, sum.Outcomes)
+	// The orders spread over the SKUs at random (300 each on average), so a SKU may get fewer than its 250
+	// units: each SKU sells out or rejects nothing.
+	if sum.Reserved+sum.Rejected != 6000 || sum.Outcomes != 6000 || sum.Reserved > 5000 {
+		t.Fatalf("reserved %d, rejected %d, %d outcomes; want 6,000 outcomes, at most 5,000 reserved", sum.Reserved, sum.Rejected, sum.Outcomes)
 	}
 	for sku, s := range sum.SKUs {
-		if s.Available != 0 || s.Reserved != 250 {
-			t.Errorf("%s: available %d, reserved %d; want 0 and 250", sku, s.Available, s.Reserved)
+		if s.OrdersRejected > 0 && s.Available != 0 {
+			t.Errorf("%s: %d orders rejected with %d units available", sku, s.OrdersRejected, s.Available)
 		}
 	}
 	rdb := c.Client()

@@ -71,7 +71,7 @@ func (d direct) run(ctx context.Context, script *redis.Script, keys []string, ar
 func (s scripts) runAcquire(ctx context.Context, r runner, n names, owner string) ([]int64, error) {
 	cmd := r.run(ctx, acquireScript, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
 		s.tokenTTL.Milliseconds())
-	if token, ok := cmd.Val().(int64); ok && cmd.Err() == nil { // took the free lock
+	if token, ok := bare(cmd); ok { // took the free lock
 		return []int64{1, token, 1}, nil
 	}
 	return cmd.Int64Slice()
@@ -104,9 +104,16 @@ func (s scripts) runForceRelease(ctx context.Context, c redis.Scripter, n names)
 	return deleted == 1, err
 }
 
+// bare returns the reply of a script that answered a bare integer; false for a table, or when the call
+// failed (a failed pipeline gives its error to replies it read already).
+func bare(cmd *redis.Cmd) (int64, bool) {
+	n, ok := cmd.Val().(int64)
+	return n, ok && cmd.Err() == nil
+}
+
 // parseRelease reads the reply of the release script.
 func parseRelease(cmd *redis.Cmd) (releaseReply, error) {
-	if left, ok := cmd.Val().(int64); ok && cmd.Err() == nil { // no unlock message received
+	if left, ok := bare(cmd); ok { // no unlock message received
 		return releaseReply{left: left}, nil
 	}
 	res, err := cmd.Int64Slice()
