@@ -1,6 +1,7 @@
 package rlock
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -114,27 +115,13 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.NodeTimeout == 0 {
-		c.NodeTimeout = DefaultNodeTimeout
-	}
-	if c.HandOff.Max == 0 {
-		c.HandOff.Max = DefaultHandOffs
-	}
-	if c.HandOff.Hold == 0 {
-		c.HandOff.Hold = DefaultHandOffHold
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = otel.GetTracerProvider()
-	}
-	if c.MeterProvider == nil {
-		c.MeterProvider = otel.GetMeterProvider()
-	}
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.NodeTimeout = cmp.Or(c.NodeTimeout, DefaultNodeTimeout)
+	c.HandOff.Max = cmp.Or(c.HandOff.Max, DefaultHandOffs)
+	c.HandOff.Hold = cmp.Or(c.HandOff.Hold, DefaultHandOffHold)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.TracerProvider = cmp.Or(c.TracerProvider, otel.GetTracerProvider())
+	c.MeterProvider = cmp.Or(c.MeterProvider, otel.GetMeterProvider())
 }
 
 // Validate reports a configuration that cannot work. Zero fields are valid: they take their defaults.
