@@ -140,15 +140,22 @@ func (r redlockNodes) each(ctx context.Context, f func(ctx context.Context, i in
 func (r redlockNodes) eachWithin(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int, c redis.UniversalClient)) {
 	var wg sync.WaitGroup
 	wg.Add(len(r.clients))
+	r.start(ctx, timeout, func(ctx context.Context, i int, c redis.UniversalClient) {
+		defer wg.Done()
+		f(ctx, i, c)
+	})
+	wg.Wait()
+}
+
+// start runs f on every master at once, each call bounded by timeout, and returns without waiting for them.
+func (r redlockNodes) start(ctx context.Context, timeout time.Duration, f func(ctx context.Context, i int, c redis.UniversalClient)) {
 	for i, c := range r.clients {
 		r.workers.run(func() {
-			defer wg.Done()
 			ctx, cancel := context.WithTimeoutCause(ctx, timeout, errNodeTimeout)
 			defer cancel()
 			f(ctx, i, c)
 		})
 	}
-	wg.Wait()
 }
 
 func (r redlockNodes) nodeError(i int, err error) error {

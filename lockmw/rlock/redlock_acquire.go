@@ -82,15 +82,10 @@ func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, h
 // of ctx, and returns the channel their answers arrive on.
 func (r redlockNodes) ask(ctx context.Context, n names, owner string) <-chan answer {
 	answers := make(chan answer, len(r.clients))
-	calls := context.WithoutCancel(mayskip(ctx))
-	for i, c := range r.clients {
-		r.workers.run(func() {
-			ctx, cancel := context.WithTimeoutCause(calls, r.timeout, errNodeTimeout)
-			defer cancel()
-			reply, err := r.runAcquire(ctx, direct{c}, n, owner)
-			answers <- answer{i, reply, err}
-		})
-	}
+	r.start(context.WithoutCancel(mayskip(ctx)), r.timeout, func(ctx context.Context, i int, c redis.UniversalClient) {
+		reply, err := r.runAcquire(ctx, direct{c}, n, owner)
+		answers <- answer{i, reply, err}
+	})
 	return answers
 }
 
