@@ -80,7 +80,7 @@ func TestQueuedCallKeepsItsContext(t *testing.T) {
 	for range maxInFlight { // every round trip on the wire, unanswered
 		stuck.Go(func() { b.run(ctx, script, []string{"n"}) })
 	}
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
+	waitFor(t, "calls in flight", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
 	qctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -104,12 +104,13 @@ func TestQueuedCallKeepsItsContext(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor polls cond until it holds, and fails the test when it does not within 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
+			t.Fatalf("%s: not within 5s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -144,11 +145,11 @@ func TestTakenCallWaitsForItsBatch(t *testing.T) {
 	for range maxInFlight {
 		others.Go(func() { b.run(ctx, slowScript, []string{"n"}, 100) })
 	}
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
+	waitFor(t, "calls in flight", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inFlight == maxInFlight })
 	var mate int
 	var mateErr error
 	others.Go(func() { mate, mateErr = b.run(ctx, slowScript, []string{"n"}, 1000).Int() })
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
+	waitFor(t, "a queued call", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
 	n, err := b.run(qctx, slowScript, []string{"n"}, 0).Int()
 	ended := qctx.Err() != nil
 	others.Wait()

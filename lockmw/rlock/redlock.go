@@ -38,7 +38,9 @@ func (e *NodeError) Unwrap() error { return e.Err }
 //
 // An acquisition runs the acquire script on all masters at once, each bounded by Config.NodeTimeout, and
 // succeeds with a majority and time left: validity = lease - elapsed - drift, drift = lease/100 + 2 ms.
-// Otherwise it is undone on every master that may hold it, including those that did not answer. A master
+// Otherwise it is undone on every master that may hold it, including those that did not answer. An
+// acquisition and a release return as soon as a majority answered them; the calls still out finish in the
+// background, and a process's next call on the lock reaches each master after the one before it there. A master
 // that failed to answer is skipped by acquisitions and releases for MasterCooldown while the others make a
 // majority (breakers), so a dead minority costs the node timeout about once a second rather than on every
 // call.
@@ -76,7 +78,7 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 	}
 	sharded := cfg.ShardedPubSub == ShardedOn
 	nodes := redlockNodes{scripts: newScripts(cfg, sharded), clients: clients, timeout: cfg.NodeTimeout,
-		quorum: len(clients)/2 + 1, rounds: new(sync.Map), workers: newWorkers(workerIdle)}
+		quorum: len(clients)/2 + 1, lanes: new(sync.Map), workers: newWorkers(workerIdle)}
 	b := newBreakers(len(clients), nodes.quorum)
 	for i, c := range clients {
 		c.AddHook(b.hook(i))
@@ -127,7 +129,7 @@ type redlockNodes struct {
 	clients []redis.UniversalClient
 	timeout time.Duration // per call
 	quorum  int
-	rounds  *sync.Map // roundID -> *round: the last acquire round of each owner and lock, until it settles
+	lanes   *sync.Map // lock -> *lane: the last call of this process on each lock, until every master answered it
 	workers *workers  // run the calls to the masters
 }
 
@@ -145,6 +147,76 @@ func (r redlockNodes) eachWithin(ctx context.Context, timeout time.Duration, f f
 		f(ctx, i, c)
 	})
 	wg.Wait()
+}
+
+// errNoAnswer is the error of a master whose answer a call did not wait for: its script may run.
+var errNoAnswer = errors.New("rlock: no answer yet")
+
+// answer is one master's answer to a call.
+type answer[T any] struct {
+	i   int
+	val T
+	err error
+}
+
+// lane is one call of this process on a lock, per master: done[i] is closed once master i answered.
+type lane struct{ done []chan struct{} }
+
+// gather runs call on every master at once, each within the node timeout whatever becomes of ctx, and
+// hands the answers to take as they come, until take says the outcome is known or every master answered:
+// waiting for the slowest master would add its time to every acquisition and release. The calls still out
+// finish in the background; rest gets their answers, and the channel returned is closed once every master
+// answered.
+//
+// The calls of this process on one lock keep their order on each master: a call waits for the previous
+// one on its master (while that is out, the next call only costs that master's answer, not the majority's).
+// A release that overtook a grant would leave that master holding the lock for a whole lease; a grant
+// that overtook the release before it would be refused there, held on fewer masters.
+func gather[T any](r redlockNodes, ctx context.Context, lock string, call func(context.Context, redis.UniversalClient) (T, error),
+	take func(answer[T]) bool, rest func(late []answer[T])) <-chan struct{} {
+	mine := &lane{done: make([]chan struct{}, len(r.clients))}
+	for i := range mine.done {
+		mine.done[i] = make(chan struct{})
+	}
+	prev, _ := r.lanes.Swap(lock, mine)
+	answers := make(chan answer[T], len(r.clients))
+	r.start(context.WithoutCancel(mayskip(ctx)), r.timeout, func(ctx context.Context, i int, c redis.UniversalClient) {
+		a := answer[T]{i: i}
+		defer func() { answers <- a }()
+		defer close(mine.done[i])
+		if prev != nil {
+			select {
+			case <-prev.(*lane).done[i]:
+			case <-ctx.Done(): // not sent: the master is too slow for the node timeout
+				a.err = context.Cause(ctx)
+				return
+			}
+		}
+		a.val, a.err = call(ctx, c)
+	})
+	left := len(r.clients)
+	for left > 0 {
+		left--
+		if take(<-answers) {
+			break
+		}
+	}
+	settled := make(chan struct{})
+	finish := func() {
+		late := make([]answer[T], 0, left)
+		for range left {
+			late = append(late, <-answers)
+		}
+		rest(late)
+		close(settled)
+		r.lanes.CompareAndDelete(lock, mine)
+	}
+	if left > 0 {
+		go finish()
+	} else {
+		finish()
+	}
+	return settled
 }
 
 // start runs f on every master at once, each call bounded by timeout, and returns without waiting for them.
@@ -198,27 +270,38 @@ func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) erro
 }
 
 func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {
-	r.settle(roundID{n.lock, owner})
 	replies := make([]releaseReply, len(r.clients))
-	errs := make([]error, len(r.clients))
-	r.each(mayskip(ctx), func(ctx context.Context, i int, c redis.UniversalClient) {
-		replies[i], errs[i] = r.runRelease(ctx, direct{c}, n, owner, requestID)
-	})
-	failures := r.nodeErrors(errs)
-	released, notHeld, out := countReleases(replies, errs)
+	errs := slices.Repeat([]error{errNoAnswer}, len(r.clients))
+	var released, notHeld int
+	var out releaseReply
+	gather(r, ctx, n.lock,
+		func(ctx context.Context, c redis.UniversalClient) (releaseReply, error) {
+			return r.runRelease(ctx, direct{c}, n, owner, requestID)
+		},
+		func(a answer[releaseReply]) bool {
+			replies[a.i], errs[a.i] = a.val, a.err
+			released, notHeld, out = countReleases(replies, errs)
+			return released >= r.quorum || notHeld > len(r.clients)-r.quorum
+		},
+		func(late []answer[releaseReply]) {
+			// The masters that failed keep their copy until the lease ends unless told again; the latch
+			// makes a repeat of this request harmless where the first one landed.
+			failed := slices.Clone(errs)
+			for _, a := range late {
+				failed[a.i] = a.err
+			}
+			if released >= r.quorum && slices.ContainsFunc(failed, func(err error) bool { return err != nil }) {
+				go r.retryRelease(context.WithoutCancel(ctx), failed, n, owner, requestID)
+			}
+		})
 	switch {
 	case released >= r.quorum:
-		// The masters that did not answer keep their copy until the lease ends unless told again; the
-		// latch makes a repeat of this request harmless where the first one landed.
-		if len(failures) > 0 {
-			go r.retryRelease(context.WithoutCancel(ctx), errs, n, owner, requestID)
-		}
 		return out, nil
 	case notHeld > len(r.clients)-r.quorum:
 		return releaseReply{left: -1}, nil // no majority can hold it for owner
 	}
 	// Unknown on too many masters: the caller retries the same request.
-	return releaseReply{}, joinFailures(failures, ErrQuorum)
+	return releaseReply{}, joinFailures(r.nodeErrors(errs), ErrQuorum)
 }
 
 // countReleases counts the masters that released a hold, with the most holds left and listeners reached

@@ -38,75 +38,26 @@ type round struct {
 	owner   string
 	held    bool // the owner held the lock before the round
 	replies [][]int64
-	errs    []error       // errNoAnswer for a master that had not answered when the round returned
-	settled chan struct{} // closed once every master answered
-	late    []answer      // the answers that came after the round returned; read once settled
-}
-
-// errNoAnswer is the error of a master whose answer the round did not wait for: its script may run.
-var errNoAnswer = errors.New("rlock: no answer yet")
-
-// answer is one master's reply to the acquire script.
-type answer struct {
-	i     int
-	reply []int64
-	err   error
+	errs    []error           // errNoAnswer for a master that had not answered when the round returned
+	settled <-chan struct{}   // closed once every master answered
+	late    []answer[[]int64] // the answers that came after the round returned; read once settled
 }
 
 // acquireRound runs the acquire script on every master at once. It returns as soon as a majority granted
-// the lock, or once every master answered: the lock is not held any better by the last masters' grants,
-// and waiting for them costs the slowest master's time on every acquisition. The calls still out finish
-// in the background (each within the node timeout, whatever becomes of ctx), and the owner's next release
-// or round of the lock waits for them (settle): a release that overtook a grant would leave that master
-// holding the lock for a whole lease.
+// the lock (the lock is not held any better by the last masters' grants), or once every master answered.
 func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, held bool) *round {
 	rd := &round{n: n, owner: owner, held: held, replies: make([][]int64, len(r.clients)),
-		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients)), settled: make(chan struct{})}
-	id := roundID{n.lock, owner}
-	r.settle(id)
-	r.rounds.Store(id, rd)
-	answers := r.ask(ctx, n, owner)
-	for left := len(r.clients); left > 0; left-- {
-		a := <-answers
-		rd.replies[a.i], rd.errs[a.i] = a.reply, a.err
-		if rd.grants() >= r.quorum && ctx.Err() == nil {
-			go r.finish(id, rd, answers, left-1)
-			return rd
-		}
-	}
-	r.finish(id, rd, answers, 0)
+		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients))}
+	rd.settled = gather(r, ctx, n.lock,
+		func(ctx context.Context, c redis.UniversalClient) ([]int64, error) {
+			return r.runAcquire(ctx, direct{c}, n, owner)
+		},
+		func(a answer[[]int64]) bool {
+			rd.replies[a.i], rd.errs[a.i] = a.val, a.err
+			return rd.grants() >= r.quorum && ctx.Err() == nil
+		},
+		func(late []answer[[]int64]) { rd.late = late })
 	return rd
-}
-
-// ask runs the acquire script on every master at once, each call within the node timeout whatever becomes
-// of ctx, and returns the channel their answers arrive on.
-func (r redlockNodes) ask(ctx context.Context, n names, owner string) <-chan answer {
-	answers := make(chan answer, len(r.clients))
-	r.start(context.WithoutCancel(mayskip(ctx)), r.timeout, func(ctx context.Context, i int, c redis.UniversalClient) {
-		reply, err := r.runAcquire(ctx, direct{c}, n, owner)
-		answers <- answer{i, reply, err}
-	})
-	return answers
-}
-
-// roundID names the rounds of one owner on one lock.
-type roundID struct{ lock, owner string }
-
-// finish waits for the last answers of rd and marks the round settled.
-func (r redlockNodes) finish(id roundID, rd *round, answers <-chan answer, left int) {
-	for range left {
-		rd.late = append(rd.late, <-answers)
-	}
-	close(rd.settled)
-	r.rounds.CompareAndDelete(id, rd)
-}
-
-// settle waits until the last round of id has every answer: at most the node timeout, whatever the
-// caller's context.
-func (r redlockNodes) settle(id roundID) {
-	if v, ok := r.rounds.Load(id); ok {
-		<-v.(*round).settled
-	}
 }
 
 // granted reports whether master i gave the lock to the owner.
@@ -224,7 +175,7 @@ func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	ctx = context.WithoutCancel(ctx)
 	<-rd.settled // a master that answers late is released after its answer, as it answered
 	for _, a := range rd.late {
-		rd.replies[a.i], rd.errs[a.i] = a.reply, a.err
+		rd.replies[a.i], rd.errs[a.i] = a.val, a.err
 	}
 	requestID := uuid.NewString()
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {

@@ -26,7 +26,7 @@ func TestWorkersShrinkUnderASteadyLoad(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	waitFor(t, func() bool { return idleWorkers(w) == burst })
+	waitFor(t, "the burst's goroutines idle", func() bool { return idleWorkers(w) == burst })
 	start := time.Now()
 	for idleWorkers(w) > 2 {
 		if time.Since(start) > 5*time.Second {
