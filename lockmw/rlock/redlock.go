@@ -162,52 +162,67 @@ type answer[T any] struct {
 // lane is one call of this process on a lock, per master: done[i] is closed once master i answered.
 type lane struct{ done []chan struct{} }
 
-// gather runs call on every master at once, each within the node timeout whatever becomes of ctx, and
-// hands the answers to take as they come, until take says the outcome is known or every master answered:
+func newLane(masters int) *lane {
+	l := &lane{done: make([]chan struct{}, masters)}
+	for i := range l.done {
+		l.done[i] = make(chan struct{})
+	}
+	return l
+}
+
+// wait waits until master i answered the call of l (none when l is nil), or ctx ends.
+func (l *lane) wait(ctx context.Context, i int) error {
+	if l == nil {
+		return nil
+	}
+	select {
+	case <-l.done[i]:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// fanOut is a call to every master and what becomes of its answers.
+type fanOut[T any] struct {
+	call func(context.Context, redis.UniversalClient) (T, error)
+	take func(answer[T]) bool   // takes an answer; true once the outcome is known
+	rest func(late []answer[T]) // gets the answers that came after gather returned, once all came
+}
+
+// gather runs f.call on every master at once, each within the node timeout whatever becomes of ctx, and
+// hands the answers to f.take as they come, until it says the outcome is known or every master answered:
 // waiting for the slowest master would add its time to every acquisition and release. The calls still out
-// finish in the background; rest gets their answers, and the channel returned is closed once every master
-// answered.
+// finish in the background, and the channel returned is closed once every master answered.
 //
 // The calls of this process on one lock keep their order on each master: a call waits for the previous
 // one on its master (while that is out, the next call only costs that master's answer, not the majority's).
 // A release that overtook a grant would leave that master holding the lock for a whole lease; a grant
 // that overtook the release before it would be refused there, held on fewer masters.
-func gather[T any](r redlockNodes, ctx context.Context, lock string, call func(context.Context, redis.UniversalClient) (T, error),
-	take func(answer[T]) bool, rest func(late []answer[T])) <-chan struct{} {
-	mine := &lane{done: make([]chan struct{}, len(r.clients))}
-	for i := range mine.done {
-		mine.done[i] = make(chan struct{})
-	}
+func gather[T any](r redlockNodes, ctx context.Context, lock string, f fanOut[T]) <-chan struct{} {
+	mine := newLane(len(r.clients))
 	prev, _ := r.lanes.Swap(lock, mine)
+	before, _ := prev.(*lane)
 	answers := make(chan answer[T], len(r.clients))
 	r.start(context.WithoutCancel(mayskip(ctx)), r.timeout, func(ctx context.Context, i int, c redis.UniversalClient) {
 		a := answer[T]{i: i}
-		defer func() { answers <- a }()
-		defer close(mine.done[i])
-		if prev != nil {
-			select {
-			case <-prev.(*lane).done[i]:
-			case <-ctx.Done(): // not sent: the master is too slow for the node timeout
-				a.err = context.Cause(ctx)
-				return
-			}
+		// Not sent when the master took the whole node timeout to answer the call before.
+		if a.err = before.wait(ctx, i); a.err == nil {
+			a.val, a.err = f.call(ctx, c)
 		}
-		a.val, a.err = call(ctx, c)
+		close(mine.done[i])
+		answers <- a
 	})
 	left := len(r.clients)
 	for left > 0 {
 		left--
-		if take(<-answers) {
+		if f.take(<-answers) {
 			break
 		}
 	}
 	settled := make(chan struct{})
 	finish := func() {
-		late := make([]answer[T], 0, left)
-		for range left {
-			late = append(late, <-answers)
-		}
-		rest(late)
+		f.rest(collect(answers, left))
 		close(settled)
 		r.lanes.CompareAndDelete(lock, mine)
 	}
@@ -217,6 +232,15 @@ func gather[T any](r redlockNodes, ctx context.Context, lock string, call func(c
 		finish()
 	}
 	return settled
+}
+
+// collect receives n answers.
+func collect[T any](answers <-chan answer[T], n int) []answer[T] {
+	got := make([]answer[T], 0, n)
+	for range n {
+		got = append(got, <-answers)
+	}
+	return got
 }
 
 // start runs f on every master at once, each call bounded by timeout, and returns without waiting for them.
@@ -274,16 +298,16 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 	errs := slices.Repeat([]error{errNoAnswer}, len(r.clients))
 	var released, notHeld int
 	var out releaseReply
-	gather(r, ctx, n.lock,
-		func(ctx context.Context, c redis.UniversalClient) (releaseReply, error) {
+	gather(r, ctx, n.lock, fanOut[releaseReply]{
+		call: func(ctx context.Context, c redis.UniversalClient) (releaseReply, error) {
 			return r.runRelease(ctx, direct{c}, n, owner, requestID)
 		},
-		func(a answer[releaseReply]) bool {
+		take: func(a answer[releaseReply]) bool {
 			replies[a.i], errs[a.i] = a.val, a.err
 			released, notHeld, out = countReleases(replies, errs)
 			return released >= r.quorum || notHeld > len(r.clients)-r.quorum
 		},
-		func(late []answer[releaseReply]) {
+		rest: func(late []answer[releaseReply]) {
 			// The masters that failed keep their copy until the lease ends unless told again; the latch
 			// makes a repeat of this request harmless where the first one landed.
 			failed := slices.Clone(errs)
@@ -293,7 +317,8 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 			if released >= r.quorum && slices.ContainsFunc(failed, func(err error) bool { return err != nil }) {
 				go r.retryRelease(context.WithoutCancel(ctx), failed, n, owner, requestID)
 			}
-		})
+		},
+	})
 	switch {
 	case released >= r.quorum:
 		return out, nil

@@ -48,15 +48,16 @@ type round struct {
 func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, held bool) *round {
 	rd := &round{n: n, owner: owner, held: held, replies: make([][]int64, len(r.clients)),
 		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients))}
-	rd.settled = gather(r, ctx, n.lock,
-		func(ctx context.Context, c redis.UniversalClient) ([]int64, error) {
+	rd.settled = gather(r, ctx, n.lock, fanOut[[]int64]{
+		call: func(ctx context.Context, c redis.UniversalClient) ([]int64, error) {
 			return r.runAcquire(ctx, direct{c}, n, owner)
 		},
-		func(a answer[[]int64]) bool {
+		take: func(a answer[[]int64]) bool {
 			rd.replies[a.i], rd.errs[a.i] = a.val, a.err
 			return rd.grants() >= r.quorum && ctx.Err() == nil
 		},
-		func(late []answer[[]int64]) { rd.late = late })
+		rest: func(late []answer[[]int64]) { rd.late = late },
+	})
 	return rd
 }
 
