@@ -26,9 +26,6 @@ var (
 	// ErrReplicaAcks means fewer replicas than WithReplicaAcks asks for acknowledged a write in time. The
 	// write stays applied on the master: the error is transient, see WithReplicaAcks for what to retry.
 	ErrReplicaAcks = errors.New("inventory: too few replica acks")
-	// ErrInProgress means a lifecycle event found its basket still being reserved (on a Redis Cluster a
-	// basket is reserved line by line, and a crash can leave it half done until its redelivery): retry.
-	ErrInProgress = errors.New("inventory: order still being reserved")
 	// ErrNotLocked means a lifecycle call found the order holds a SKU for which the caller passed no fence:
 	// its lock was not taken. Look the lines up again (Lines), lock them all, retry.
 	ErrNotLocked = errors.New("inventory: a SKU of the order is not locked")

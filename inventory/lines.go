@@ -334,8 +334,10 @@ func (s *Store) Cancel(ctx context.Context, orderID, sku string, fences Fences) 
 
 // Fulfil moves every line of a reserved order out of reserved for good (into the stock's fulfilled
 // field), once, as Cancel gives it back: a fulfilled order replays as fulfilled; an unknown, rejected or
-// cancelled one is refused (ReasonUnknownOrder, ReasonNotReserved, ReasonAlreadyCancelled); a basket still
-// half reserved fails with ErrInProgress, to be retried once its reservation is finished.
+// cancelled one is refused (ReasonUnknownOrder, ReasonNotReserved, ReasonAlreadyCancelled). A basket left
+// half reserved by a crash is first reserved to the end, as its redelivery would (ReserveLines), then
+// fulfilled or refused: its reservation may never come back (poisoned after MAX_ATTEMPTS crashes), and a
+// fulfil waiting for it would wait for ever.
 func (s *Store) Fulfil(ctx context.Context, orderID, sku string, fences Fences) (OrderOutcome, error) {
 	return traceOrder(ctx, SpanFulfil, orderID, func(ctx context.Context) (OrderOutcome, error) {
 		return s.lifecycle(ctx, "fulfil", orderID, sku, fences)
@@ -358,7 +360,14 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 	if err := s.checkLines(&b); err != nil {
 		return OrderOutcome{}, err
 	}
-	if reason, err := s.refusal(ctx, op, b); reason != "" || err != nil {
+	reason, err := s.refusal(ctx, op, b)
+	if errors.Is(err, errHalfReserved) {
+		if _, err := s.reserveLines(ctx, b); err != nil {
+			return OrderOutcome{}, err
+		}
+		reason, err = s.refusal(ctx, op, b)
+	}
+	if reason != "" || err != nil {
 		return refused(orderID, sku, reason), err
 	}
 	outs, err := s.transitionAll(ctx, op, b)
@@ -427,8 +436,11 @@ var refusals = map[string][]struct {
 }{
 	"cancel": {{StatusRejected, ReasonNotReserved, nil}, {StatusFulfilled, ReasonAlreadyFulfilled, nil}},
 	"fulfil": {{StatusRejected, ReasonNotReserved, nil}, {StatusCancelled, ReasonAlreadyCancelled, nil},
-		{StatusReleased, ReasonAlreadyCancelled, nil}, {"", "", ErrInProgress}},
+		{StatusReleased, ReasonAlreadyCancelled, nil}, {"", "", errHalfReserved}},
 }
+
+// errHalfReserved: a line of the basket has no record yet (a crash stopped its reservation between lines).
+var errHalfReserved = errors.New("inventory: basket half reserved")
 
 // states reads the recorded status of each line ("" when it has no record).
 func (s *Store) states(ctx context.Context, b basket) ([]Status, error) {
