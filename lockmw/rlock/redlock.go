@@ -78,7 +78,8 @@ func NewRedlock(clients []redis.UniversalClient, cfg Config) (*Redlock, error) {
 	}
 	sharded := cfg.ShardedPubSub == ShardedOn
 	nodes := redlockNodes{scripts: newScripts(cfg, sharded), clients: clients, timeout: cfg.NodeTimeout,
-		quorum: len(clients)/2 + 1, lanes: new(sync.Map), workers: newWorkers(workerIdle)}
+		quorum: len(clients)/2 + 1, lanes: new(sync.Map), workers: newWorkers(workerIdle),
+		pending: new(sync.WaitGroup)}
 	b := newBreakers(len(clients), nodes.quorum)
 	for i, c := range clients {
 		c.AddHook(b.hook(i))
@@ -114,8 +115,11 @@ func (r *Redlock) RaiseToken(ctx context.Context, key string, token int64) error
 	return r.e.raiseToken(ctx, key, token)
 }
 
-// Close closes the pub/sub connections; the clients stay open.
+// Close waits for the calls to the masters that acquisitions and releases left running when they returned
+// (at most the node timeout, or a second for a release's retry), then closes the pub/sub connections; the
+// clients stay open. Call it after the last call on the lock returned.
 func (r *Redlock) Close() error {
+	r.nodes.pending.Wait() // the calls an acquisition or release left out: the caller may close the clients next
 	var errs []error
 	for _, n := range r.e.notifiers {
 		errs = append(errs, n.close())
@@ -129,8 +133,9 @@ type redlockNodes struct {
 	clients []redis.UniversalClient
 	timeout time.Duration // per call
 	quorum  int
-	lanes   *sync.Map // lock -> *lane: the last call of this process on each lock, until every master answered it
-	workers *workers  // run the calls to the masters
+	lanes   *sync.Map       // lock -> *lane: the last call of this process on each lock, until every master answered it
+	workers *workers        // run the calls to the masters
+	pending *sync.WaitGroup // the calls still out after their acquisition or release returned
 }
 
 // each runs f on every master at once, each call bounded by the node timeout, and waits for all.
@@ -227,7 +232,7 @@ func gather[T any](r redlockNodes, ctx context.Context, lock string, f fanOut[T]
 		r.lanes.CompareAndDelete(lock, mine)
 	}
 	if left > 0 {
-		go finish()
+		r.pending.Go(finish)
 	} else {
 		finish()
 	}
@@ -315,7 +320,7 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 				failed[a.i] = a.err
 			}
 			if released >= r.quorum && slices.ContainsFunc(failed, func(err error) bool { return err != nil }) {
-				go r.retryRelease(context.WithoutCancel(ctx), failed, n, owner, requestID)
+				r.pending.Go(func() { r.retryRelease(context.WithoutCancel(ctx), failed, n, owner, requestID) })
 			}
 		},
 	})

@@ -142,7 +142,8 @@ func TestRedlockPausedMasterCostsAtMostTheNodeTimeout(t *testing.T) {
 }
 
 // An acquisition and a release return once a majority answered, without waiting for a slow master; the
-// release reaches that master after the acquisition, so the lock is left on no master.
+// release reaches that master after the acquisition, so the lock is left on no master once Close has
+// waited for the calls still out.
 func TestRedlockDoesNotWaitForTheSlowestMaster(t *testing.T) {
 	servers := redistest.StartN(t, 5)
 	slow := newDelayProxy(t, servers[4].Addr)
@@ -173,11 +174,19 @@ func TestRedlockDoesNotWaitForTheSlowestMaster(t *testing.T) {
 	if took := time.Since(start); took >= delay/2 {
 		t.Fatalf("acquire and release took %v: they waited for the master that answers after %v", took, delay)
 	}
-	// The release is sent to the slow master once it answered the acquisition, so the lock is left on
-	// none; had it overtaken the acquisition, the slow master would keep the lock for a whole lease.
-	time.Sleep(delay + delay/2)
+	// Close waits for the calls still out. The release is sent to the slow master once it answered the
+	// acquisition, so the lock is left on none; had it overtaken the acquisition, the slow master would
+	// keep the lock for a whole lease.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < delay {
+		t.Fatalf("Close returned %v after the acquisition, before the slow master could answer it (%v)", took, delay)
+	}
 	for _, s := range servers {
-		waitFor(t, "the release on "+s.Addr, func() bool { return s.Client().Exists(ctx, "lock:{sku-1}").Val() == 0 })
+		if n := s.Client().Exists(ctx, "lock:{sku-1}").Val(); n != 0 {
+			t.Fatalf("master %s keeps the lock after its release", s.Addr)
+		}
 	}
 }
 
