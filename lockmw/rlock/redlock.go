@@ -175,24 +175,26 @@ func newLane(masters int) *lane {
 	return l
 }
 
-// wait waits until master i answered the call of l (none when l is nil), or ctx ends.
-func (l *lane) wait(ctx context.Context, i int) error {
+// wait waits until master i answered the call of l (none when l is nil), for at most limit.
+func (l *lane) wait(i int, limit time.Duration) error {
 	if l == nil {
 		return nil
 	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
 	select {
 	case <-l.done[i]:
 		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	case <-t.C:
+		return errNodeTimeout
 	}
 }
 
 // fanOut is a call to every master and what becomes of its answers.
 type fanOut[T any] struct {
 	call func(context.Context, redis.UniversalClient) (T, error)
-	take func(answer[T]) bool   // takes an answer; true once the outcome is known
-	rest func(late []answer[T]) // gets the answers that came after gather returned, once all came
+	take func(answer[T]) bool               // takes an answer; true once the outcome is known
+	rest func(mine *lane, late []answer[T]) // gets the answers that came after gather returned, once all came
 }
 
 // gather runs f.call on every master at once, each within the node timeout whatever becomes of ctx, and
@@ -203,40 +205,48 @@ type fanOut[T any] struct {
 // The calls of this process on one lock keep their order on each master: a call waits for the previous
 // one on its master (while that is out, the next call only costs that master's answer, not the majority's).
 // A release that overtook a grant would leave that master holding the lock for a whole lease; a grant
-// that overtook the release before it would be refused there, held on fewer masters.
+// that overtook the release before it would be refused there, held on fewer masters. A call waits at most
+// the node timeout, then fails unsent; its lane is done only once the call before it is, so the calls after
+// it keep waiting for that one. The node timeout of a call that is sent starts when it is sent.
 func gather[T any](r redlockNodes, ctx context.Context, lock string, f fanOut[T]) <-chan struct{} {
 	mine := newLane(len(r.clients))
 	prev, _ := r.lanes.Swap(lock, mine)
 	before, _ := prev.(*lane)
 	answers := make(chan answer[T], len(r.clients))
-	r.start(context.WithoutCancel(mayskip(ctx)), r.timeout, func(ctx context.Context, i int, c redis.UniversalClient) {
-		a := answer[T]{i: i}
-		// Not sent when the master took the whole node timeout to answer the call before.
-		if a.err = before.wait(ctx, i); a.err == nil {
-			a.val, a.err = f.call(ctx, c)
-		}
-		close(mine.done[i])
-		answers <- a
+	base := context.WithoutCancel(mayskip(ctx))
+	for i, c := range r.clients {
+		r.workers.run(func() {
+			a := answer[T]{i: i}
+			if a.err = before.wait(i, r.timeout); a.err == nil {
+				ctx, cancel := context.WithTimeoutCause(base, r.timeout, errNodeTimeout)
+				a.val, a.err = f.call(ctx, c)
+				cancel()
+				close(mine.done[i])
+			} else {
+				r.pending.Go(func() { <-before.done[i]; close(mine.done[i]) })
+			}
+			answers <- a
+		})
+	}
+	left := takeUntil(answers, len(r.clients), f.take)
+	settled := make(chan struct{})
+	r.pending.Go(func() {
+		f.rest(mine, collect(answers, left))
+		close(settled)
+		r.lanes.CompareAndDelete(lock, mine)
 	})
-	left := len(r.clients)
-	for left > 0 {
+	return settled
+}
+
+// takeUntil hands the n answers to come to take until it returns true, and returns how many are left.
+func takeUntil[T any](answers <-chan answer[T], n int, take func(answer[T]) bool) (left int) {
+	for left = n; left > 0; {
 		left--
-		if f.take(<-answers) {
+		if take(<-answers) {
 			break
 		}
 	}
-	settled := make(chan struct{})
-	finish := func() {
-		f.rest(collect(answers, left))
-		close(settled)
-		r.lanes.CompareAndDelete(lock, mine)
-	}
-	if left > 0 {
-		r.pending.Go(finish)
-	} else {
-		finish()
-	}
-	return settled
+	return left
 }
 
 // collect receives n answers.
@@ -312,7 +322,7 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 			released, notHeld, out = countReleases(replies, errs)
 			return released >= r.quorum || notHeld > len(r.clients)-r.quorum
 		},
-		rest: func(late []answer[releaseReply]) {
+		rest: func(mine *lane, late []answer[releaseReply]) {
 			// The masters that failed keep their copy until the lease ends unless told again; the latch
 			// makes a repeat of this request harmless where the first one landed.
 			failed := slices.Clone(errs)
@@ -320,7 +330,11 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 				failed[a.i] = a.err
 			}
 			if released >= r.quorum && slices.ContainsFunc(failed, func(err error) bool { return err != nil }) {
-				r.pending.Go(func() { r.retryRelease(context.WithoutCancel(ctx), failed, n, owner, requestID) })
+				r.pending.Go(func() {
+					r.retry(context.WithoutCancel(ctx), mine, failed, func(ctx context.Context, c redis.UniversalClient) {
+						_, _ = r.runRelease(ctx, direct{c}, n, owner, requestID)
+					})
+				})
 			}
 		},
 	})
@@ -350,15 +364,20 @@ func countReleases(replies []releaseReply, errs []error) (released, notHeld int,
 	return released, notHeld, out
 }
 
-// retryRelease repeats a release request on the masters that did not answer it (errs), with a longer
-// timeout.
-func (r redlockNodes) retryRelease(ctx context.Context, errs []error, n names, owner, requestID string) {
+// retry runs call again on the masters where it failed (errs), within a second, each once the calls before
+// it there (its lane, after) were answered: a release that was not sent, because the grant before it was
+// late, must not overtake that grant now.
+func (r redlockNodes) retry(ctx context.Context, after *lane, errs []error, call func(context.Context, redis.UniversalClient)) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, err := range errs {
 		if err != nil {
-			wg.Go(func() { _, _ = r.runRelease(ctx, direct{r.clients[i]}, n, owner, requestID) })
+			wg.Go(func() {
+				if after.wait(i, time.Second) == nil {
+					call(ctx, r.clients[i])
+				}
+			})
 		}
 	}
 	wg.Wait()

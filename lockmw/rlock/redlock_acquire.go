@@ -56,7 +56,7 @@ func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, h
 			rd.replies[a.i], rd.errs[a.i] = a.val, a.err
 			return rd.grants() >= r.quorum && ctx.Err() == nil
 		},
-		rest: func(late []answer[[]int64]) { rd.late = late },
+		rest: func(_ *lane, late []answer[[]int64]) { rd.late = late },
 	})
 	return rd
 }

@@ -190,6 +190,51 @@ func TestRedlockDoesNotWaitForTheSlowestMaster(t *testing.T) {
 	}
 }
 
+// A call that waits for the call before it on its master keeps its whole node timeout once sent: a master
+// slower than the others but within the node timeout answers an acquisition and the release right after
+// it, and is not taken for failed (skipped by the next acquisition). (A call waits at most a node timeout
+// for the calls before it, so an acquisition right after the release would skip it: 1.2 node timeouts.)
+func TestRedlockLaneWaitLeavesTheCallItsNodeTimeout(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	slow := newDelayProxy(t, servers[4].Addr)
+	var clients []redis.UniversalClient
+	for _, s := range servers[:4] {
+		clients = append(clients, s.Client())
+	}
+	clients = append(clients, redis.NewClient(&redis.Options{Addr: slow.ln.Addr().String(), ContextTimeoutEnabled: true}))
+	t.Cleanup(func() { _ = clients[4].Close() })
+	const nodeTimeout = time.Second
+	l, err := NewRedlock(clients, Config{NodeTimeout: nodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	warmUp(t, l)
+	// Each answer of the slow master takes 0.6 node timeouts: its release waits 0.6 for the grant's
+	// answer, then takes 0.6 of its own.
+	slow.replyDelay.Store(int64(nodeTimeout * 6 / 10))
+	lease, err := l.Acquire(ctx, "sku-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Once the release was answered there (1.2 node timeouts), the slow master is not skipped: had the
+	// release counted its wait against its node timeout, it would have failed at 1.0 and the master would
+	// be skipped for MasterCooldown.
+	time.Sleep(nodeTimeout * 13 / 10)
+	lease, err = l.Acquire(ctx, "sku-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	waitFor(t, "the slow master grants the next acquisition", func() bool {
+		return servers[4].Client().Exists(ctx, "lock:{sku-1}").Val() == 1
+	})
+}
+
 func TestRedlockAttemptPastValidityIsUndone(t *testing.T) {
 	servers := redistest.StartN(t, 5)
 	// The majority answers only after the lease is over: it got the lock, but too late to use it.
@@ -357,5 +402,8 @@ func warmUp(t *testing.T, l Locker) {
 	}
 	if err := lease.Release(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if r, ok := l.(*Redlock); ok {
+		r.nodes.pending.Wait() // the release's last calls, lest a test's delays apply to them
 	}
 }
