@@ -360,15 +360,12 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 	if err := s.checkLines(&b); err != nil {
 		return OrderOutcome{}, err
 	}
-	reason, err := s.refusal(ctx, op, b)
-	if errors.Is(err, errHalfReserved) {
-		if _, err := s.reserveLines(ctx, b); err != nil {
-			return OrderOutcome{}, err
-		}
-		reason, err = s.refusal(ctx, op, b)
+	states, err := s.finishedStates(ctx, op, b)
+	if err != nil {
+		return OrderOutcome{}, err
 	}
-	if reason != "" || err != nil {
-		return refused(orderID, sku, reason), err
+	if reason := refusal(op, states); reason != "" {
+		return refused(orderID, sku, reason), nil
 	}
 	outs, err := s.transitionAll(ctx, op, b)
 	if err != nil {
@@ -414,33 +411,63 @@ func refused(orderID, sku string, reason Reason) OrderOutcome {
 	return OrderOutcome{OrderID: orderID, Status: StatusRejected, Reason: reason, SKU: sku}
 }
 
-// refusal reads the lines' recorded statuses ("" for none) and decides from them why op cannot apply, if
-// it cannot: the first rule of op whose status a line has.
-func (s *Store) refusal(ctx context.Context, op string, b basket) (Reason, error) {
+// finishedStates reads the lines' recorded statuses ("" for none), after finishing the basket's reservation
+// when a crash stopped it midway (sagaStopped), as its redelivery would: the reservation may never come
+// back (poisoned after MAX_ATTEMPTS crashes), and op must neither wait for it nor leave the lines it
+// reserved.
+func (s *Store) finishedStates(ctx context.Context, op string, b basket) ([]Status, error) {
 	states, err := s.states(ctx, b)
-	if err != nil {
-		return "", err
+	if err != nil || !sagaStopped(op, states) {
+		return states, err
 	}
-	for _, r := range refusals[op] {
-		if slices.Contains(states, r.status) {
-			return r.reason, r.err
-		}
+	if _, err := s.reserveLines(ctx, b); err != nil {
+		return nil, err
 	}
-	return "", nil
+	return s.states(ctx, b)
 }
 
+// sagaStopped reports whether states (in SKU order) are those of a reservation saga (a cluster reserves a
+// basket line by line) that a crash stopped with a line reserved: lines reserved, or rejected while it gave
+// them back, then lines without a record yet. It says no to anything else, where finishing could reserve a
+// line a second time: a fulfilled, cancelled or released line, or a line without a record before one with,
+// mean that records expired (OUTCOME_TTL; the earlier lines' first, unless a transition renewed them). A
+// cancel of a basket only half reserved cancels it whole instead (its redelivery then reserves nothing).
+func sagaStopped(op string, states []Status) bool {
+	end := len(states)
+	for end > 0 && states[end-1] == "" {
+		end--
+	}
+	head := states[:end] // the recorded lines, unless one without a record comes before a recorded one
+	if slices.ContainsFunc(head, notOfASaga) || !slices.Contains(head, StatusReserved) {
+		return false
+	}
+	return slices.Contains(head, StatusRejected) || (op == "fulfil" && end < len(states))
+}
+
+// notOfASaga: no reservation saga leaves a line so (nor "" before a recorded line).
+func notOfASaga(st Status) bool { return st != StatusReserved && st != StatusRejected }
+
+// refusal decides from the lines' statuses why op cannot apply, if it cannot: the reason of the first rule
+// of op whose status a line has.
+func refusal(op string, states []Status) Reason {
+	for _, r := range refusals[op] {
+		if slices.Contains(states, r.status) {
+			return r.reason
+		}
+	}
+	return ""
+}
+
+// refusals are the rules of each op, first match first. A fulfil that finds a line without a record once
+// the reservation is finished finds a record expired (OUTCOME_TTL) while another line's was renewed.
 var refusals = map[string][]struct {
 	status Status
 	reason Reason
-	err    error
 }{
-	"cancel": {{StatusRejected, ReasonNotReserved, nil}, {StatusFulfilled, ReasonAlreadyFulfilled, nil}},
-	"fulfil": {{StatusRejected, ReasonNotReserved, nil}, {StatusCancelled, ReasonAlreadyCancelled, nil},
-		{StatusReleased, ReasonAlreadyCancelled, nil}, {"", "", errHalfReserved}},
+	"cancel": {{StatusRejected, ReasonNotReserved}, {StatusFulfilled, ReasonAlreadyFulfilled}},
+	"fulfil": {{StatusRejected, ReasonNotReserved}, {StatusCancelled, ReasonAlreadyCancelled},
+		{StatusReleased, ReasonAlreadyCancelled}, {"", ReasonUnknownOrder}},
 }
-
-// errHalfReserved: a line of the basket has no record yet (a crash stopped its reservation between lines).
-var errHalfReserved = errors.New("inventory: basket half reserved")
 
 // states reads the recorded status of each line ("" when it has no record).
 func (s *Store) states(ctx context.Context, b basket) ([]Status, error) {

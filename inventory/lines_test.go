@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,55 +295,106 @@ func TestCancelOfAHalfReservedBasket(t *testing.T) {
 
 // A fulfil that finds a basket half reserved finishes its reservation first, as the basket's redelivery
 // would, and then fulfils it, or refuses it when the reservation is rejected: the reservation may never
-// come back (poisoned after too many crashes), and a fulfil that waited for it was retried for ever. The
+// come back (poisoned after too many crashes), and a fulfil that waited for it was retried for ever. A
+// cancel or fulfil that finds the saga stopped while it gave the lines back finishes that too. The
 // redelivery, if it comes, reserves nothing more.
-func TestFulfilOfAHalfReservedBasket(t *testing.T) {
+func TestLifecycleOfAStoppedBasketSaga(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.StartCluster(t).Client()
 	for _, tc := range []struct {
-		name      string
-		stockOfC  int64 // C wants 3
-		fulfilled string
-		reserved  string // what the redelivered reservation replays
-		took      int64  // 1: the lines' stock went to fulfilled; 0: back to available
+		name     string
+		crashAt  int   // the saga stops after this line (0-based)
+		stockOfC int64 // C wants 3
+		op       string
+		want     string
+		reserved string // what the redelivered reservation replays
+		took     int64  // 1: the lines' stock went to fulfilled; 0: back to available
 	}{
-		{"the basket fits", 5, "fulfilled//: A=fulfilled/ B=fulfilled/ C=fulfilled/", "fulfilled", 1},
-		{"line C is short", 2, "rejected/not_reserved/A:", "rejected", 0},
+		{"fulfil, the basket fits", 0, 5, "fulfil", "fulfilled//: A=fulfilled/ B=fulfilled/ C=fulfilled/ D=fulfilled/", "fulfilled", 1},
+		{"fulfil, line C is short", 0, 2, "fulfil", "rejected/not_reserved/A:", "rejected", 0},
+		{"fulfil, stopped after C rejected, before the undo", 2, 2, "fulfil", "rejected/not_reserved/A:", "rejected", 0},
+		{"cancel, stopped after C rejected, before the undo", 2, 2, "cancel", "rejected/not_reserved/A:", "rejected", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := fmt.Sprintf("%d-", tc.stockOfC) // SKUs of their own
+			p := strings.NewReplacer(" ", "-", ",", "").Replace(tc.name) + "-" // SKUs of their own
 			crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
-				if i == 0 {
+				if i == tc.crashAt {
 					return errCrash
 				}
 				return nil
 			}))
 			store := inventory.New(rdb)
-			seed(t, store, map[string]int64{p + "A": 5, p + "B": 5, p + "C": tc.stockOfC})
-			basket := lines(p+"A", 1, p+"B", 2, p+"C", 3)
+			seeded := map[string]int64{"A": 5, "B": 5, "C": tc.stockOfC, "D": 5}
+			for sku, n := range seeded {
+				seed(t, store, map[string]int64{p + sku: n})
+			}
+			basket := lines(p+"A", 1, p+"B", 2, p+"C", 3, p+"D", 1)
 			if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
 				t.Fatalf("err %v, want the crash", err)
 			}
-			got, err := store.Fulfil(ctx, "o-1", p+"A", nil)
-			if err != nil || statuses(got) != prefixed(tc.fulfilled, p) {
-				t.Fatalf("fulfil of the half reserved basket: %s, %v; want %s", statuses(got), err, prefixed(tc.fulfilled, p))
+			op := store.Fulfil
+			if tc.op == "cancel" {
+				op = store.Cancel
 			}
+			got, err := op(ctx, "o-1", p+"A", nil)
+			if err != nil || statuses(got) != prefixed(tc.want, p) {
+				t.Fatalf("%s of the stopped basket: %s, %v; want %s", tc.op, statuses(got), err, prefixed(tc.want, p))
+			}
+			check := func() {
+				t.Helper()
+				for sku, want := range map[string]int64{"A": 1, "B": 2, "C": 3, "D": 1} {
+					checkStockFulfilled(t, store, p+sku, seeded[sku]-tc.took*want, tc.took*want)
+				}
+			}
+			check() // the reservation's redelivery may never come
 			redelivered, err := store.ReserveLines(ctx, "o-1", basket, nil)
 			if err != nil || string(redelivered.Status) != tc.reserved {
 				t.Fatalf("redelivered basket: %s, %v; want %s", statuses(redelivered), err, tc.reserved)
 			}
-			for sku, want := range map[string]int64{"A": 1, "B": 2, "C": 3} {
-				st, err := store.Get(ctx, p+sku)
-				if err != nil {
-					t.Fatal(err)
-				}
-				seeded := map[string]int64{"A": 5, "B": 5, "C": tc.stockOfC}[sku]
-				if st.Reserved != 0 || st.Fulfilled != tc.took*want || st.Available != seeded-tc.took*want {
-					t.Errorf("%s: available %d reserved %d fulfilled %d, want %d 0 %d", sku, st.Available,
-						st.Reserved, st.Fulfilled, seeded-tc.took*want, tc.took*want)
-				}
-			}
+			check()
 		})
+	}
+}
+
+// A fulfil redelivered after some of its basket's records expired (OUTCOME_TTL: the fulfilled line's was
+// renewed, the others' not) is refused as unknown; it does not take the lines without a record for a
+// reservation stopped midway and reserve them again.
+func TestAFulfilAfterRecordsExpiredReservesNothing(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.StartCluster(t).Client()
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 5, "B": 5, "C": 5})
+	basket := lines("A", 1, "B", 2, "C", 3)
+	if got, err := store.ReserveLines(ctx, "o-1", basket, nil); err != nil || got.Status != inventory.StatusReserved {
+		t.Fatalf("reserve: %s, %v", statuses(got), err)
+	}
+	if got, err := store.Fulfil(ctx, "o-1", "A", nil); err != nil || got.Status != inventory.StatusFulfilled {
+		t.Fatalf("fulfil: %s, %v", statuses(got), err)
+	}
+	for _, sku := range []string{"B", "C"} {
+		if err := rdb.Del(ctx, "order:{"+sku+"}:o-1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := store.Fulfil(ctx, "o-1", "A", nil)
+	if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonUnknownOrder {
+		t.Fatalf("fulfil after B's and C's records expired: %s, %v; want rejected/unknown_order", statuses(got), err)
+	}
+	for sku, want := range map[string]int64{"A": 1, "B": 2, "C": 3} {
+		checkStockFulfilled(t, store, sku, 5-want, want)
+	}
+}
+
+// checkStockFulfilled fails unless sku has available and fulfilled as given and nothing reserved.
+func checkStockFulfilled(t *testing.T, store *inventory.Store, sku string, available, fulfilled int64) {
+	t.Helper()
+	st, err := store.Get(context.Background(), sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Available != available || st.Reserved != 0 || st.Fulfilled != fulfilled {
+		t.Errorf("%s: available %d reserved %d fulfilled %d, want %d 0 %d", sku, st.Available, st.Reserved,
+			st.Fulfilled, available, fulfilled)
 	}
 }
 
