@@ -190,6 +190,13 @@ func (l *lane) wait(i int, limit time.Duration) error {
 	}
 }
 
+// settle waits until every master answered the call of l, and the calls before it.
+func (l *lane) settle() {
+	for _, done := range l.done {
+		<-done
+	}
+}
+
 // fanOut is a call to every master and what becomes of its answers.
 type fanOut[T any] struct {
 	call func(context.Context, redis.UniversalClient) (T, error)
@@ -233,6 +240,7 @@ func gather[T any](r redlockNodes, ctx context.Context, lock string, f fanOut[T]
 	r.pending.Go(func() {
 		f.rest(mine, collect(answers, left))
 		close(settled)
+		mine.settle() // an unsent call's lane is done only once the call before it is
 		r.lanes.CompareAndDelete(lock, mine)
 	})
 	return settled
@@ -364,17 +372,17 @@ func countReleases(replies []releaseReply, errs []error) (released, notHeld int,
 	return released, notHeld, out
 }
 
-// retry runs call again on the masters where it failed (errs), within a second, each once the calls before
-// it there (its lane, after) were answered: a release that was not sent, because the grant before it was
-// late, must not overtake that grant now.
+// retry runs call again on the masters where it failed (errs), each within a second once the calls before
+// it there (its lane, after) were answered, which it waits a second for: a release that was not sent,
+// because the grant before it was late, must not overtake that grant now.
 func (r redlockNodes) retry(ctx context.Context, after *lane, errs []error, call func(context.Context, redis.UniversalClient)) {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
 	var wg sync.WaitGroup
 	for i, err := range errs {
 		if err != nil {
 			wg.Go(func() {
 				if after.wait(i, time.Second) == nil {
+					ctx, cancel := context.WithTimeout(ctx, time.Second)
+					defer cancel()
 					call(ctx, r.clients[i])
 				}
 			})

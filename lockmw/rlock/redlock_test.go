@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -405,5 +406,54 @@ func warmUp(t *testing.T, l Locker) {
 	}
 	if r, ok := l.(*Redlock); ok {
 		r.nodes.pending.Wait() // the release's last calls, lest a test's delays apply to them
+	}
+}
+
+// The calls on a lock keep their order on a master through a call that gave up waiting for the call
+// before it: the call after that one still waits for the earlier call, rather than overtaking it once the
+// unsent call's round returned. (The calls here are stand-ins that note when they run on master 0; no
+// Redis is called.)
+func TestLanesKeepTheOrderThroughAnUnsentCall(t *testing.T) {
+	clients := make([]redis.UniversalClient, 3)
+	for i := range clients {
+		clients[i] = redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used
+	}
+	const timeout = 400 * time.Millisecond
+	r := redlockNodes{clients: clients, timeout: timeout, quorum: 2, lanes: new(sync.Map),
+		workers: newWorkers(time.Second), pending: new(sync.WaitGroup)}
+	var mu sync.Mutex
+	var order []string
+	slowGrant := make(chan struct{})
+	gatherAs := func(name string) <-chan struct{} {
+		answered := 0
+		return gather(r, context.Background(), "lock:{k}", fanOut[int]{
+			call: func(_ context.Context, c redis.UniversalClient) (int, error) {
+				if c == clients[0] {
+					if name == "first" {
+						<-slowGrant
+					}
+					mu.Lock()
+					order = append(order, name)
+					mu.Unlock()
+				}
+				return 0, nil
+			},
+			take: func(answer[int]) bool { answered++; return answered >= 2 },
+			rest: func(*lane, []answer[int]) {},
+		})
+	}
+	gatherAs("first") // its call on master 0 is slow
+	second := gatherAs("second")
+	<-second // master 0's call gave up waiting for the first's (one timeout): unsent
+	time.Sleep(timeout / 4)
+	gatherAs("third") // must wait for the first's call on master 0, not overtake it
+	time.Sleep(timeout / 2)
+	close(slowGrant)
+	r.pending.Wait()
+	if got := strings.Join(order, ","); got != "first,third" {
+		t.Fatalf("calls on master 0 ran in the order %s, want first,third (second unsent)", got)
+	}
+	for _, c := range clients {
+		_ = c.Close()
 	}
 }
