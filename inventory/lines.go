@@ -416,36 +416,48 @@ func refused(orderID, sku string, reason Reason) OrderOutcome {
 // back (poisoned after MAX_ATTEMPTS crashes), and op must neither wait for it nor leave the lines it
 // reserved.
 func (s *Store) finishedStates(ctx context.Context, op string, b basket) ([]Status, error) {
-	states, err := s.states(ctx, b)
-	if err != nil || !sagaStopped(op, states) {
-		return states, err
+	recs, err := s.records(ctx, b)
+	if err == nil && sagaStopped(op, recs) {
+		if _, err = s.reserveLines(ctx, b); err == nil {
+			recs, err = s.records(ctx, b)
+		}
 	}
-	if _, err := s.reserveLines(ctx, b); err != nil {
-		return nil, err
+	states := make([]Status, len(recs))
+	for i, rec := range recs {
+		states[i] = rec.Status
 	}
-	return s.states(ctx, b)
+	return states, err
 }
 
-// sagaStopped reports whether states (in SKU order) are those of a reservation saga (a cluster reserves a
-// basket line by line) that a crash stopped with a line reserved: lines reserved, or rejected while it gave
-// them back, then lines without a record yet. It says no to anything else, where finishing could reserve a
-// line a second time: a fulfilled, cancelled or released line, or a line without a record before one with,
-// mean that records expired (OUTCOME_TTL; the earlier lines' first, unless a transition renewed them). A
-// cancel of a basket only half reserved cancels it whole instead (its redelivery then reserves nothing).
-func sagaStopped(op string, states []Status) bool {
-	end := len(states)
-	for end > 0 && states[end-1] == "" {
+// sagaStopped reports whether the lines' records (in SKU order) are those of a reservation saga (a cluster
+// reserves a basket line by line) that a crash stopped with a line reserved: lines reserved, or rejected
+// while it gave them back, then lines without a record yet, and anywhere the record of a cancel that came
+// before the order (cancelEarly), which the finished saga follows: it cancels the basket whole. It says no to
+// anything else, where finishing could reserve a line a second time: a fulfilled, cancelled or released
+// line, or a line without a record before one with, mean that records expired (OUTCOME_TTL; the earlier
+// lines' first, unless a transition renewed them). A cancel of a basket only half reserved cancels it whole
+// instead (its redelivery then reserves nothing).
+func sagaStopped(op string, recs []lineRecord) bool {
+	recs = slices.DeleteFunc(slices.Clone(recs), func(rec lineRecord) bool { return rec.Early })
+	end := len(recs)
+	for end > 0 && recs[end-1].Status == "" {
 		end--
 	}
-	head := states[:end] // the recorded lines, unless one without a record comes before a recorded one
-	if slices.ContainsFunc(head, notOfASaga) || !slices.Contains(head, StatusReserved) {
+	head := recs[:end] // the recorded lines, unless one without a record comes before a recorded one
+	if slices.ContainsFunc(head, notOfASaga) || !slices.ContainsFunc(head, hasStatus(StatusReserved)) {
 		return false
 	}
-	return slices.Contains(head, StatusRejected) || (op == "fulfil" && end < len(states))
+	return slices.ContainsFunc(head, hasStatus(StatusRejected)) || (op == "fulfil" && end < len(recs))
 }
 
-// notOfASaga: no reservation saga leaves a line so (nor "" before a recorded line).
-func notOfASaga(st Status) bool { return st != StatusReserved && st != StatusRejected }
+// notOfASaga: no reservation saga leaves a line so (nor one without a record before a recorded one).
+func notOfASaga(rec lineRecord) bool {
+	return rec.Status != StatusReserved && rec.Status != StatusRejected
+}
+
+func hasStatus(st Status) func(lineRecord) bool {
+	return func(rec lineRecord) bool { return rec.Status == st }
+}
 
 // refusal decides from the lines' statuses why op cannot apply, if it cannot: the reason of the first rule
 // of op whose status a line has.
@@ -469,17 +481,17 @@ var refusals = map[string][]struct {
 		{StatusReleased, ReasonAlreadyCancelled}, {"", ReasonUnknownOrder}},
 }
 
-// states reads the recorded status of each line ("" when it has no record).
-func (s *Store) states(ctx context.Context, b basket) ([]Status, error) {
-	states := make([]Status, len(b.lines))
+// records reads the record of each line (a zero one when it has none).
+func (s *Store) records(ctx context.Context, b basket) ([]lineRecord, error) {
+	recs := make([]lineRecord, len(b.lines))
 	for i, l := range b.lines {
 		rec, err := s.record(ctx, b.id, l.SKU)
 		if err != nil && !errors.Is(err, ErrUnknownOrder) {
 			return nil, err
 		}
-		states[i] = rec.Status
+		recs[i] = rec
 	}
-	return states, nil
+	return recs, nil
 }
 
 // transition runs transition.lua with op on line only of lines, or on all of them (only < 0).

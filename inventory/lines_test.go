@@ -305,15 +305,17 @@ func TestLifecycleOfAStoppedBasketSaga(t *testing.T) {
 		name     string
 		crashAt  int   // the saga stops after this line (0-based)
 		stockOfC int64 // C wants 3
+		early    bool  // a cancel naming D comes after the crash (D has no record yet: cancelled early)
 		op       string
 		want     string
 		reserved string // what the redelivered reservation replays
 		took     int64  // 1: the lines' stock went to fulfilled; 0: back to available
 	}{
-		{"fulfil, the basket fits", 0, 5, "fulfil", "fulfilled//: A=fulfilled/ B=fulfilled/ C=fulfilled/ D=fulfilled/", "fulfilled", 1},
-		{"fulfil, line C is short", 0, 2, "fulfil", "rejected/not_reserved/A:", "rejected", 0},
-		{"fulfil, stopped after C rejected, before the undo", 2, 2, "fulfil", "rejected/not_reserved/A:", "rejected", 0},
-		{"cancel, stopped after C rejected, before the undo", 2, 2, "cancel", "rejected/not_reserved/A:", "rejected", 0},
+		{"fulfil, the basket fits", 0, 5, false, "fulfil", "fulfilled//: A=fulfilled/ B=fulfilled/ C=fulfilled/ D=fulfilled/", "fulfilled", 1},
+		{"fulfil, line C is short", 0, 2, false, "fulfil", "rejected/not_reserved/A:", "rejected", 0},
+		{"fulfil, stopped after C rejected, before the undo", 2, 2, false, "fulfil", "rejected/not_reserved/A:", "rejected", 0},
+		{"cancel, stopped after C rejected, before the undo", 2, 2, false, "cancel", "rejected/not_reserved/A:", "rejected", 0},
+		{"fulfil after an early cancel of the unreserved line D", 0, 5, true, "fulfil", "rejected/already_cancelled/A:", "cancelled", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := strings.NewReplacer(" ", "-", ",", "").Replace(tc.name) + "-" // SKUs of their own
@@ -331,6 +333,11 @@ func TestLifecycleOfAStoppedBasketSaga(t *testing.T) {
 			basket := lines(p+"A", 1, p+"B", 2, p+"C", 3, p+"D", 1)
 			if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
 				t.Fatalf("err %v, want the crash", err)
+			}
+			if tc.early {
+				if got, err := store.Cancel(ctx, "o-1", p+"D", nil); err != nil || got.Reason != inventory.ReasonCancelledEarly {
+					t.Fatalf("cancel naming D: %s, %v; want cancelled early", statuses(got), err)
+				}
 			}
 			op := store.Fulfil
 			if tc.op == "cancel" {
