@@ -40,10 +40,10 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // succeeds with a majority and time left: validity = lease - elapsed - drift, drift = lease/100 + 2 ms.
 // Otherwise it is undone on every master that may hold it, including those that did not answer. An
 // acquisition and a release return as soon as a majority answered them; the calls still out finish in the
-// background, and a process's next call on the lock reaches each master after the one before it there. A master
-// that failed to answer is skipped by acquisitions and releases for MasterCooldown while the others make a
-// majority (breakers), so a dead minority costs the node timeout about once a second rather than on every
-// call.
+// background, and a process's next call on the lock reaches each master after the one before it there
+// (waiting at most the node timeout for it, else failing unsent). A master that failed to answer is
+// skipped by acquisitions and releases for MasterCooldown while the others make a majority (breakers), so a
+// dead minority costs the node timeout about once a second rather than on every call.
 //
 // Fencing: the token is the largest of the per-master counters in the majority, written back (raise only)
 // to a majority before the lease is handed out. Any two majorities share a master, so the next acquisition
