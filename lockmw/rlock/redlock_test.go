@@ -142,23 +142,29 @@ func TestRedlockPausedMasterCostsAtMostTheNodeTimeout(t *testing.T) {
 	}
 }
 
-// An acquisition and a release return once a majority answered, without waiting for a slow master; the
-// release reaches that master after the acquisition, so the lock is left on no master once Close has
-// waited for the calls still out.
-func TestRedlockDoesNotWaitForTheSlowestMaster(t *testing.T) {
+// newRedlockWithASlowMaster returns a Redlock over five masters whose fifth is reached through a delayProxy.
+func newRedlockWithASlowMaster(t *testing.T, nodeTimeout time.Duration) (*Redlock, []*redistest.Server, *delayProxy) {
 	servers := redistest.StartN(t, 5)
 	slow := newDelayProxy(t, servers[4].Addr)
 	var clients []redis.UniversalClient
 	for _, s := range servers[:4] {
 		clients = append(clients, s.Client())
 	}
-	clients = append(clients, redis.NewClient(&redis.Options{Addr: slow.ln.Addr().String()}))
+	clients = append(clients, redis.NewClient(&redis.Options{Addr: slow.ln.Addr().String(), ContextTimeoutEnabled: true}))
 	t.Cleanup(func() { _ = clients[4].Close() })
-	l, err := NewRedlock(clients, Config{NodeTimeout: 5 * time.Second})
+	l, err := NewRedlock(clients, Config{NodeTimeout: nodeTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
+	return l, servers, slow
+}
+
+// An acquisition and a release return once a majority answered, without waiting for a slow master; the
+// release reaches that master after the acquisition, so the lock is left on no master once Close has
+// waited for the calls still out.
+func TestRedlockDoesNotWaitForTheSlowestMaster(t *testing.T) {
+	l, servers, slow := newRedlockWithASlowMaster(t, 5*time.Second)
 	ctx := context.Background()
 	warmUp(t, l)
 	const delay = time.Second
@@ -196,20 +202,8 @@ func TestRedlockDoesNotWaitForTheSlowestMaster(t *testing.T) {
 // it, and is not taken for failed (skipped by the next acquisition). (A call waits at most a node timeout
 // for the calls before it, so an acquisition right after the release would skip it: 1.2 node timeouts.)
 func TestRedlockLaneWaitLeavesTheCallItsNodeTimeout(t *testing.T) {
-	servers := redistest.StartN(t, 5)
-	slow := newDelayProxy(t, servers[4].Addr)
-	var clients []redis.UniversalClient
-	for _, s := range servers[:4] {
-		clients = append(clients, s.Client())
-	}
-	clients = append(clients, redis.NewClient(&redis.Options{Addr: slow.ln.Addr().String(), ContextTimeoutEnabled: true}))
-	t.Cleanup(func() { _ = clients[4].Close() })
 	const nodeTimeout = time.Second
-	l, err := NewRedlock(clients, Config{NodeTimeout: nodeTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l, servers, slow := newRedlockWithASlowMaster(t, nodeTimeout)
 	ctx := context.Background()
 	warmUp(t, l)
 	// Each answer of the slow master takes 0.6 node timeouts: its release waits 0.6 for the grant's
