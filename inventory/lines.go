@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,6 +35,10 @@ var (
 
 	// A script rather than GET: the store's client is a redis.Scripter.
 	getRecordScript = redis.NewScript(`return redis.call('GET', KEYS[1])`)
+	// 1 when an outcome record outlives ARGV[1] milliseconds or does not expire, else 0 (none: 0).
+	outlivesScript = redis.NewScript(`local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 or ttl >= tonumber(ARGV[1]) then return 1 end
+return 0`)
 
 	// The stock fields of a line that the scripts increment, and 1 when the order's record for it is that of
 	// a cancel that came first (cancel_early.lua), else 0. KEYS: stock:{SKU}, order:{SKU}:<order_id>.
@@ -417,7 +422,7 @@ func refused(orderID, sku string, reason Reason) OrderOutcome {
 // reserved.
 func (s *Store) finishedStates(ctx context.Context, op string, b basket) ([]Status, error) {
 	recs, err := s.records(ctx, b)
-	if err == nil && sagaStopped(op, recs) {
+	if err == nil && sagaStopped(op, recs) && s.outlive(ctx, b, recs) {
 		if _, err = s.reserveLines(ctx, b); err == nil {
 			recs, err = s.records(ctx, b)
 		}
@@ -427,6 +432,26 @@ func (s *Store) finishedStates(ctx context.Context, op string, b basket) ([]Stat
 		states[i] = rec.Status
 	}
 	return states, err
+}
+
+// outlive reports whether the recorded lines' records are far from expiring (a minute, or a quarter of
+// OUTCOME_TTL when that is shorter). The records are read one after the other: a stopped saga's lines
+// without a record could otherwise be lines whose records expired between two reads, the earlier lines'
+// about to follow. An error reads as no.
+func (s *Store) outlive(ctx context.Context, b basket, recs []lineRecord) bool {
+	margin := min(time.Minute.Milliseconds(), s.ttlMillis/4)
+	for i, rec := range recs {
+		if rec.Status != "" && !s.outlives(ctx, orderKey(b.lines[i].SKU, b.id), margin) {
+			return false
+		}
+	}
+	return true
+}
+
+// outlives reports whether the record at key outlives margin milliseconds; an error reads as no.
+func (s *Store) outlives(ctx context.Context, key string, margin int64) bool {
+	ok, err := outlivesScript.Run(ctx, s.rdb, []string{key}, margin).Bool()
+	return ok && err == nil
 }
 
 // sagaStopped reports whether the lines' records (in SKU order) are those of a reservation saga (a cluster

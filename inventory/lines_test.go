@@ -392,6 +392,34 @@ func TestAFulfilAfterRecordsExpiredReservesNothing(t *testing.T) {
 	}
 }
 
+// The records of a basket are read one after the other: lines without a record next to records about to
+// expire may be lines whose records expired between the reads, so the saga is not finished (that would
+// reserve them again); the fulfil is refused as for an order whose records expired.
+func TestAStoppedSagaWithExpiringRecordsIsNotFinished(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.StartCluster(t).Client()
+	crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
+		if i == 0 {
+			return errCrash
+		}
+		return nil
+	}))
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 5, "B": 5, "C": 5})
+	basket := lines("A", 1, "B", 2, "C", 3)
+	if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
+		t.Fatalf("err %v, want the crash", err)
+	}
+	if err := rdb.PExpire(ctx, "order:{A}:o-1", 5*time.Second).Err(); err != nil { // far below a minute
+		t.Fatal(err)
+	}
+	got, err := store.Fulfil(ctx, "o-1", "A", nil)
+	if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonUnknownOrder {
+		t.Fatalf("fulfil of a stopped saga whose records expire: %s, %v; want rejected/unknown_order", statuses(got), err)
+	}
+	checkStock(t, store, map[string][2]int64{"A": {4, 1}, "B": {5, 0}, "C": {5, 0}})
+}
+
 // checkStockFulfilled fails unless sku has available and fulfilled as given and nothing reserved.
 func checkStockFulfilled(t *testing.T, store *inventory.Store, sku string, available, fulfilled int64) {
 	t.Helper()
