@@ -145,6 +145,21 @@ func TestReserveLinesRefusesStaleTokensAndWritesNothing(t *testing.T) {
 
 var errCrash = errors.New("crashed")
 
+// reserveUntilCrash reserves order o-1's basket line by line with a store that crashes after line crashAt
+// (0-based), as a worker killed mid-saga, and fails the test unless it crashed there.
+func reserveUntilCrash(t *testing.T, rdb redis.UniversalClient, crashAt int, basket []inventory.Line) {
+	t.Helper()
+	crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
+		if i == crashAt {
+			return errCrash
+		}
+		return nil
+	}))
+	if _, err := crashing.ReserveLines(context.Background(), "o-1", basket, nil); !errors.Is(err, errCrash) {
+		t.Fatalf("err %v, want the crash after line %d", err, crashAt+1)
+	}
+}
+
 // A crash between the lines of a basket reserved line by line (a cluster) leaves it half done; the next
 // call (the redelivery) finishes it, and the outcome and stock are those of a call that never crashed.
 func TestBasketSagaConvergesAfterACrashAtEveryLine(t *testing.T) {
@@ -162,17 +177,10 @@ func TestBasketSagaConvergesAfterACrashAtEveryLine(t *testing.T) {
 			t.Run(fmt.Sprintf("%s, crash after line %d", tc.name, crashAt+1), func(t *testing.T) {
 				p := fmt.Sprintf("%d-%d-", tc.stock, crashAt) // SKUs of their own
 				basket := lines(p+"A", 1, p+"B", 1, p+"C", 2, p+"D", 1)
-				crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
-					if i == crashAt {
-						return errCrash
-					}
-					return nil
-				}))
-				seed(t, crashing, map[string]int64{p + "A": 5, p + "B": 5, p + "C": tc.stock, p + "D": 5})
-				if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
-					t.Fatalf("err %v, want the crash", err)
-				}
-				got, err := inventory.New(rdb).ReserveLines(ctx, "o-1", basket, nil)
+				store := inventory.New(rdb)
+				seed(t, store, map[string]int64{p + "A": 5, p + "B": 5, p + "C": tc.stock, p + "D": 5})
+				reserveUntilCrash(t, rdb, crashAt, basket)
+				got, err := store.ReserveLines(ctx, "o-1", basket, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -183,7 +191,7 @@ func TestBasketSagaConvergesAfterACrashAtEveryLine(t *testing.T) {
 				if got.Status == inventory.StatusReserved {
 					took = 1
 				}
-				checkStock(t, crashing, map[string][2]int64{p + "A": {5 - took, took}, p + "B": {5 - took, took},
+				checkStock(t, store, map[string][2]int64{p + "A": {5 - took, took}, p + "B": {5 - took, took},
 					p + "C": {tc.stock - 2*took, 2 * took}, p + "D": {5 - took, took}})
 			})
 		}
@@ -269,18 +277,10 @@ func TestCancelAndFulfil(t *testing.T) {
 func TestCancelOfAHalfReservedBasket(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.StartCluster(t).Client()
-	crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
-		if i == 0 {
-			return errCrash
-		}
-		return nil
-	}))
 	store := inventory.New(rdb)
 	seed(t, store, map[string]int64{"A": 5, "B": 5, "C": 5})
 	basket := lines("A", 1, "B", 2, "C", 3)
-	if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
-		t.Fatalf("err %v, want the crash", err)
-	}
+	reserveUntilCrash(t, rdb, 0, basket)
 	checkStock(t, store, map[string][2]int64{"A": {4, 1}, "B": {5, 0}})
 	got, err := store.Cancel(ctx, "o-1", "A", nil)
 	if err != nil || statuses(got) != "cancelled//: A=cancelled/ B=cancelled/ C=cancelled/" {
@@ -319,21 +319,13 @@ func TestLifecycleOfAStoppedBasketSaga(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := strings.NewReplacer(" ", "-", ",", "").Replace(tc.name) + "-" // SKUs of their own
-			crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
-				if i == tc.crashAt {
-					return errCrash
-				}
-				return nil
-			}))
 			store := inventory.New(rdb)
 			seeded := map[string]int64{"A": 5, "B": 5, "C": tc.stockOfC, "D": 5}
 			for sku, n := range seeded {
 				seed(t, store, map[string]int64{p + sku: n})
 			}
 			basket := lines(p+"A", 1, p+"B", 2, p+"C", 3, p+"D", 1)
-			if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
-				t.Fatalf("err %v, want the crash", err)
-			}
+			reserveUntilCrash(t, rdb, tc.crashAt, basket)
 			if tc.early {
 				if got, err := store.Cancel(ctx, "o-1", p+"D", nil); err != nil || got.Reason != inventory.ReasonCancelledEarly {
 					t.Fatalf("cancel naming D: %s, %v; want cancelled early", statuses(got), err)
@@ -398,18 +390,9 @@ func TestAFulfilAfterRecordsExpiredReservesNothing(t *testing.T) {
 func TestAStoppedSagaWithExpiringRecordsIsNotFinished(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.StartCluster(t).Client()
-	crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
-		if i == 0 {
-			return errCrash
-		}
-		return nil
-	}))
 	store := inventory.New(rdb)
 	seed(t, store, map[string]int64{"A": 5, "B": 5, "C": 5})
-	basket := lines("A", 1, "B", 2, "C", 3)
-	if _, err := crashing.ReserveLines(ctx, "o-1", basket, nil); !errors.Is(err, errCrash) {
-		t.Fatalf("err %v, want the crash", err)
-	}
+	reserveUntilCrash(t, rdb, 0, lines("A", 1, "B", 2, "C", 3))
 	if err := rdb.PExpire(ctx, "order:{A}:o-1", 5*time.Second).Err(); err != nil { // far below a minute
 		t.Fatal(err)
 	}

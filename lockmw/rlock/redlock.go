@@ -337,11 +337,9 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 			for _, a := range late {
 				failed[a.i] = a.err
 			}
-			if released >= r.quorum && slices.ContainsFunc(failed, func(err error) bool { return err != nil }) {
-				r.pending.Go(func() {
-					r.retry(context.WithoutCancel(ctx), mine, failed, func(ctx context.Context, c redis.UniversalClient) {
-						_, _ = r.runRelease(ctx, direct{c}, n, owner, requestID)
-					})
+			if released >= r.quorum { // rest runs in the background already
+				r.retry(context.WithoutCancel(ctx), mine, failed, func(ctx context.Context, c redis.UniversalClient) {
+					_, _ = r.runRelease(ctx, direct{c}, n, owner, requestID)
 				})
 			}
 		},
