@@ -8,11 +8,12 @@ import (
 )
 
 // delayProxy forwards TCP to target; client->server bytes are delayed by delay, server->client bytes by
-// replyDelay (when set).
+// replyDelay (when set). held counts the client->server chunks it has delayed (or is delaying).
 type delayProxy struct {
 	ln         net.Listener
 	delay      atomic.Int64
 	replyDelay atomic.Int64
+	held       atomic.Int64
 }
 
 func newDelayProxy(t *testing.T, target string) *delayProxy {
@@ -33,20 +34,22 @@ func newDelayProxy(t *testing.T, target string) *delayProxy {
 				c.Close()
 				continue
 			}
-			go forward(c, s, &p.replyDelay)
-			go forward(s, c, &p.delay)
+			go forward(c, s, &p.replyDelay, new(atomic.Int64))
+			go forward(s, c, &p.delay, &p.held)
 		}
 	}()
 	return p
 }
 
-// forward copies from src to dst, each chunk delayed by delay (when set), and closes dst when src ends.
-func forward(dst, src net.Conn, delay *atomic.Int64) {
+// forward copies from src to dst, each chunk delayed by delay (when set, counted in held), and closes dst
+// when src ends.
+func forward(dst, src net.Conn, delay, held *atomic.Int64) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			if d := delay.Load(); d > 0 {
+				held.Add(1)
 				time.Sleep(time.Duration(d))
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -25,8 +25,10 @@ type lockerCase struct {
 	servers       []*redistest.Server // where the lock lives
 }
 
-// holds returns the hold count of owner on key on every server of the case.
+// holds returns the hold count of owner on key on every server of the case, once the calls a Redlock
+// acquisition or release left out (it returns at a majority) were answered.
 func (c lockerCase) holds(t *testing.T, key, owner string) []int {
+	settled(c.locker)
 	var out []int
 	for _, s := range c.servers {
 		n, _ := s.Client().HGet(context.Background(), namesFor(key).lock, owner).Int()
