@@ -1,8 +1,14 @@
-// Package handlers holds the order pipeline's message schema and its Watermill handler.
+// Package handlers is the order handler: the message schema producers publish (Order) and the worker
+// publishes back (Result), and the Watermill handler that decides each order, in the order of the design
+// card:
 //
-// Order is what producers publish; Result is what the worker publishes back. Decode is the middleware
-// that parses and validates each message once (bad input wraps ErrBadInput, for the poison stream);
-// SKU gives the lock middleware its key; Reserver decides a batch of one SKU's orders in one stock script
-// call under the lock's fencing token and makes their outcome events, which the worker publishes. The
-// package reaches Redis only through inventory, and knows no lock library.
+//	Decode ▶ Combine ▶ (the lock middleware, lockmw) ▶ Handle: reserve ▶ outcome + ack
+//
+// Decode parses and validates each message once (bad input wraps ErrBadInput, for the poison stream) and
+// gives a cancel or fulfil the lines of its order. Combine lets one consumer per SKU lead: the SKU's other
+// orders in this process wait there and are decided in the leader's batches. Handle runs inside the SKU's
+// exclusive section, which the lock middleware obtained in a way the handler does not need to know (the
+// fencing token it gets is 0 without a lock, and an elided section makes the stock script take the lock
+// itself); it decides a batch in one stock script call (inventory) and publishes the outcome events and
+// acks the entries in one transaction.
 package handlers

@@ -16,9 +16,12 @@ import (
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
-// Middleware takes a lock around a Watermill handler: it acquires the lock of the message's key, runs the
-// handler under the lease's context (cancelled with rlock.ErrLockLost if the lock is lost) and releases the
-// lock afterwards, also when the handler fails or panics.
+// Middleware runs a Watermill handler inside the exclusive section of the message's key(s), obtained one of
+// three ways (Section.Path): acquired in Redis (or re-entered), handed off by the previous holder in this
+// process (rlock's cohorts), or elided into the handler's own write (Elide). An acquired lock is held
+// under the lease's context (cancelled with rlock.ErrLockLost if the lock is lost) and released afterwards,
+// also when the handler fails or panics: the middleware is the one place that takes and releases it. Every
+// message whose handler succeeds records its wait for the section (RecordWait).
 type Middleware struct {
 	// Locker takes the locks. Required.
 	Locker rlock.Locker
@@ -39,9 +42,22 @@ type Middleware struct {
 	// re-enters it, while a second delivery of the same message (a claim while the first still runs)
 	// waits its turn. Optional.
 	Instance string
+	// Elide, when set, reports whether the handler of a one-key message can run without taking the lock
+	// first (Section.Elided): its write then takes the lock itself when nobody holds it, as one atomic step
+	// (the stock script's lock elision). When the handler fails with ErrLocked (somebody holds it), the
+	// middleware takes the lock and runs the handler again. Default nil: never.
+	Elide func(msg *message.Message) bool
+	// Fence, when set, is called with each acquired lease's key and fencing token before the handler runs,
+	// to store the token where the handler's writes are checked: for a lock whose fencing counters live
+	// away from the data (Redlock's masters). An error fails the message, the lock released. Optional.
+	Fence func(ctx context.Context, key string, token int64) error
 
 	runs atomic.Uint64
 }
+
+// ErrLocked is what a handler running in an elided section (Section.Elided) returns, wrapped, when its
+// write found the lock held by somebody else and wrote nothing: the middleware then takes the lock.
+var ErrLocked = errors.New("lockmw: the lock is held")
 
 type leaseKey struct{}
 
@@ -108,12 +124,37 @@ func (m *Middleware) keys(msg *message.Message) ([]string, error) {
 	return []string{key}, err
 }
 
-// handle runs h on msg under the locks of the message's keys.
-func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix string) (_ []*message.Message, err error) {
+// handle runs h on msg in the exclusive section of the message's keys.
+func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix string) ([]*message.Message, error) {
 	keys, err := m.keys(msg)
 	if err != nil {
 		return nil, err
 	}
+	since := waitingSince(msg.Context())
+	if m.Elide != nil && len(keys) == 1 && m.Elide(msg) {
+		msgs, err := m.runElided(h, msg, keys, since)
+		if !errors.Is(err, ErrLocked) {
+			return msgs, err
+		}
+	}
+	return m.runLocked(h, msg, keys, prefix, since)
+}
+
+// runElided runs h in a section whose lock its own write takes.
+func (m *Middleware) runElided(h message.HandlerFunc, msg *message.Message, keys []string, since time.Time) ([]*message.Message, error) {
+	orig := msg.Context()
+	sec := &Section{Keys: keys, Path: PathElided, Waited: time.Since(since)}
+	msg.SetContext(WithSection(orig, sec))
+	defer msg.SetContext(orig)
+	msgs, err := h(msg)
+	if err == nil {
+		RecordWait(orig, keys, sec.Waited, sec.Path)
+	}
+	return msgs, err
+}
+
+// runLocked takes the locks of keys, runs h under them and releases them.
+func (m *Middleware) runLocked(h message.HandlerFunc, msg *message.Message, keys []string, prefix string, since time.Time) (_ []*message.Message, err error) {
 	orig := msg.Context()
 	owner := prefix + ":" + msg.UUID + ":" + strconv.FormatUint(m.runs.Add(1), 10)
 	lease, err := m.acquire(rlock.WithOwner(orig, owner), keys)
@@ -126,8 +167,33 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix 
 			err = withUnlockError(err, name, rerr)
 		}
 	}()
-	msg.SetContext(context.WithValue(lease.Context(), leaseKey{}, lease))
-	return h(msg)
+	sec := newSection(keys, lease, time.Since(since))
+	if err := m.fence(orig, sec); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	ctx := context.WithValue(lease.Context(), leaseKey{}, lease)
+	msg.SetContext(WithSection(ctx, sec))
+	msgs, err := h(msg)
+	if err == nil {
+		RecordWait(orig, keys, sec.Waited, sec.Path)
+	}
+	return msgs, err
+}
+
+// fence stores the tokens of sec's leases with Fence, when set.
+func (m *Middleware) fence(ctx context.Context, sec *Section) error {
+	if m.Fence == nil {
+		return nil
+	}
+	for _, lease := range sec.Leases() {
+		if lease.Token() == 0 { // a lock without tokens (an embedder's): nothing to fence with
+			continue
+		}
+		if err := m.Fence(ctx, lease.Key(), lease.Token()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // acquire takes the lock of one key, or of several with AcquireAll within Wait.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,9 +23,9 @@ import (
 )
 
 var bin struct {
-	once                             sync.Once
-	worker, producer, demo, stockctl string
-	err                              error
+	once                                          sync.Once
+	worker, producer, demo, stockctl, faultWorker string
+	err                                           error
 }
 
 // binaries builds the commands once per test binary.
@@ -42,9 +43,10 @@ func binaries(t *testing.T) (worker, producer string) {
 		for _, b := range []struct {
 			out *string
 			pkg string
-		}{{&bin.worker, "worker"}, {&bin.producer, "producer"}, {&bin.demo, "demo"}, {&bin.stockctl, "stockctl"}} {
-			*b.out = filepath.Join(dir, b.pkg)
-			out, pkg := *b.out, "../../cmd/"+b.pkg
+		}{{&bin.worker, "../../cmd/worker"}, {&bin.producer, "../../cmd/producer"}, {&bin.demo, "../../cmd/demo"},
+			{&bin.stockctl, "../../cmd/stockctl"}, {&bin.faultWorker, "../testing/faultworker"}} {
+			*b.out = filepath.Join(dir, filepath.Base(b.pkg))
+			out, pkg := *b.out, b.pkg
 			if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 				bin.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 				return
@@ -55,30 +57,6 @@ func binaries(t *testing.T) (worker, producer string) {
 		t.Fatal(bin.err)
 	}
 	return bin.worker, bin.producer
-}
-
-var brokenFence struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// brokenFenceWorker builds the worker with the stockflow_brokenfence tag: its stock writes skip the
-// fencing check, the deliberately broken variant the history checker must catch.
-func brokenFenceWorker(t *testing.T) string {
-	t.Helper()
-	binaries(t)
-	brokenFence.once.Do(func() {
-		brokenFence.path = filepath.Join(filepath.Dir(bin.worker), "worker-brokenfence")
-		cmd := exec.Command("go", "build", "-tags", "stockflow_brokenfence", "-o", brokenFence.path, "../../cmd/worker")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			brokenFence.err = fmt.Errorf("go build -tags stockflow_brokenfence: %v\n%s", err, out)
-		}
-	})
-	if brokenFence.err != nil {
-		t.Fatal(brokenFence.err)
-	}
-	return brokenFence.path
 }
 
 // proc is a running worker process.
@@ -127,11 +105,15 @@ func startWorkerArgs(t *testing.T, s *redistest.Server, name string, args []stri
 	return startWorkerBin(t, "", s, name, args, extra...)
 }
 
-// startWorkerBin is startWorkerArgs with the worker binary at path ("": the normal build).
+// startWorkerBin is startWorkerArgs with the worker binary at path ("": cmd/worker, or the fault tests'
+// worker, internal/testing/faultworker, when an extra entry sets a FAULT_ setting).
 func startWorkerBin(t *testing.T, path string, s *redistest.Server, name string, args []string, extra ...string) *proc {
 	t.Helper()
 	if path == "" {
 		path, _ = binaries(t)
+		if slices.ContainsFunc(extra, func(e string) bool { return strings.HasPrefix(e, "FAULT_") }) {
+			path = bin.faultWorker
+		}
 	}
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(append(os.Environ(), testEnv(s)...), append([]string{"WORKER_NAME=" + name}, extra...)...)

@@ -352,7 +352,7 @@ func TestStaleHolderIsRefusedBeforeTheNewHolderWrites(t *testing.T) {
 }
 
 func testStaleHolderIsRefused(t *testing.T, redlock bool) {
-	sc := startStaleHolder(t, redlock, "")
+	sc := startStaleHolder(t, redlock)
 	ctx, rdb := context.Background(), sc.rdb
 	// 20 s: once (1 of ~20 CI runs, under load) the refusal had not come 8 s after A was resumed; the
 	// history then shows how far A got.
@@ -370,11 +370,11 @@ func testStaleHolderIsRefused(t *testing.T, redlock bool) {
 	history.Verify(t, sc.rec.files(t), map[string]int64{"P": 10})
 }
 
-// The history checker catches a broken fence: the same run with a worker built to send its writes
+// The history checker catches a broken fence: the same run with a worker set to send its writes
 // unfenced (as if the store's fencing check were off) keeps the stock exact, each write being atomic,
 // but A's stale write is accepted after B got its token, and the fencing check must say so.
 func TestHistoryCheckerCatchesABrokenFence(t *testing.T) {
-	sc := startStaleHolder(t, false, brokenFenceWorker(t))
+	sc := startStaleHolder(t, false, "FAULT_BROKEN_FENCE=true")
 	sc.bothDecided(t)
 	h, err := history.Load(sc.rec.files(t)...)
 	if err != nil {
@@ -399,8 +399,8 @@ type staleHolder struct {
 	rec     *recording
 }
 
-// startStaleHolder sets the scene and resumes A; workerBin is the binary of A ("": the normal build).
-func startStaleHolder(t *testing.T, redlock bool, workerBin string) *staleHolder {
+// startStaleHolder sets the scene and resumes A; aEnv are more settings of A.
+func startStaleHolder(t *testing.T, redlock bool, aEnv ...string) *staleHolder {
 	s := redistest.Start(t)
 	sc := &staleHolder{rdb: s.Client(), refusal: "below the lock's current token", rec: newRecording(t)}
 	locks, ctx := sc.rdb, context.Background()
@@ -410,7 +410,7 @@ func startStaleHolder(t *testing.T, redlock bool, workerBin string) *staleHolder
 		env = append(env, "REDLOCK_URLS="+strings.Join([]string{masters[0].URL(), masters[1].URL(), masters[2].URL()}, ","))
 		locks, sc.refusal = masters[0].Client(), "below the stored fence"
 	}
-	sc.a = startWorkerBin(t, workerBin, s, "a", nil, append(env, "LOCK_WAIT=20s", "FAULT_DELAY_WRITE=3s")...)
+	sc.a = startWorker(t, s, "a", append(append(env, "LOCK_WAIT=20s", "FAULT_DELAY_WRITE=3s"), aEnv...)...)
 	if err := sc.rdb.HSet(ctx, "stock:{P}", "available", 10, "reserved", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

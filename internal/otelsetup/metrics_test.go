@@ -3,6 +3,7 @@ package otelsetup_test
 import (
 	"context"
 	"fmt"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,9 +27,13 @@ import (
 
 // runWorker runs a worker on s with /metrics served by the test process's handler (the binary's), until
 // the test ends.
-func runWorker(t *testing.T, s *redistest.Server, cfg worker.Config) {
+func runWorker(t *testing.T, s *redistest.Server, cfg worker.Config, faults ...*worker.Faults) {
 	t.Helper()
-	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.Options{Metrics: meters.handler, Tracing: true})
+	opts := worker.Options{Metrics: meters.handler, Tracing: true}
+	if len(faults) > 0 {
+		opts.Faults = faults[0]
+	}
+	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +103,19 @@ func sample(body, name string, labels ...string) (float64, bool) {
 	return 0, false
 }
 
+// sum adds up the samples of name whose labels contain labels (every series of a metric, say).
+func sum(body, name string, labels ...string) float64 {
+	total := 0.0
+	for line := range strings.Lines(body) {
+		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
+			if v, ok := sample(line, name, labels...); ok {
+				total += v
+			}
+		}
+	}
+	return total
+}
+
 func containsAll(s string, subs []string) bool {
 	for _, sub := range subs {
 		if !strings.Contains(s, sub) {
@@ -107,12 +125,12 @@ func containsAll(s string, subs []string) bool {
 	return true
 }
 
-var exemplar = regexp.MustCompile(`(?m)^stockflow_lock_wait_seconds_bucket\{.*\} \d+ # \{(.*)\} \S+`)
+var exemplar = regexp.MustCompile(`(?m)^stockflow_lock_wait_seconds_bucket\{(.*)\} \d+ # \{(.*)\} \S+`)
 
-// A bucket of the lock wait histogram on /metrics carries an exemplar naming the lock acquire span (and
-// its trace) of a wait it counted; /metrics also shows the Go runtime, the process and the Redis
-// connection pools.
-func TestLockWaitBucketsLinkToTheTraceThatWaited(t *testing.T) {
+// Every order counts once in the lock wait histogram on /metrics, with the default settings (lock elision
+// on), by path; its buckets carry exemplars naming the order's process span (and its trace) on every path
+// seen; /metrics also shows the Go runtime, the process and the Redis connection pools.
+func TestLockWaitCountsEveryOrderAndLinksToItsTrace(t *testing.T) {
 	unsetOTel(t)
 	restoreGlobals(t)
 	spans := tracetest.NewSpanRecorder()
@@ -121,59 +139,57 @@ func TestLockWaitBucketsLinkToTheTraceThatWaited(t *testing.T) {
 	s := redistest.Start(t)
 	cfg := workerConfig(t, s)
 	cfg.MetricsAddr = freeAddr(t)
-	cfg.LockElision = false // lock waits need lock acquisitions (TestOneTracePerOrder)
 	runWorker(t, s, cfg)
 
 	waitServing(t, cfg.MetricsAddr)
 	before := scrapeOpenMetrics(t, cfg.MetricsAddr) // the instruments are global: other runs counted too
 	var pcfg producer.Config
 	pcfg.Config = cfg.Config
-	pcfg.Orders, pcfg.SKUList, pcfg.Quantity, pcfg.Distribution, pcfg.SeedStock = 20, "HOT", 1, "uniform", 100
+	pcfg.Orders, pcfg.SKUList, pcfg.Quantity, pcfg.Distribution, pcfg.SeedStock = 40, "HOT,COLD", 1, "uniform", 100
 	pcfg.Wait, pcfg.Timeout = true, time.Minute
 	if sum, err := producer.Run(context.Background(), pcfg, nil); err != nil || !sum.Consistent {
 		t.Fatalf("producer: %v %+v", err, sum)
 	}
+	// Every order's wait is counted once, just after its outcome was published: the scrape may come first.
+	count := func(body string) float64 { return sum(body, "stockflow_lock_wait_seconds_count") }
 	body := scrapeOpenMetrics(t, cfg.MetricsAddr)
-
-	acquires := map[string]bool{} // "trace id/span id" of the lock acquire spans
-	for _, sp := range spans.Ended() {
-		if sp.Name() == "lock acquire" {
-			acquires[sp.SpanContext().TraceID().String()+"/"+sp.SpanContext().SpanID().String()] = true
-		}
-	}
-	linked := 0
-	for _, m := range exemplar.FindAllStringSubmatch(body, -1) {
-		labels := map[string]string{}
-		for kv := range strings.SplitSeq(m[1], ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			labels[k] = strings.Trim(v, `"`)
-		}
-		if acquires[labels["trace_id"]+"/"+labels["span_id"]] {
-			linked++
-		}
-	}
-	if len(acquires) == 0 || len(acquires) > 20 || linked == 0 {
-		t.Fatalf("%d lock acquire spans; %d exemplars of stockflow_lock_wait_seconds name one of them, want some:\n%s",
-			len(acquires), linked, grep(body, "stockflow_lock_wait_seconds_bucket"))
-	}
-	t.Logf("%d buckets link to this test's lock acquire spans", linked)
-	// Every order's wait is counted once, whether it took the lock or was decided in another's batch (just
-	// after its outcome was published: the scrape may come first).
-	waits := func(body, combined string) float64 {
-		n, _ := sample(body, "stockflow_order_wait_seconds_count", `stockflow_order_combined="`+combined+`"`)
-		return n
-	}
-	var led, combined float64
-	for end := time.Now().Add(2 * time.Second); led+combined < 20 && time.Now().Before(end); {
+	for end := time.Now().Add(2 * time.Second); count(body)-count(before) < 40 && time.Now().Before(end); {
 		body = scrapeOpenMetrics(t, cfg.MetricsAddr)
-		led, combined = waits(body, "false")-waits(before, "false"), waits(body, "true")-waits(before, "true")
 	}
-	if led+combined != 20 || led != float64(len(acquires)) {
-		t.Errorf("stockflow_order_wait_seconds counts %v orders that led and %v combined; want %d and %d",
-			led, combined, len(acquires), 20-len(acquires))
+	if n := count(body) - count(before); n != 40 {
+		t.Errorf("stockflow_lock_wait_seconds counts %v orders, want 40: one per order, whatever its path", n)
 	}
 
+	orders := map[string]bool{} // "trace id/span id" of the orders' process spans
+	for _, sp := range spans.Ended() {
+		if sp.Name() == "process orders" {
+			orders[sp.SpanContext().TraceID().String()+"/"+sp.SpanContext().SpanID().String()] = true
+		}
+	}
+	linked := map[string]int{} // by path
+	for _, m := range exemplar.FindAllStringSubmatch(body, -1) {
+		path := labelsOf(m[1])["stockflow_lock_path"]
+		ex := labelsOf(m[2])
+		if orders[ex["trace_id"]+"/"+ex["span_id"]] {
+			linked[path]++
+		}
+	}
+	if len(orders) != 40 || linked["elided"] == 0 || linked["batched"]+linked["elided"] < 2 {
+		t.Fatalf("%d order spans; exemplars of stockflow_lock_wait_seconds naming one of them, by path: %v; want some on the elided and batched paths:\n%s",
+			len(orders), linked, grep(body, "stockflow_lock_wait_seconds_bucket"))
+	}
+	t.Logf("buckets linking to this test's orders, by path: %v", linked)
 	checkSeries(t, body)
+}
+
+// labelsOf parses the labels of a Prometheus sample or exemplar: a="x",b="y".
+func labelsOf(s string) map[string]string {
+	labels := map[string]string{}
+	for kv := range strings.SplitSeq(s, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		labels[k] = strings.Trim(v, `"`)
+	}
+	return labels
 }
 
 // checkSeries fails unless /metrics shows the runtime, process and connection pool series, the pools by name.
@@ -210,8 +226,8 @@ func TestBacklogGaugesShowWhatTheGroupHolds(t *testing.T) {
 	cfg := workerConfig(t, s)
 	cfg.MetricsAddr = freeAddr(t)
 	// One consumer, each order held 300 ms, the backlog refreshed every second (STREAM_RETENTION/4).
-	cfg.Concurrency, cfg.FaultDelayWrite, cfg.StreamRetention = 1, 300*time.Millisecond, 4*time.Second
-	runWorker(t, s, cfg)
+	cfg.Concurrency, cfg.StreamRetention = 1, 4*time.Second
+	runWorker(t, s, cfg, holdEachOrder(300*time.Millisecond))
 	waitServing(t, cfg.MetricsAddr) // the worker starts serving in its own goroutine
 	rdb, ctx := s.Client(), context.Background()
 	if err := rdb.HSet(ctx, "stock:{K}", "available", 100).Err(); err != nil {
@@ -269,4 +285,14 @@ func grep(body, prefix string) string {
 		}
 	}
 	return strings.Join(out, "")
+}
+
+// holdEachOrder are fault hooks that hold each order d inside its lock.
+func holdEachOrder(d time.Duration) *worker.Faults {
+	return &worker.Faults{NoElision: true, Handler: func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			time.Sleep(d)
+			return h(msg)
+		}
+	}}
 }

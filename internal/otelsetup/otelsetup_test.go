@@ -146,9 +146,6 @@ func TestOneTracePerOrder(t *testing.T) {
 	cfg := workerConfig(t, s)
 	cfg.MetricsAddr = freeAddr(t)
 	cfg.TraceRedis = true
-	// The lock's spans and waits are what this test follows: every batch takes the lock (with lock elision
-	// an uncontended batch takes it inside its stock script, without a lock acquire span or wait).
-	cfg.LockElision = false
 	w, err := worker.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		worker.Options{Metrics: meters.handler, Tracing: true})
 	if err != nil {
@@ -170,7 +167,7 @@ func TestOneTracePerOrder(t *testing.T) {
 	}
 
 	body := get(t, "http://"+cfg.MetricsAddr+"/metrics", http.StatusOK)
-	for _, name := range []string{"stockflow_lock_wait_seconds_bucket", "stockflow_lock_hold_seconds", "stockflow_orders_total", "stockflow_messages_in_flight"} {
+	for _, name := range []string{"stockflow_lock_wait_seconds_bucket", "stockflow_orders_total", "stockflow_messages_in_flight"} {
 		if !strings.Contains(body, name) {
 			t.Fatalf("/metrics lacks %s", name)
 		}
@@ -203,7 +200,7 @@ func TestOneTracePerOrder(t *testing.T) {
 	for _, sp := range ended {
 		byID[sp.SpanContext().SpanID()] = sp
 	}
-	var acquires []sdktrace.ReadOnlySpan
+	var acquires, processes []sdktrace.ReadOnlySpan
 	traces, redisSpans := 0, 0
 	for _, sp := range ended {
 		switch sp.Name() {
@@ -237,6 +234,7 @@ func TestOneTracePerOrder(t *testing.T) {
 				semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName("orders"),
 				semconv.MessagingConsumerGroupName(cfg.ConsumerGroup))
 			checkProcess(t, sp)
+			processes = append(processes, sp)
 		}
 		if v, ok := attr(sp, "db.system"); ok && v.AsString() == "redis" {
 			redisSpans++
@@ -250,12 +248,22 @@ func TestOneTracePerOrder(t *testing.T) {
 	if redisSpans == 0 {
 		t.Fatal("no Redis spans recorded: the client is not instrumented")
 	}
-	// Each order either took the lock (a lock acquire span) or was decided in another order's batch (an
-	// event on its process span).
-	if combined := combinedOrders(ended); traces != 200 || len(acquires)+combined != 200 || len(acquires) == 0 {
-		t.Fatalf("%d publish spans, %d lock acquire spans and %d orders decided in a batch, want 200 orders", traces,
-			len(acquires), combined)
+	// Every order shows its wait for its SKU on its process span, whatever the path it took (with the
+	// default settings: lock elision on), and the histogram holds exactly those waits: one per order.
+	paths := map[string]int{}
+	for _, sp := range processes {
+		key, _ := attr(sp, "stockflow.lock.key")
+		path, _ := attr(sp, "stockflow.lock.path")
+		if _, ok := attr(sp, "stockflow.lock.wait.seconds"); !ok || key.AsString() != "HOT" || path.AsString() == "" {
+			t.Fatalf("process span without the order's lock wait, key and path: %v", sp.Attributes())
+		}
+		paths[path.AsString()]++
 	}
+	if traces != 200 || len(processes) != 200 || paths["batched"] == 0 || paths["batched"] == 200 {
+		t.Fatalf("%d publish spans, %d process spans, paths %v: want 200 orders, some decided in a batch, some leading", traces,
+			len(processes), paths)
+	}
+	t.Logf("paths of the 200 orders: %v; %d lock acquire spans", paths, len(acquires))
 
 	// The histogram holds exactly the waits the spans report: what it gained during this test.
 	hist, found := lockWaitHistogram(t)
@@ -263,12 +271,12 @@ func TestOneTracePerOrder(t *testing.T) {
 		t.Fatal("no stockflow.lock.wait histogram")
 	}
 	hist = histogramSince(hist, waitsBefore)
-	if hist.Count != uint64(len(acquires)) {
-		t.Fatalf("histogram count %d, lock acquisitions %d", hist.Count, len(acquires))
+	if hist.Count != uint64(len(processes)) {
+		t.Fatalf("histogram count %d, orders %d", hist.Count, len(processes))
 	}
 	wantBuckets := make([]uint64, len(hist.Bounds)+1)
 	waited := 0
-	for _, sp := range acquires {
+	for _, sp := range processes {
 		v, _ := attr(sp, "stockflow.lock.wait.seconds")
 		i := 0
 		for i < len(hist.Bounds) && v.AsFloat64() > hist.Bounds[i] {
@@ -285,9 +293,8 @@ func TestOneTracePerOrder(t *testing.T) {
 		}
 	}
 	if waited == 0 {
-		t.Fatal("no order waited over 1 ms for the hot SKU's lock: the test made no contention")
+		t.Fatal("no order waited over 1 ms for the hot SKU: the test made no contention")
 	}
-
 }
 
 func workerConfig(t *testing.T, s *redistest.Server) worker.Config {
@@ -406,17 +413,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// combinedOrders counts the process spans with the event of an order decided in another order's batch.
-func combinedOrders(spans []sdktrace.ReadOnlySpan) int {
-	n := 0
-	for _, sp := range spans {
-		for _, ev := range sp.Events() {
-			if ev.Name == worker.EventCombined {
-				n++
-			}
-		}
-	}
-	return n
 }

@@ -36,8 +36,9 @@ func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
 			cfg.RedisURL, cfg.RunID, cfg.Orders, cfg.SKUs, cfg.SeedStock = s.URL(), "t", 200, 4, 40
 			cfg.Lines, cfg.Cancel, cfg.Fulfil, cfg.Wait, cfg.Timeout = "1-3", 0.3, 0.3, true, 30*time.Second
 			done := make(chan struct{})
-			r := &handlers.Reserver{Store: tc.store(inventory.New(rdb)), Worker: "stand-in"}
-			go func() { defer close(done); standInWorker(ctx, t, rdb, cfg, r) }()
+			h := handlers.New(handlers.Config{Store: tc.store(inventory.New(rdb)), Redis: rdb,
+				Partitions: cfg.Partitions(), Group: cfg.ConsumerGroup, Worker: "stand-in"})
+			go func() { defer close(done); standInWorker(ctx, t, rdb, cfg, h) }()
 			defer func() { cancel(); <-done }()
 
 			sum, err := Run(ctx, cfg, nil)
@@ -63,9 +64,10 @@ func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
 	}
 }
 
-// standInWorker decides the events of the orders stream one at a time, unfenced, with r, and adds their
-// outcome events to the results stream.
-func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Config, r *handlers.Reserver) {
+// standInWorker decides the events of the orders stream one at a time, unfenced (no lock), with the real
+// handler h, which adds their outcome events to the results stream and acks them.
+func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Config, h *handlers.Handler) {
+	decide := h.Decode(h.Combine(h.Handle))
 	for ctx.Err() == nil {
 		streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.ConsumerGroup, Consumer: "stand-in",
 			Streams: []string{cfg.OrdersStream, ">"}, Block: 100 * time.Millisecond}).Result()
@@ -75,32 +77,14 @@ func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Con
 		}
 		for _, e := range streams[0].Messages {
 			payload, _ := e.Values["payload"].(string)
-			msg, err := decide(ctx, r, payload)
-			if err != nil {
+			msg := message.NewMessage(e.ID, []byte(payload))
+			msg.SetContext(ctx)
+			if _, err := decide(msg); err != nil {
 				t.Errorf("decide %s: %v", payload, err)
 				return
 			}
-			rdb.XAdd(ctx, &redis.XAddArgs{Stream: cfg.ResultsStream, Values: map[string]any{"payload": string(msg.Payload)}})
 		}
 	}
-}
-
-// decide decides one order payload as the worker would: a single-SKU order in a batch of one, any other
-// on its own.
-func decide(ctx context.Context, r *handlers.Reserver, payload string) (*message.Message, error) {
-	o, err := handlers.DecodeOrder([]byte(payload))
-	if err != nil {
-		return nil, err
-	}
-	req := handlers.Request{Ctx: ctx, Order: o}
-	if !o.Single() {
-		return r.DecideOrder(ctx, req, nil)
-	}
-	msgs, err := r.Decide(ctx, []handlers.Request{req}, 0)
-	if err != nil {
-		return nil, err
-	}
-	return msgs[0], nil
 }
 
 // cancelsAsFulfils is a broken store: asked to cancel an order it fulfils it, and says it cancelled it.

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/stockflow/stockflow/handlers"
 )
 
 // Fields the subscriber's client adds to an entry for the unmarshaller, which is only given an entry's
@@ -27,8 +25,9 @@ const (
 )
 
 // MaxEntryBytes is the largest stream entry (field names and values) a worker accepts: an order payload at
-// its limit plus room for Watermill's fields and the trace context. Larger ones are poisoned in Redis.
-const MaxEntryBytes = handlers.MaxPayload + 16<<10
+// its limit (64 KiB, handlers.MaxPayload) plus room for Watermill's fields and the trace context. Larger
+// ones are poisoned in Redis.
+const MaxEntryBytes = 64<<10 + 16<<10
 
 // Reading when the stream is empty: the pause between two reads, doubling up to the maximum.
 const (

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/inventory"
@@ -106,25 +104,12 @@ func (k failureKind) attr() metric.MeasurementOption {
 	return failureTransient
 }
 
-// classify sorts an attempt's error. Only what is known to be broken data is permanent; anything else,
-// known or not, is retried without counting, so an infrastructure fault never poisons a valid order.
+// classify sorts an attempt's error (inventory.IsPermanent).
 func classify(err error) failureKind {
-	if errors.Is(err, inventory.ErrCorrupt) || errors.Is(err, inventory.ErrInvalid) {
-		return permanent
-	}
-	var reply redis.Error
-	if errors.As(err, &reply) && !errors.Is(err, redis.Nil) && brokenData(reply.Error()) {
+	if inventory.IsPermanent(err) {
 		return permanent
 	}
 	return transient
-}
-
-// brokenData tells the Redis error replies about the data: WRONGTYPE (a SKU key holds another type), and
-// "ERR user_script:" (a script failed at run time on the data it found: a corrupt outcome record, say). A
-// command refused inside a script keeps its own code (OOM, READONLY, NOREPLICAS ... "script: <sha>, on
-// @user_script:1."): those stay transient.
-func brokenData(reply string) bool {
-	return strings.HasPrefix(reply, "WRONGTYPE") || strings.HasPrefix(reply, "ERR user_script:")
 }
 
 // permanentError sends an entry to the poison stream: its attempt failed permanently on the last allowed

@@ -21,14 +21,10 @@ import (
 
 // The per-message chain of a consumer, outermost first; every step is a message.HandlerMiddleware:
 //
-//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ decode ▶ combine ▶ lock ▶ decide
+//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ handlers: Decode ▶ Combine ▶ lockmw ▶ Handle
 //
-// combine (combine.go) makes one consumer per SKU the leader, which takes the lock and decides the SKU's
-// waiting orders in batches (decide, Worker.last), publishing their outcomes and acking their entries in one
-// round trip per batch; the other consumers wait there for their order's outcome. Inside decide, in this
-// order: raiseFence (for a lock whose fencing counters are not on
-// the stock's Redis: Redlock, or an embedder's locker) ▶ recordHold and delayWrite (fault tests only) ▶ the
-// order handler.
+// The first six are the entry's delivery (this file); the rest decide the order (package handlers, with the
+// lock middleware of package lockmw between Combine and Handle).
 //
 // Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
 // back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
@@ -58,16 +54,11 @@ func (c *consumer) partition(msg *message.Message) stream.Partition {
 	return c.parts[stream.EntryPartition(msg)]
 }
 
-// chain wraps h, the last step, in the consumer's chain; inner are the steps between decode and h
-// (combine and lock; nil ones are left out).
+// chain wraps h, the handler, in the consumer's delivery steps and then inner, the steps between them and h
+// (outermost first).
 func (c *consumer) chain(h message.HandlerFunc, inner ...message.HandlerMiddleware) message.HandlerFunc {
-	steps := []message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.drain, c.retry, c.keepAlive,
-		handlers.Decode}
-	for _, step := range inner {
-		if step != nil {
-			steps = append(steps, step)
-		}
-	}
+	steps := append([]message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.drain, c.retry, c.keepAlive},
+		inner...)
 	for i := len(steps) - 1; i >= 0; i-- {
 		h = steps[i](h)
 	}
@@ -220,21 +211,6 @@ func (c *consumer) touchUntil(msg *message.Message, done <-chan struct{}) {
 			ctx, cancel := context.WithTimeout(msg.Context(), c.claimIdle/3)
 			_ = c.reclaim(ctx, c.partition(msg), msg.UUID, 0, false)
 			cancel()
-		}
-	}
-}
-
-// delayWrite is fault injection for the chaos tests (FAULT_DELAY_WRITE), after the lock: it holds each
-// stock write back d after the lock was taken and then lets it run even if the lease was lost meanwhile,
-// as a write stuck in a stalled network or a paused process would. The fencing token must refuse it.
-func delayWrite(d time.Duration) message.HandlerMiddleware {
-	return func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			time.Sleep(d)
-			orig := msg.Context()
-			msg.SetContext(context.WithoutCancel(orig))
-			defer msg.SetContext(orig)
-			return h(msg)
 		}
 	}
 }

@@ -58,13 +58,6 @@ type Config struct {
 	PprofAddr string
 	// TraceRedis adds a span per Redis command (redisotel) to the traces.
 	TraceRedis bool
-	// FaultDelayWrite is fault injection for chaos tests, 0 in production: each stock write is held back
-	// this long after the lock was taken and then sent even if the lease was lost meanwhile, as a write
-	// stuck in a stalled network or a paused process would be. The fencing token is what must refuse it.
-	FaultDelayWrite time.Duration
-	// FaultHistoryDir is for the fault tests, empty in production: every lock acquisition and stock
-	// operation is appended to a file of this process in it (<name>-<pid>.jsonl) for internal/history.
-	FaultHistoryDir string
 	// OutcomeTTL is how long an order's recorded outcome (its idempotency record) is kept.
 	OutcomeTTL time.Duration
 	// StreamRetention is how long entries stay in the orders stream once every group has them; it must be
@@ -131,8 +124,6 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.MaxAttempts, "MAX_ATTEMPTS", d.MaxAttempts, "deliveries of an order that fails permanently (or whose worker dies) before it goes to the poison stream")
 	stream.ReplicaFlags(s, &c.Replicas, "each stock write (reservation and outcome record)")
 	s.Bool(&c.AllowEviction, "ALLOW_EVICTION", "run even when Redis may evict keys (maxmemory-policy other than noeviction): evicted outcome records mean double reservations")
-	s.Duration(&c.FaultDelayWrite, "FAULT_DELAY_WRITE", 0, "chaos tests only: hold each stock write this long after taking the lock, then send it even if the lease was lost")
-	s.String(&c.FaultHistoryDir, "FAULT_HISTORY_DIR", "", "fault tests only: append every lock acquisition and stock operation to a file of this process in this directory (JSON lines) for the history checker")
 }
 
 // Validate reports every setting that cannot work, by name.

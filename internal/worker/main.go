@@ -12,19 +12,19 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
-	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
-// LockerFlags lets a main choose the locker: it defines its flags on the set and returns what picks the
-// locker once they are parsed (a nil locker: the one the settings describe).
-type LockerFlags func(*config.Set) func(Config) (rlock.Locker, error)
+// Extension lets another main add to the worker's settings and options (the bench's choice of locker, the
+// fault tests' hooks): it defines its flags on the set and returns what fills in the options once they are
+// parsed.
+type Extension func(*config.Set) func(Config, *Options) error
 
-// Main is the main function of a worker process (cmd/worker, the bench's worker): it reads the settings
-// from args and the environment, sets up telemetry and runs the worker until SIGINT or SIGTERM. It returns
-// the exit code: 0 after a clean shutdown, -h or --version (config.ErrVersion is a flag.ErrHelp), 2 for a
-// bad setting or a failed run. lockers may be nil.
-func Main(name string, args []string, lockers LockerFlags) int {
-	err := runMain(name, args, lockers)
+// Main is the main function of a worker process (cmd/worker, the bench's worker, the fault tests' worker):
+// it reads the settings from args and the environment, sets up telemetry and runs the worker until SIGINT
+// or SIGTERM. It returns the exit code: 0 after a clean shutdown, -h or --version (config.ErrVersion is a
+// flag.ErrHelp), 2 for a bad setting or a failed run. ext may be nil.
+func Main(name string, args []string, ext Extension) int {
+	err := runMain(name, args, ext)
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -32,19 +32,19 @@ func Main(name string, args []string, lockers LockerFlags) int {
 	return 2
 }
 
-func runMain(name string, args []string, lockers LockerFlags) error {
+func runMain(name string, args []string, ext Extension) error {
 	cfg := DefaultConfig()
 	set := config.NewSet(name, nil)
 	Flags(set, &cfg)
-	pickLocker := func(Config) (rlock.Locker, error) { return nil, nil }
-	if lockers != nil {
-		pickLocker = lockers(set)
+	extend := func(Config, *Options) error { return nil }
+	if ext != nil {
+		extend = ext(set)
 	}
 	if err := set.Parse(args); err != nil {
 		return err
 	}
-	locker, err := pickLocker(cfg)
-	if err != nil {
+	var opts Options
+	if err := extend(cfg, &opts); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -55,7 +55,8 @@ func runMain(name string, args []string, lockers LockerFlags) error {
 	}
 	logger := config.Logger(os.Stderr)
 	defer flush(tel, logger.Error)
-	w, err := New(cfg, logger, Options{Metrics: tel.Metrics, Tracing: tel.Tracing, Locker: locker})
+	opts.Metrics, opts.Tracing = tel.Metrics, tel.Tracing
+	w, err := New(cfg, logger, opts)
 	if err != nil {
 		return err
 	}

@@ -3,13 +3,11 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -22,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/history"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
@@ -44,13 +41,11 @@ type Worker struct {
 		rlock.Locker
 		Close() error
 	}
-	router   *message.Router
-	store    *inventory.Store
-	reserver *handlers.Reserver
-	combiner *combiner
-	server   []attribute.KeyValue      // the stock Redis's address, for the spans of the outcome events
-	history  *history.Recorder         // FAULT_HISTORY_DIR; nil: not recording
-	lock     message.HandlerMiddleware // nil: NoLock
+	router  *message.Router
+	store   *inventory.Store
+	handler *handlers.Handler
+	server  []attribute.KeyValue // the stock Redis's address, for the spans of the poison entries
+	lockMW  *lockmw.Middleware   // nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
 	drain      context.Context
@@ -72,6 +67,19 @@ type Options struct {
 	Tracing bool         // spans are exported: the Redis client may be instrumented
 	// Locker replaces the locker the settings describe: another lock library (the bench), or NoLock.
 	Locker rlock.Locker
+	// Faults are the fault tests' hooks (internal/testing/faultworker); nil in production.
+	Faults *Faults
+}
+
+// Faults are hooks for the fault tests' worker binary, which records every operation for the history
+// checker and delays writes past a lost lease. The production worker never sets them.
+type Faults struct {
+	// Store wraps the stock store the handler writes through.
+	Store func(handlers.Store) handlers.Store
+	// Handler wraps the handler, inside the lock.
+	Handler message.HandlerMiddleware
+	// NoElision turns lock elision off: a delayed write must hold a lock of its own.
+	NoElision bool
 }
 
 // NoLock as Options.Locker runs the handler without the lock middleware, unfenced: only the stock
@@ -101,9 +109,6 @@ func New(cfg Config, logger *slog.Logger, opts Options) (*Worker, error) {
 }
 
 func (w *Worker) build(opts Options) error {
-	if err := w.openHistory(); err != nil {
-		return err
-	}
 	if err := w.connect(opts.Tracing); err != nil {
 		return err
 	}
@@ -114,7 +119,7 @@ func (w *Worker) build(opts Options) error {
 		return err
 	}
 	wmLogger := watermill.NewSlogLogger(w.logger)
-	if err := w.setHandler(); err != nil {
+	if err := w.setHandler(opts.Faults); err != nil {
 		return err
 	}
 	var err error
@@ -122,7 +127,7 @@ func (w *Worker) build(opts Options) error {
 	if err != nil {
 		return err
 	}
-	return w.addConsumers(wmLogger)
+	return w.addConsumers(wmLogger, opts.Faults)
 }
 
 // connect creates the clients: one for the handlers, one for the subscribers' reads.
@@ -156,7 +161,7 @@ func (w *Worker) setLocker(opts Options) error {
 	if locker == NoLock {
 		return nil
 	}
-	w.lock = (&lockmw.Middleware{Locker: locker, Keys: handlers.SKUs, Wait: w.cfg.LockWait, Instance: w.cfg.Name}).Middleware
+	w.lockMW = &lockmw.Middleware{Locker: locker, Keys: handlers.SKUs, Wait: w.cfg.LockWait, Instance: w.cfg.Name}
 	if r, ok := locker.(interface {
 		RaiseToken(context.Context, string, int64) error
 	}); ok {
@@ -184,155 +189,31 @@ func (w *Worker) newLocker() (err error) {
 	return err
 }
 
-// setHandler builds the order handler, the combiner that feeds it batches, and the backlog gauges.
-func (w *Worker) setHandler() error {
+// setHandler builds the order handler and the lock middleware's ways to the section: elided when the
+// lock lives on the stock's Redis (and LOCK_ELISION is on), and fenced at the store when it does not
+// (Redlock: each acquisition first raises the SKU's stored fence to its token, so the store refuses every
+// older token before this holder writes too; one round trip to the stock's Redis per acquisition).
+func (w *Worker) setHandler(faults *Faults) error {
 	w.store = inventory.New(w.rdb, w.storeOptions()...)
 	var store handlers.Store = w.store
-	if w.history != nil {
-		store = recordingStore{w.store, w.history}
+	if faults != nil && faults.Store != nil {
+		store = faults.Store(store)
 	}
-	w.reserver = &handlers.Reserver{Store: store, Worker: w.cfg.Name}
+	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
+		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster,
+		Worker: w.cfg.Name, MaxWait: w.cfg.LockWait})
 	w.server = stream.ServerAttributes(w.rdb)
-	w.combiner = newCombiner(w.cfg.LockWait, w.decide)
-	// Lock elision needs the reentrant lock on the stock's Redis. Not with FAULT_DELAY_WRITE, which delays
-	// the write of a lock holder: an elided write holds the lock only while it runs.
-	w.combiner.elide = w.cfg.LockElision && w.fenceCounterAtStore() && w.cfg.FaultDelayWrite == 0
+	if w.lockMW != nil {
+		if w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision) {
+			w.lockMW.Elide = handlers.Elidable
+		}
+		if !w.fenceCounterAtStore() {
+			w.lockMW.Fence = w.store.RaiseFence
+		}
+	}
 	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
-}
-
-// decide decides a batch of one SKU's orders under the lock's token, then publishes their outcome events
-// to their partitions' results streams and acks their entries in one round trip, a MULTI/EXEC: a Redis
-// that refuses the XADDs (OOM, say) must not run the XACK, or the entries would be acked without an outcome
-// (a command refused while queued aborts the transaction). When no more orders of the SKU wait (more), that
-// round trip also releases the SKU's lock (the reentrant lock, on this Redis), and released says so: the
-// leader then steps down. On a cluster a transaction cannot span slots: each partition's outcomes and acks
-// go in a MULTI of their own, and the lock middleware releases the lock.
-func (w *Worker) decide(ctx context.Context, batch []*pending, token int64, more func() bool) (released bool, err error) {
-	msgs, err := w.reserver.Decide(ctx, requests(batch), token)
-	if err != nil {
-		return false, err
-	}
-	return w.publish(ctx, batch, msgs, more)
-}
-
-// publish sends the outcome events msgs of batch's orders and acks their entries, as decide describes.
-func (w *Worker) publish(ctx context.Context, batch []*pending, msgs []*message.Message, more func() bool) (released bool, err error) {
-	pipes, sent, err := w.queueAll(ctx, batch, msgs)
-	if err != nil {
-		return false, err
-	}
-	var finish func(error) error
-	if !w.cfg.Cluster {
-		finish = w.releaseIn(ctx, pipes[0], more)
-	}
-	var execErr error
-	for _, pipe := range pipes {
-		_, err := pipe.Exec(ctx)
-		execErr = cmp.Or(execErr, err)
-	}
-	if finish != nil {
-		// The release's own failure (NOSCRIPT the first time, say) is finish's to mend.
-		if rerr := finish(execErr); rerr != nil && !errors.Is(rerr, rlock.ErrNotHeld) {
-			w.logger.Warn("unlock failed; the lock expires with its lease", "sku", batch[0].order.SKU, "err", rerr)
-		}
-	}
-	if err := endAll(sent); err != nil {
-		return finish != nil, fmt.Errorf("publish and ack the outcomes of %d orders: %w", len(batch), err)
-	}
-	return finish != nil, nil
-}
-
-// queueAll queues the outcome events and acks of batch by partition: on one MULTI, or on a cluster one per
-// partition.
-func (w *Worker) queueAll(ctx context.Context, batch []*pending, msgs []*message.Message) ([]redis.Pipeliner, []*outcomes, error) {
-	pipes := []redis.Pipeliner{w.rdb.TxPipeline()}
-	var sent []*outcomes
-	for i, part := range w.byPartition(batch) {
-		if i > 0 && w.cfg.Cluster {
-			pipes = append(pipes, w.rdb.TxPipeline())
-		}
-		o, err := w.queueOutcomes(ctx, pipes[len(pipes)-1], part, msgs)
-		if o != nil {
-			sent = append(sent, o)
-		}
-		if err != nil {
-			endAll(sent)
-			return nil, nil, err
-		}
-	}
-	return pipes, sent, nil
-}
-
-// outcomes are the outcome events and the ack of one partition's orders, queued on a pipeline.
-type outcomes struct {
-	results stream.Batch
-	ack     *redis.IntCmd
-}
-
-// queueOutcomes queues the outcome events (msgs, by the batch's order) of part's orders and their XACK on
-// pipe.
-func (w *Worker) queueOutcomes(ctx context.Context, pipe redis.Pipeliner, part partitionBatch, msgs []*message.Message) (*outcomes, error) {
-	o := &outcomes{results: stream.Batch{Topic: part.Results, MaxLen: int64(w.cfg.ResultsMaxLen), Server: w.server}}
-	ids := make([]string, len(part.orders))
-	for i, k := range part.orders {
-		if err := o.results.Add(pipe, msgs[k.index]); err != nil {
-			return o, err
-		}
-		ids[i] = k.msg.UUID
-	}
-	o.ack = pipe.XAck(ctx, part.Orders, w.cfg.ConsumerGroup, ids...)
-	return o, nil
-}
-
-// endAll ends the outcome events' spans and returns the first error of their XADDs and XACKs.
-func endAll(sent []*outcomes) error {
-	var first error
-	for _, o := range sent {
-		first = cmp.Or(first, o.results.End())
-		if o.ack != nil {
-			first = cmp.Or(first, o.ack.Err())
-		}
-	}
-	return first
-}
-
-// partitionBatch is the orders of a batch read from one partition (normally all of them: a SKU's orders
-// go to one partition, unless a producer routed one elsewhere).
-type partitionBatch struct {
-	stream.Partition
-	orders []indexed
-}
-
-type indexed struct {
-	*pending
-	index int // in the batch
-}
-
-// byPartition splits batch by the partition each order was read from, in the order they first appear.
-func (w *Worker) byPartition(batch []*pending) []partitionBatch {
-	var parts []partitionBatch
-	for i, p := range batch {
-		part := w.parts[stream.EntryPartition(p.msg)]
-		j := slices.IndexFunc(parts, func(b partitionBatch) bool { return b.Index == part.Index })
-		if j < 0 {
-			parts, j = append(parts, partitionBatch{Partition: part}), len(parts)
-		}
-		parts[j].orders = append(parts[j].orders, indexed{p, i})
-	}
-	return parts
-}
-
-// releaseIn queues the release of the message's lock on pipe when its stock writes are done and no more
-// orders of its SKU wait: the stock is decided, so the outcome events and acks need no lock. Only the
-// reentrant lock lives on this Redis; nil when nothing was queued.
-func (w *Worker) releaseIn(ctx context.Context, pipe redis.Pipeliner, more func() bool) func(error) error {
-	lease, ok := lockmw.LeaseFrom(ctx)
-	if !ok || !w.fenceCounterAtStore() || more() {
-		return nil
-	}
-	return rlock.ReleaseIn(context.WithoutCancel(ctx), pipe, lease)
 }
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write
@@ -351,7 +232,14 @@ func (w *Worker) storeOptions() []inventory.Option {
 }
 
 // addConsumers adds one redisstream subscriber and handler per consumer to the router.
-func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
+func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter, faults *Faults) error {
+	steps := []message.HandlerMiddleware{w.handler.Decode, w.handler.Combine}
+	if w.lockMW != nil {
+		steps = append(steps, w.lockMW.Middleware)
+	}
+	if faults != nil && faults.Handler != nil {
+		steps = append(steps, faults.Handler)
+	}
 	cfg := w.cfg
 	w.busy = make(busyClock, cfg.Concurrency)
 	readers := stream.ReaderConfig{Partitions: w.parts, Group: cfg.ConsumerGroup, PoisonMaxLen: cfg.PoisonMaxLen,
@@ -377,7 +265,7 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 			return err
 		}
 		w.consumers = append(w.consumers, c)
-		chain := c.chain(w.last(), w.resolve, w.combiner.step, w.lock)
+		chain := c.chain(w.handler.Handle, steps...)
 		w.router.AddConsumerHandler(name, cfg.OrdersStream, sub, func(msg *message.Message) error {
 			_, err := chain(msg)
 			return err
@@ -386,106 +274,11 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
 	return nil
 }
 
-// last is the last step of the chain: the leader of a SKU, holding its lock, decides its orders; a
-// basket or lifecycle event, holding the locks of all its SKUs, is decided alone.
-func (w *Worker) last() message.HandlerFunc {
-	h := func(msg *message.Message) ([]*message.Message, error) {
-		if o, _ := handlers.OrderOf(msg); !o.Single() {
-			return nil, w.decideOrder(msg, o)
-		}
-		var token int64
-		if lease, ok := lockmw.LeaseFrom(msg.Context()); ok {
-			token = lease.Token()
-		}
-		return nil, w.combiner.lead(msg, token)
-	}
-	if w.cfg.FaultDelayWrite > 0 {
-		h = delayWrite(w.cfg.FaultDelayWrite)(h)
-	}
-	if w.history != nil {
-		h = w.recordHold(h)
-	}
-	if w.lock != nil && !w.fenceCounterAtStore() {
-		h = w.raiseFence(h)
-	}
-	return h
-}
-
 // fenceCounterAtStore: the lock's fencing counters live on the stock's Redis, where the stock script
 // compares with them (storeOptions).
 func (w *Worker) fenceCounterAtStore() bool {
 	_, reentrant := w.locker.(*rlock.Reentrant)
 	return reentrant
-}
-
-// raiseFence stores the new lock's token as the SKU's fence before the order's write, for a lock whose
-// counters live away from the stock (Redlock's masters): from then on the store refuses every older token,
-// before this holder writes too. It costs one round trip to the stock's Redis per acquisition. A token
-// below the stored fence fails as a stale fence, which the retry heals by raising the lock's counter.
-func (w *Worker) raiseFence(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		for _, lease := range lockmw.LeasesFrom(msg.Context()) {
-			if lease.Token() == 0 { // a lock without tokens (an embedder's): nothing to fence with
-				continue
-			}
-			if err := w.store.RaiseFence(msg.Context(), lease.Key(), lease.Token()); err != nil {
-				return nil, fmt.Errorf("message %s: %w", msg.UUID, err)
-			}
-		}
-		return h(msg)
-	}
-}
-
-// decideOrder decides a basket or lifecycle event under the locks of all its SKUs (fenced by each one's
-// token), then publishes its outcome and acks its entry.
-func (w *Worker) decideOrder(msg *message.Message, o handlers.Order) error {
-	ctx := msg.Context()
-	fences, waited := heldFences(ctx)
-	out, err := w.reserver.DecideOrder(ctx, handlers.Request{Ctx: ctx, Order: o, Waited: waited}, fences)
-	if err != nil {
-		return err
-	}
-	// A lock taken alone (a basket of one SKU) is released with the outcome, as a batch's last one is;
-	// several are released by the lock middleware.
-	_, err = w.publish(ctx, []*pending{{msg: msg, order: o}}, []*message.Message{out}, func() bool { return false })
-	return err
-}
-
-// heldFences are the tokens of the locks the lock middleware holds for the message of ctx, by SKU (nil
-// without the lock: unfenced), and how long it waited for them.
-func heldFences(ctx context.Context) (fences inventory.Fences, waited time.Duration) {
-	for _, lease := range lockmw.LeasesFrom(ctx) {
-		if fences == nil {
-			fences, waited = inventory.Fences{}, rlock.StatsOf(lease).Waited
-		}
-		fences[lease.Key()] = lease.Token()
-	}
-	if ml, ok := lockmw.MultiLeaseFrom(ctx); ok {
-		waited = ml.Stats().Waited
-	}
-	return fences, waited
-}
-
-// resolve gives a lifecycle event the lines of its order (inventory.Store.Lines), so that the lock step
-// takes all their SKUs' locks. An order that is not known yet keeps the event's one SKU: the decision,
-// under that lock, then refuses it as unknown (or, if it was reserved meanwhile, fails as not locked and is
-// retried).
-func (w *Worker) resolve(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		o, _ := handlers.OrderOf(msg) // decoded: it is after Decode
-		if o.Kind() == handlers.TypeReserve {
-			return h(msg)
-		}
-		lines, err := w.store.Lines(msg.Context(), o.OrderID, o.SKU)
-		if err != nil && !errors.Is(err, inventory.ErrUnknownOrder) {
-			return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, err)
-		}
-		o.Lines = lines
-		orig := msg.Context()
-		msg.SetContext(handlers.WithOrder(orig, o))
-		defer msg.SetContext(orig)
-		return h(msg)
-	}
 }
 
 // Run processes orders until ctx is done, then shuts down: it stops taking messages, lets the orders in
@@ -564,9 +357,6 @@ func (w *Worker) Close() {
 		_ = w.locker.Close()
 	}
 	w.closeClients()
-	if err := w.history.Close(); err != nil {
-		w.logger.Error("history file", "err", err)
-	}
 }
 
 func (w *Worker) closeClients() {

@@ -101,7 +101,7 @@ type Config struct {
 	// a newer token, so the fence orders cohorts. A lost lease ends the cohort: the current holder's
 	// context is cancelled and its waiters go back to Redis.
 	HandOff HandOff
-	// MeterProvider makes the metrics stockflow.lock.wait, stockflow.lock.hold and stockflow.lock.lost.
+	// MeterProvider makes the metrics rlock.wait, rlock.hold and rlock.lost.
 	// Default otel.GetMeterProvider(): the global provider, a no-op until one is installed.
 	MeterProvider metric.MeterProvider
 	// ShardedPubSub chooses how unlock messages travel. Sharded (ShardedOn), the release script sends them

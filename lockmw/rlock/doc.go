@@ -48,7 +48,7 @@
 // Errors read as one line ("rlock: lock not obtained: context deadline exceeded") and match every cause
 // with errors.Is and errors.As: ErrNotObtained with ctx.Err(), ErrQuorum with each master's *NodeError.
 //
-// Telemetry: a span per acquisition ("lock acquire") and the metrics stockflow.lock.wait, .hold and .lost,
+// Telemetry: a span per acquisition ("lock acquire") and the metrics rlock.wait, rlock.hold and rlock.lost,
 // with attributes under stockflow.lock.*, from Config.TracerProvider and Config.MeterProvider (the global
 // providers by default).
 package rlock

@@ -40,13 +40,13 @@ func newTelemetry(mode string, cfg Config) (telemetry, error) {
 	meter := cfg.MeterProvider.Meter(scope)
 	t := telemetry{tracer: cfg.TracerProvider.Tracer(scope), attrs: newMetricAttrs(mode)}
 	var errs [3]error
-	t.wait, errs[0] = meter.Float64Histogram("stockflow.lock.wait", metric.WithUnit("s"),
+	t.wait, errs[0] = meter.Float64Histogram("rlock.wait", metric.WithUnit("s"),
 		metric.WithDescription("Time from asking for a lock until holding it (or giving up)."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
-	t.hold, errs[1] = meter.Float64Histogram("stockflow.lock.hold", metric.WithUnit("s"),
+	t.hold, errs[1] = meter.Float64Histogram("rlock.hold", metric.WithUnit("s"),
 		metric.WithDescription("Time a lease was held, from acquisition to release."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
-	t.lost, errs[2] = meter.Int64Counter("stockflow.lock.lost",
+	t.lost, errs[2] = meter.Int64Counter("rlock.lost",
 		metric.WithDescription("Leases lost: the watchdog found the lock gone or could not renew it in time."))
 	return t, join(errs[:]...)
 }

@@ -52,16 +52,16 @@ func TestTelemetryGoesToTheConfiguredProviders(t *testing.T) {
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	wait := histogram(t, rm, "stockflow.lock.wait")
+	wait := histogram(t, rm, "rlock.wait")
 	wantAttrs(t, "wait histogram", wait.Attributes.ToSlice(), map[string]any{"stockflow.lock.mode": "reentrant",
 		"stockflow.lock.result": "acquired"})
 	if id := acquire.SpanContext().SpanID(); len(wait.Exemplars) != 1 || string(wait.Exemplars[0].SpanID) != string(id[:]) {
 		t.Errorf("wait exemplars %+v, want one of the acquisition's span %s", wait.Exemplars, id)
 	}
-	if hold := histogram(t, rm, "stockflow.lock.hold"); hold.Count != 1 {
+	if hold := histogram(t, rm, "rlock.hold"); hold.Count != 1 {
 		t.Errorf("hold histogram count %d, want 1", hold.Count)
 	}
-	if lost := sum(t, rm, "stockflow.lock.lost"); lost != 1 {
+	if lost := sum(t, rm, "rlock.lost"); lost != 1 {
 		t.Errorf("lost counter %d, want 1", lost)
 	}
 }
@@ -148,7 +148,7 @@ func TestHandOffIsRecordedAsAnAcquisition(t *testing.T) {
 	points := map[bool]uint64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "stockflow.lock.wait" {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "rlock.wait" {
 				for _, dp := range h.DataPoints {
 					v, _ := dp.Attributes.Value("stockflow.lock.handoff")
 					points[v.AsBool()] += dp.Count

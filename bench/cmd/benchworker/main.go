@@ -22,22 +22,27 @@ func main() {
 	os.Exit(worker.Main("benchworker", os.Args[1:], lockFlag))
 }
 
-func lockFlag(set *config.Set) func(worker.Config) (rlock.Locker, error) {
+func lockFlag(set *config.Set) func(worker.Config, *worker.Options) error {
 	var lock string
 	set.String(&lock, "lock", "on", "on: stockflow's lock; off: no lock; redsync: redsync's mutex with its defaults")
-	return func(cfg worker.Config) (rlock.Locker, error) {
-		switch lock {
-		case "on":
-			return nil, nil
-		case "off":
-			return worker.NoLock, nil
-		case "redsync":
-			opts, err := config.RedisOptions(cfg.RedisURL)
-			if err != nil {
-				return nil, fmt.Errorf("invalid REDIS_URL: %w", err)
-			}
-			return redsynclock.New(redsync.New(goredis.NewPool(redis.NewClient(opts)))), nil
-		}
-		return nil, fmt.Errorf("invalid --lock %q: want on, off or redsync", lock)
+	return func(cfg worker.Config, o *worker.Options) (err error) {
+		o.Locker, err = pickLocker(lock, cfg)
+		return err
 	}
+}
+
+func pickLocker(lock string, cfg worker.Config) (rlock.Locker, error) {
+	switch lock {
+	case "on":
+		return nil, nil
+	case "off":
+		return worker.NoLock, nil
+	case "redsync":
+		opts, err := config.RedisOptions(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("invalid REDIS_URL: %w", err)
+		}
+		return redsynclock.New(redsync.New(goredis.NewPool(redis.NewClient(opts)))), nil
+	}
+	return nil, fmt.Errorf("invalid --lock %q: want on, off or redsync", lock)
 }

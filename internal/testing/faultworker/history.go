@@ -1,4 +1,4 @@
-package worker
+package main
 
 import (
 	"context"
@@ -19,17 +19,15 @@ import (
 
 // The fault tests' recording (FAULT_HISTORY_DIR): every lock acquisition and every stock operation of the
 // worker is appended to a file of its own (one per process: a process killed mid-write cannot tear another's
-// line) (internal/history), whose checker then proves the run linearizable and
-// correctly fenced. Off in production: the recorder is nil and the wrappers are not installed.
-
-// fenceCheckOff is set only in the deliberately broken build (brokenfence.go): writes are sent unfenced
-// but recorded with their tokens, as if the store's fencing check were off.
-var fenceCheckOff bool
+// line) (internal/history), whose checker then proves the run linearizable and correctly fenced.
 
 // recordingStore records the invocation of each order's reservation before a batch and its outcome after.
+// With fenceCheckOff (FAULT_BROKEN_FENCE, the history checker's own test) writes are sent unfenced but
+// recorded with their tokens, as if the store's fencing check were off.
 type recordingStore struct {
-	*inventory.Store
-	rec *history.Recorder
+	handlers.Store
+	rec           *history.Recorder
+	fenceCheckOff bool
 }
 
 func (s recordingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
@@ -41,7 +39,7 @@ func (s recordingStore) ReserveBatch(ctx context.Context, orders []inventory.Ord
 		calls[i] = s.rec.Invoke(history.Reserve, o.SKU, o.ID, o.Quantity, max(fence, 0))
 	}
 	invoked := time.Now()
-	outs, err := s.Store.ReserveBatch(ctx, orders, sentFence(fence))
+	outs, err := s.Store.ReserveBatch(ctx, orders, s.sentFence(fence))
 	if err == nil && fence == inventory.ElideLock {
 		s.recordElided(orders, outs, invoked)
 	}
@@ -55,10 +53,10 @@ func (s recordingStore) ReserveBatch(ctx context.Context, orders []inventory.Ord
 	return outs, err
 }
 
-// sentFence is the fence a write is sent with: its own, or in the deliberately broken build none, while
+// sentFence is the fence a write is sent with: its own, or in the deliberately broken worker none, while
 // it is recorded with its token (an elided batch still takes its lock).
-func sentFence(fence int64) int64 {
-	if fenceCheckOff {
+func (s recordingStore) sentFence(fence int64) int64 {
+	if s.fenceCheckOff {
 		return min(fence, 0)
 	}
 	return fence
@@ -79,24 +77,22 @@ var _ handlers.Store = recordingStore{}
 
 // recordHold records the message's lock hold: acquired when the handler starts (with Redlock after the
 // stock's fence was raised, so the time is when the store knows the token), released when it returns.
-func (w *Worker) recordHold(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		lease, ok := lockmw.LeaseFrom(msg.Context())
-		if !ok || lease.Token() == 0 {
+func recordHold(rec *history.Recorder, worker string) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			lease, ok := lockmw.LeaseFrom(msg.Context())
+			if !ok || lease.Token() == 0 {
+				return h(msg)
+			}
+			owner, now := worker+":"+msg.UUID, time.Now()
+			rec.Acquired(lease.Key(), owner, lease.Token(), now.Add(-rlock.StatsOf(lease).Waited), now)
+			defer func() { rec.Released(lease.Key(), owner, lease.Token(), time.Now()) }()
 			return h(msg)
 		}
-		owner, now := w.cfg.Name+":"+msg.UUID, time.Now()
-		w.history.Acquired(lease.Key(), owner, lease.Token(), now.Add(-rlock.StatsOf(lease).Waited), now)
-		defer func() { w.history.Released(lease.Key(), owner, lease.Token(), time.Now()) }()
-		return h(msg)
 	}
 }
 
-// openHistory opens the process's history file when FAULT_HISTORY_DIR names a directory.
-func (w *Worker) openHistory() (err error) {
-	if dir := w.cfg.FaultHistoryDir; dir != "" {
-		path := filepath.Join(dir, fmt.Sprintf("%s-%d.jsonl", w.cfg.Name, os.Getpid()))
-		w.history, err = history.Open(path, w.cfg.Name)
-	}
-	return err
+// openHistory opens the process's history file in dir.
+func openHistory(dir, worker string) (*history.Recorder, error) {
+	return history.Open(filepath.Join(dir, fmt.Sprintf("%s-%d.jsonl", worker, os.Getpid())), worker)
 }

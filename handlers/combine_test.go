@@ -1,4 +1,4 @@
-package worker
+package handlers
 
 import (
 	"context"
@@ -13,9 +13,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/stockflow/stockflow/handlers"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
@@ -52,42 +55,80 @@ func (s *countingStore) ReserveBatch(ctx context.Context, orders []inventory.Ord
 	return outs, err
 }
 
-// combineEnv is a worker's combiner on a Redis of its own: orders of SKU-1 (5 in stock) delivered to the
-// group g of the stream orders.
+// combineEnv is a handler on a Redis of its own: orders of SKU-1 (5 in stock) delivered to the group g of
+// the stream orders, decided through a countingStore, outcomes to the stream results.
 type combineEnv struct {
-	chainEnv
+	rdb   *redis.Client
 	store *countingStore
+	h     *Handler
 	c     *combiner
 	// gate holds every leader before it decides (as a lock wait would) until closed; nil: none.
 	gate chan struct{}
+	// elide runs leaders in an elided section first, then (on ErrLocked) in a section with token 0, as the
+	// lock middleware would with a lock whose tokens are 0.
+	elide bool
 }
 
 func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
-	e := &combineEnv{chainEnv: newChainEnv(t), gate: make(chan struct{})}
+	rdb := redistest.Start(t).Client()
+	if err := rdb.XGroupCreateMkStream(context.Background(), "orders", "g", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := &combineEnv{rdb: rdb, gate: make(chan struct{})}
 	inv := inventory.New(e.rdb)
 	if err := inv.SetStock(context.Background(), "SKU-1", 5); err != nil {
 		t.Fatal(err)
 	}
 	e.store = &countingStore{Store: inv}
-	cfg := Config{Config: stream.Config{OrdersStream: "orders", ConsumerGroup: "g", ResultsStream: "results"}, ResultsMaxLen: 1000}
-	w := &Worker{cfg: cfg, rdb: e.rdb, parts: cfg.Partitions(), reserver: &handlers.Reserver{Store: e.store, Worker: "w"}}
-	e.c = newCombiner(maxWait, w.decide)
+	parts := stream.Config{OrdersStream: "orders", ConsumerGroup: "g", ResultsStream: "results"}.Partitions()
+	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", MaxWait: maxWait})
+	e.c = e.h.combiner
 	return e
 }
 
-// handler is the chain from combine on: a leader waits at the gate, then leads.
+// handler is the chain from Combine on: a leader leads in its section (inSection).
 func (e *combineEnv) handler() message.HandlerFunc {
-	return e.c.step(func(msg *message.Message) ([]*message.Message, error) {
-		<-e.gate
-		return nil, e.c.lead(msg, 0)
+	return e.h.Combine(func(msg *message.Message) ([]*message.Message, error) {
+		return e.inSection(msg, e.h.Handle)
 	})
 }
 
-// order delivers an order of SKU-1 as the decode step leaves it.
+// inSection runs h as the lock middleware would: elided first when e.elide, then, after waiting at the
+// gate (as for the lock), with a token of 0.
+func (e *combineEnv) inSection(msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
+	orig := msg.Context()
+	defer msg.SetContext(orig)
+	if e.elide {
+		msg.SetContext(withSection(orig, lockmw.PathElided))
+		if msgs, err := h(msg); !errors.Is(err, lockmw.ErrLocked) {
+			return msgs, err
+		}
+	}
+	<-e.gate
+	msg.SetContext(withSection(orig, lockmw.PathAcquired))
+	return h(msg)
+}
+
+// order delivers an order of SKU-1 (id) as the decode step leaves it.
 func (e *combineEnv) order(t *testing.T, id string) *message.Message {
-	msg := e.deliver(t, 1)
-	msg.SetContext(handlers.WithOrder(msg.Context(), handlers.Order{OrderID: id, SKU: "SKU-1", Quantity: 1}))
+	t.Helper()
+	ctx := context.Background()
+	entry := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "p"}}).Val()
+	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	msg := message.NewMessage(entry, []byte("p"))
+	msg.SetContext(WithOrder(ctx, Order{OrderID: id, SKU: "SKU-1", Quantity: 1}))
 	return msg
+}
+
+func (e *combineEnv) pending(t *testing.T) []redis.XPendingExt {
+	t.Helper()
+	p, err := e.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // run handles msgs one after the other joining, in the background; it returns their errors, in order,
@@ -123,10 +164,10 @@ func (e *combineEnv) waitWaiting(t *testing.T, n int) {
 }
 
 // results returns the outcome events published, by order id.
-func (e *combineEnv) results(t *testing.T) map[string]handlers.Result {
-	out := map[string]handlers.Result{}
+func (e *combineEnv) results(t *testing.T) map[string]Result {
+	out := map[string]Result{}
 	for _, m := range e.rdb.XRange(context.Background(), "results", "-", "+").Val() {
-		var r handlers.Result
+		var r Result
 		if err := json.Unmarshal([]byte(m.Values["payload"].(string)), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -202,13 +243,13 @@ func TestLeaderThatFailsHandsTheLeadOn(t *testing.T) {
 	e := newCombineEnv(t, 0)
 	lockErr := errors.New("lock SKU-1: not obtained")
 	first := true
-	h := e.c.step(func(msg *message.Message) ([]*message.Message, error) {
-		<-e.gate
+	h := e.h.Combine(func(msg *message.Message) ([]*message.Message, error) {
 		if first { // only the first leader runs here at this point
+			<-e.gate
 			first = false
 			return nil, lockErr
 		}
-		return nil, e.c.lead(msg, 0)
+		return e.inSection(msg, e.h.Handle)
 	})
 	msgs := []*message.Message{e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3")}
 	errs := make([]error, len(msgs))
@@ -288,7 +329,7 @@ func TestBatchThatFailsPermanentlyIsDecidedOrderByOrder(t *testing.T) {
 	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
 	close(e.gate)
 	errs := wait()
-	if errs[0] != nil || errs[1] == nil || classify(errs[1]) != permanent || errs[2] != nil {
+	if errs[0] != nil || errs[1] == nil || !inventory.IsPermanent(errs[1]) || errs[2] != nil {
 		t.Fatalf("errors %v; want only o-2's, permanent", errs)
 	}
 	if r := e.results(t); len(r) != 2 || r["o-1"].Status != inventory.StatusReserved || r["o-3"].Status != inventory.StatusReserved {
@@ -305,7 +346,7 @@ func TestBatchThatFailsPermanentlyIsDecidedOrderByOrder(t *testing.T) {
 func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 	e := newCombineEnv(t, 0)
 	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
-	e.c.elide = true
+	e.elide = true
 	e.rdb.HSet(context.Background(), rlock.LockKey("SKU-1"), "someone:1", 1)
 	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
 	close(e.gate)
@@ -325,7 +366,7 @@ func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
 	e := newCombineEnv(t, 100*time.Millisecond)
 	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
-	e.c.elide, e.c.leadFor = true, time.Minute
+	e.elide, e.c.leadFor = true, time.Minute
 	h := e.handler()
 	leader, follower := e.order(t, "o-1"), e.order(t, "o-2")
 	followerErr := make(chan error, 1)
@@ -356,4 +397,10 @@ func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
 	if !slices.Equal(e.store.batches, []int{1, 1}) {
 		t.Fatalf("batches %v; want the leader's and the follower's, one order each", e.store.batches)
 	}
+}
+
+// withSection is ctx in a section of SKU-1 on path, without a lease (token 0), as the lock middleware
+// would put it.
+func withSection(ctx context.Context, path lockmw.Path) context.Context {
+	return lockmw.WithSection(ctx, &lockmw.Section{Keys: []string{"SKU-1"}, Path: path})
 }

@@ -1,4 +1,4 @@
-package worker
+package handlers
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
@@ -21,22 +20,22 @@ import (
 // A batch whose orders came from two partitions on different masters (a producer routed one elsewhere)
 // publishes each outcome to its own partition's results stream and acks each entry in its own stream: on a
 // cluster each partition's outcomes and ack are a MULTI of their own, since one MULTI cannot span slots.
-func TestDecideSplitsABatchByPartitionOnACluster(t *testing.T) {
+func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	rdb := c.Client()
 	ctx := context.Background()
-	cfg := Config{Config: stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison",
-		ConsumerGroup: "g", Cluster: true, OrdersPartitions: 16}, ResultsMaxLen: 1000}
+	cfg := stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison",
+		ConsumerGroup: "g", Cluster: true, OrdersPartitions: 16}
 	store := inventory.New(rdb)
 	if err := store.SetStock(ctx, "SKU-1", 5); err != nil {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := &Worker{cfg: cfg, rdb: rdb, parts: cfg.Partitions(), logger: logger,
-		reserver: &handlers.Reserver{Store: store, Worker: "w"}}
-	home := w.parts[cfg.PartitionOf("SKU-1")]
+	parts := cfg.Partitions()
+	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Cluster: true, Worker: "w"})
+	home := parts[cfg.PartitionOf("SKU-1")]
 	away := home
-	for _, p := range w.parts {
+	for _, p := range parts {
 		if c.MasterOf(p.Orders).Addr != c.MasterOf(home.Orders).Addr {
 			away = p
 			break
@@ -48,25 +47,25 @@ func TestDecideSplitsABatchByPartitionOnACluster(t *testing.T) {
 		}
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", fmt.Sprintf("o-%d", p.Index)}})
 	}
-	reader := stream.NewReader(rdb, stream.ReaderConfig{Partitions: w.parts, Group: "g", PoisonMaxLen: 100,
+	reader := stream.NewReader(rdb, stream.ReaderConfig{Partitions: parts, Group: "g", PoisonMaxLen: 100,
 		Logger: logger, Failing: new(atomic.Int64), ReplayFrom: func(time.Time) string { return "0" }}, 0)
-	var batch []*pending
+	var batch []*queued
 	for range 2 {
 		xs, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c"}).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		msg, _ := stream.Unmarshaller{}.Unmarshal(xs[0].Messages[0].Values)
-		o := handlers.Order{OrderID: string(msg.Payload), SKU: "SKU-1", Quantity: 1}
-		batch = append(batch, &pending{msg: msg, order: o, since: time.Now()})
+		o := Order{OrderID: string(msg.Payload), SKU: "SKU-1", Quantity: 1}
+		batch = append(batch, &queued{msg: msg, order: o, since: time.Now()})
 	}
 
-	if _, err := w.decide(ctx, batch, 0, func() bool { return false }); err != nil {
+	if err := h.decideBatch(ctx, batch, 0); err != nil {
 		t.Fatalf("decide a batch of two partitions on a cluster: %v", err)
 	}
 	for _, p := range []stream.Partition{home, away} {
 		results := rdb.XRange(ctx, p.Results, "-", "+").Val()
-		var r handlers.Result
+		var r Result
 		if len(results) == 1 {
 			_ = json.Unmarshal([]byte(results[0].Values["payload"].(string)), &r)
 		}

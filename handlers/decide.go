@@ -1,0 +1,103 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw"
+)
+
+// decideBatch reserves batch (1..inventory.MaxBatch orders of one SKU, oldest first) in one stock script
+// call under fence, then publishes their outcome events and acks their entries in one transaction
+// (publish). An error decides nothing that a retry would not decide the same way: the reservation is
+// idempotent per order.
+func (h *Handler) decideBatch(ctx context.Context, batch []*queued, fence int64) error {
+	orders := make([]inventory.Order, len(batch))
+	for i, q := range batch {
+		orders[i] = inventory.Order{ID: q.order.OrderID, SKU: q.order.SKU, Quantity: q.order.Quantity}
+	}
+	outs, err := h.cfg.Store.ReserveBatch(ctx, orders, fence)
+	if err != nil {
+		return fmt.Errorf("reserve %s: %w", orderIDs(batch), asHandlerError(err))
+	}
+	results := make([]*message.Message, len(batch))
+	for i, out := range outs {
+		if results[i], err = h.resultMessage(batch[i].msg.Context(), newResult(out, h.cfg.Worker, batch[i].waited)); err != nil {
+			return err
+		}
+	}
+	return h.publish(ctx, batch, results)
+}
+
+// orderIDs names the orders of batch for an error: "order o-1", or "3 orders of SKU-1 (o-1 ...)".
+func orderIDs(batch []*queued) string {
+	if len(batch) == 1 {
+		return "order " + batch[0].order.OrderID
+	}
+	return fmt.Sprintf("%d orders of %s (%s ...)", len(batch), batch[0].order.SKU, batch[0].order.OrderID)
+}
+
+// decideOrder decides a basket or a lifecycle event in sec (the locks of all its SKUs, fenced by each
+// one's token; nil: unfenced), then publishes its outcome and acks its entry.
+func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section) error {
+	ctx := msg.Context()
+	var fences inventory.Fences
+	q := &queued{msg: msg, order: o}
+	if sec != nil {
+		fences, q.waited = inventory.Fences{}, sec.Waited
+		for _, sku := range o.SKUs() {
+			fences[sku] = sec.Token(sku)
+		}
+	}
+	out, err := h.storeCall(ctx, o, fences)
+	if err != nil {
+		return fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, asHandlerError(err))
+	}
+	result, err := h.resultMessage(ctx, newOrderResult(o, out, h.cfg.Worker, q.waited))
+	if err != nil {
+		return err
+	}
+	return h.publish(ctx, []*queued{q}, []*message.Message{result})
+}
+
+// storeCall runs the store call of o's type.
+func (h *Handler) storeCall(ctx context.Context, o Order, fences inventory.Fences) (inventory.OrderOutcome, error) {
+	switch o.Kind() {
+	case TypeCancel:
+		return h.cfg.Store.Cancel(ctx, o.OrderID, o.SKU, fences)
+	case TypeFulfil:
+		return h.cfg.Store.Fulfil(ctx, o.OrderID, o.SKU, fences)
+	}
+	return h.cfg.Store.ReserveLines(ctx, o.OrderID, o.Lines, fences)
+}
+
+// resultMessage is the outcome event of r, continuing the trace of the order's context.
+func (h *Handler) resultMessage(ctx context.Context, r Result) (*message.Message, error) {
+	payload, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	msg.SetContext(ctx)
+	return msg, nil
+}
+
+// asHandlerError makes an order whose id another order used (inventory.ErrOrderConflict) bad input: no
+// retry can decide it (in a batch of several orders the combiner decides each alone, so only that one
+// fails); and a write that found the lock held in an elided section (inventory.ErrLocked) the lock
+// middleware's ErrLocked, so that it takes the lock.
+func asHandlerError(err error) error {
+	switch {
+	case errors.Is(err, inventory.ErrOrderConflict):
+		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	case errors.Is(err, inventory.ErrLocked):
+		return fmt.Errorf("%w: %w", lockmw.ErrLocked, err)
+	}
+	return err
+}

@@ -1,0 +1,134 @@
+package lockmw
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/stockflow/stockflow/lockmw/rlock"
+)
+
+// Path is how a message got the exclusive section of its keys.
+type Path string
+
+// The paths. A handler never needs to know which one it runs on; they are for telemetry.
+const (
+	PathAcquired Path = "acquired" // the lock was taken in Redis (or re-entered by its owner)
+	PathHandOff  Path = "handoff"  // the previous holder in this process passed the lease on (rlock cohorts)
+	PathElided   Path = "elided"   // the handler's own write took the lock (Middleware.Elide)
+	PathBatched  Path = "batched"  // decided inside another message's section (a batch of the same key)
+)
+
+// Section is the exclusive section a handler runs in (SectionFrom): its keys, how it was obtained, how
+// long the message waited for it, and the leases that hold it (none when elided).
+type Section struct {
+	Keys   []string
+	Path   Path
+	Waited time.Duration
+	lease  held // nil when elided
+}
+
+type sectionKey struct{}
+
+// SectionFrom returns the section the middleware runs the message whose context is ctx in.
+func SectionFrom(ctx context.Context) (*Section, bool) {
+	s, ok := ctx.Value(sectionKey{}).(*Section)
+	return s, ok
+}
+
+// WithSection returns ctx carrying sec, as the middleware gives it to the handler: for running a handler
+// outside the middleware (its tests, a tool).
+func WithSection(ctx context.Context, sec *Section) context.Context {
+	return context.WithValue(ctx, sectionKey{}, sec)
+}
+
+func newSection(keys []string, lease held, waited time.Duration) *Section {
+	path := PathAcquired
+	if l, ok := lease.(rlock.Lease); ok && rlock.StatsOf(l).HandOff {
+		path = PathHandOff
+	}
+	return &Section{Keys: keys, Path: path, Waited: waited, lease: lease}
+}
+
+// Elided reports that no lock is held: the handler's write must take the lock itself, atomically, and
+// fail with ErrLocked when it is held.
+func (s *Section) Elided() bool { return s.Path == PathElided }
+
+// Leases are the leases that hold the section, sorted by key; none when elided.
+func (s *Section) Leases() []rlock.Lease {
+	switch l := s.lease.(type) {
+	case *rlock.MultiLease:
+		return l.Leases()
+	case rlock.Lease:
+		return []rlock.Lease{l}
+	}
+	return nil
+}
+
+// Token is the fencing token of key's lease: what the handler's writes carry. 0 when the section holds
+// no lease of key (elided, or a lock without tokens).
+func (s *Section) Token(key string) int64 {
+	for _, l := range s.Leases() {
+		if l.Key() == key {
+			return l.Token()
+		}
+	}
+	return 0
+}
+
+type sinceKey struct{}
+
+// WithWaitingSince notes in ctx when the message started waiting for its section, when that was before
+// the middleware (a batching step ahead of it); the middleware counts the wait from its own start otherwise.
+func WithWaitingSince(ctx context.Context, t time.Time) context.Context {
+	return context.WithValue(ctx, sinceKey{}, t)
+}
+
+func waitingSince(ctx context.Context) time.Time {
+	if t, ok := ctx.Value(sinceKey{}).(time.Time); ok {
+		return t
+	}
+	return time.Now()
+}
+
+// Telemetry of the wait: one histogram for every message, whatever its path, and the same wait on the
+// message's span (the span current in the context it is recorded with).
+var (
+	meter       = otel.Meter("github.com/stockflow/stockflow/lockmw")
+	waitHist, _ = meter.Float64Histogram("stockflow.lock.wait", metric.WithUnit("s"),
+		metric.WithDescription("Time from a message wanting the exclusive section of its keys until it had it, one per decided message, by path (acquired, handoff, elided, batched)."),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	pathAttrs = map[Path]metric.RecordOption{}
+)
+
+// Attributes of the wait, on spans and the histogram.
+const (
+	AttrPath = attribute.Key("stockflow.lock.path")
+	AttrKey  = attribute.Key("stockflow.lock.key")
+	AttrWait = attribute.Key("stockflow.lock.wait.seconds")
+)
+
+func init() {
+	for _, p := range []Path{PathAcquired, PathHandOff, PathElided, PathBatched} {
+		pathAttrs[p] = metric.WithAttributeSet(attribute.NewSet(AttrPath.String(string(p))))
+	}
+}
+
+// RecordWait records that the message whose context is ctx waited waited for the section of keys, on
+// path: once per decided message, in the stockflow.lock.wait histogram (with the trace as its exemplar)
+// and on the span of ctx. The middleware records the messages it runs; a handler that decides other
+// messages in its section (a batch) records theirs with PathBatched.
+func RecordWait(ctx context.Context, keys []string, waited time.Duration, path Path) {
+	// Not cancellable: the SDK drops a measurement whose context ended (a released lease's, say).
+	ctx = context.WithoutCancel(ctx)
+	waitHist.Record(ctx, waited.Seconds(), pathAttrs[path])
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(AttrKey.String(strings.Join(keys, ",")), AttrWait.Float64(waited.Seconds()),
+			AttrPath.String(string(path)))
+	}
+}
