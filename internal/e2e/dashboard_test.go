@@ -51,12 +51,12 @@ func TestDashboardAndAlertsNameSeriesTheWorkerExports(t *testing.T) {
 	t.Logf("%d queries checked against %d series and %d span names", len(queries), len(obs.sources[0].series), len(obs.spanAttrs))
 
 	renames := []struct{ name, file, old, new, named string }{
-		{"a metric renamed in the dashboard", dashboardFile, "stockflow_order_wait_seconds_bucket", "stockflow_order_waits_seconds_bucket", "stockflow_order_waits_seconds_bucket"},
+		{"a metric renamed in the dashboard", dashboardFile, "stockflow_lock_wait_seconds_bucket", "stockflow_lock_waits_seconds_bucket", "stockflow_lock_waits_seconds_bucket"},
 		{"a label renamed in the dashboard", dashboardFile, "by (poison_reason)", "by (reason)", `"reason"`},
 		{"a label value changed in the dashboard", dashboardFile, `replayed=\"true\"`, `replayed=\"yes\"`, `stockflow_stock_replayed="yes"`},
 		{"a span renamed in the dashboard", dashboardFile, `"operation": "lock acquire"`, `"operation": "lock acquired"`, `"lock acquired"`},
 		{"a span attribute renamed in the dashboard", dashboardFile, "sum by (stockflow_lock_key)", "sum by (stockflow_sku)", `"stockflow_sku"`},
-		{"a metric renamed in the alert rules", alertRulesFile, "stockflow_lock_lost_total", "stockflow_locks_lost_total", "stockflow_locks_lost_total"},
+		{"a metric renamed in the alert rules", alertRulesFile, "rlock_lost_total", "rlock_locks_lost_total", "rlock_locks_lost_total"},
 	}
 	for _, r := range renames {
 		t.Run(r.name+" is reported", func(t *testing.T) {
