@@ -50,7 +50,7 @@ func main() {
 	}
 	broken := report(os.Stdout, funcs, *top)
 	if *check && broken > 0 {
-		fmt.Fprintf(os.Stderr, "funcstats: %d functions over a limit (lines <= %d, params <= %d, cyclomatic <= %d)\n",
+		fmt.Fprintf(os.Stderr, "funcstats: %d limits broken (lines <= %d, params <= %d, cyclomatic <= %d)\n",
 			broken, bar.maxLines, bar.maxParams, bar.maxCyclo)
 		os.Exit(1)
 	}
