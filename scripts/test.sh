@@ -29,8 +29,8 @@ for mod in $(find . -name go.mod -not -path './.git/*' | sort); do
   (cd "$dir" && go test -race -count=1 -timeout 12m ./...) || status=1
 done
 
-# Function size and complexity limits (issue #15): no function over 60 lines or 5 parameters, cyclomatic
-# complexity at most 15 and 2.8 on average, test files excepted.
+# Function size and complexity limits (issue #15): no function over 60 lines or 5 parameters, or with a
+# cyclomatic complexity over 15, test files excepted. No limit on a mean (issue 28).
 go run ./scripts/funcstats -check -top 0 || status=1
 
 # Network namespaces of the partition tests (internal/netns) carry the run's id too.

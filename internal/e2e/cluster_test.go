@@ -130,7 +130,7 @@ func TestClusterFailoverWithReplicaAcks(t *testing.T) {
 }
 
 // Without replica acks a write the master acknowledged may die with it: what the run lost is logged (the
-// README's failover section quotes it). The workers must carry on through the failover (failoverRun).
+// failover section of docs/guarantees.md quotes it). The workers must carry on through the failover (failoverRun).
 func TestClusterFailoverWithoutReplicaAcks(t *testing.T) {
 	sum := failoverRun(t, 0)
 	if sum.Published != 10000 {

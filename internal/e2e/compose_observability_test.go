@@ -254,23 +254,23 @@ func dashboardDatasources(t *testing.T) []datasourceRef {
 	return refs
 }
 
-// The README's dashboard section gives the addresses and the credentials compose.yaml really has, and
-// names every alert rule.
-func TestReadmeDashboardSectionMatchesCompose(t *testing.T) {
-	text := section(t, readme(t), "### Dashboard and alerts")
+// The dashboard section of docs/observability.md gives the addresses and the credentials compose.yaml
+// really has, and names every alert rule.
+func TestDocsDashboardSectionMatchesCompose(t *testing.T) {
+	text := section(t, doc(t, "observability.md"), "## Dashboard and alerts")
 	c := readCompose(t)
 	for svc, port := range map[string]string{"grafana": "3000", "prometheus": "9090", "jaeger": "16686"} {
 		if !slices.Contains(c.Services[svc].Ports, port+":"+port) || !strings.Contains(text, "http://localhost:"+port) {
-			t.Errorf("README or compose.yaml: %s at http://localhost:%s", svc, port)
+			t.Errorf("docs/observability.md or compose.yaml: %s at http://localhost:%s", svc, port)
 		}
 	}
 	g := c.Services["grafana"].Environment
 	if login := "`" + g["GF_SECURITY_ADMIN_USER"] + "` / `" + g["GF_SECURITY_ADMIN_PASSWORD"] + "`"; !strings.Contains(text, login) {
-		t.Errorf("README does not give Grafana's login %s", login)
+		t.Errorf("docs/observability.md does not give Grafana's login %s", login)
 	}
 	for _, q := range alertQueries(t, alertRulesFile) {
 		if name := strings.TrimPrefix(q.where, "alert "); !strings.Contains(text, "`"+name+"`") {
-			t.Errorf("README does not name the alert %s", name)
+			t.Errorf("docs/observability.md does not name the alert %s", name)
 		}
 	}
 }

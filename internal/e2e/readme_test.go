@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,19 +20,43 @@ import (
 )
 
 func readme(t *testing.T) string {
-	b, err := os.ReadFile("../../README.md")
+	return repoFile(t, "README.md")
+}
+
+// doc is the text of a page under docs/.
+func doc(t *testing.T, page string) string {
+	return repoFile(t, "docs/"+page)
+}
+
+func repoFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
 }
 
-// section returns the README text from the heading to the next heading of the same or a higher level.
+// docPages lists README.md and the pages under docs/, relative to the repository's root.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no docs pages: %v", err)
+	}
+	out := []string{"README.md"}
+	for _, p := range pages {
+		out = append(out, strings.TrimPrefix(p, "../../"))
+	}
+	return out
+}
+
+// section returns the text from the heading to the next heading of the same or a higher level.
 func section(t *testing.T, text, heading string) string {
 	t.Helper()
 	i := strings.Index(text, "\n"+heading+"\n")
 	if i < 0 {
-		t.Fatalf("README has no %q section", heading)
+		t.Fatalf("no %q section", heading)
 	}
 	rest := text[i+len(heading)+2:]
 	level := strings.Count(strings.Fields(heading)[0], "#")
@@ -41,6 +66,64 @@ func section(t *testing.T, text, heading string) string {
 		}
 	}
 	return rest
+}
+
+// The README is the front door: at most 250 lines, and a map to at least five docs pages that exist, one
+// of them docs/architecture.md, which follows an order through packages that exist, in the order it travels.
+func TestReadmeIsAShortMapOfTheDocs(t *testing.T) {
+	text := readme(t)
+	if n := strings.Count(text, "\n"); n > 250 {
+		t.Errorf("README.md has %d lines, want at most 250: move the detail to a docs/ page", n)
+	}
+	linked := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\]\((docs/[^)#]+\.md)(?:#[^)]*)?\)`).FindAllStringSubmatch(text, -1) {
+		if _, err := os.Stat("../../" + m[1]); err != nil {
+			t.Errorf("README links %s: %v", m[1], err)
+			continue
+		}
+		linked[m[1]] = true
+	}
+	if len(linked) < 5 || !linked["docs/architecture.md"] {
+		t.Errorf("README links %d docs pages (%v), want at least 5, docs/architecture.md among them", len(linked), linked)
+	}
+	path := section(t, doc(t, "architecture.md"), "## The order's path")
+	at := 0
+	for _, step := range []string{"XADD", "stream.Subscriber", "Router", "trace", "retry", "handlers.Decode",
+		"combine", "lockmw", "cohort", "elided", "inventory", "XACK", "stockflow_lock_wait_seconds"} {
+		i := strings.Index(path[at:], step)
+		if i < 0 {
+			t.Errorf("docs/architecture.md: the order's path does not name %q after %q", step, lastLine(path[:at]))
+			continue
+		}
+		at += i + len(step)
+	}
+	checkPackagesExist(t, path)
+}
+
+func lastLine(s string) string {
+	return s[strings.LastIndex(s, "\n")+1:]
+}
+
+// checkPackagesExist checks that the package column of the order's path table names directories of the
+// repository (Go identifiers with a dot, such as message.Router, are types, not packages).
+func checkPackagesExist(t *testing.T, path string) {
+	t.Helper()
+	seen := 0
+	for _, line := range strings.Split(path, "\n") {
+		cols := strings.Split(line, "|")
+		if len(cols) < 5 || !strings.HasPrefix(line, "| ") {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`([a-z/]+)`").FindAllStringSubmatch(cols[3], -1) {
+			seen++
+			if st, err := os.Stat("../../" + m[1]); err != nil || !st.IsDir() {
+				t.Errorf("docs/architecture.md: the order's path names package %s, which is not a directory: %v", m[1], err)
+			}
+		}
+	}
+	if seen < 5 {
+		t.Errorf("docs/architecture.md: the order's path table names %d packages, want a package per step", seen)
+	}
 }
 
 var row = regexp.MustCompile("(?m)^\\| `([^`]+)` \\|(?: `([^`]+)` \\|)? ([^|]*) \\|")
@@ -69,10 +152,13 @@ func params(define func(*config.Set)) []config.Param {
 	return s.Params()
 }
 
+// docs/configuration.md documents every setting of every binary, with the code's flag and default, and
+// nothing the code does not read.
 func TestConfigurationTablesMatchTheCode(t *testing.T) {
-	text := readme(t)
+	text := doc(t, "configuration.md")
 	check := func(name, sec string, ps []config.Param) {
 		rows := tableRows(sec)
+		intro, _, _ := strings.Cut(sec, "\n|")
 		seen := map[string]bool{}
 		for _, p := range ps {
 			key := p.Env
@@ -82,16 +168,16 @@ func TestConfigurationTablesMatchTheCode(t *testing.T) {
 			seen[key] = true
 			r, ok := rows[key]
 			if !ok {
-				// Shared settings may be named in the text instead of the table.
-				if p.Env != "" && strings.Contains(sec, "`"+p.Env+"`") {
+				// Shared settings may be named in the text above the table instead of in it.
+				if p.Env != "" && strings.Contains(intro, "`"+p.Env+"`") {
 					continue
 				}
-				t.Errorf("%s: %s is not documented in README", name, key)
+				t.Errorf("%s: %s is not documented in docs/configuration.md", name, key)
 				continue
 			}
 			flagCol, def := r[0], r[1]
 			if p.Env != "" && flagCol != p.Flag {
-				t.Errorf("%s: README gives %s the flag %s, the code %s", name, key, flagCol, p.Flag)
+				t.Errorf("%s: docs/configuration.md gives %s the flag %s, the code %s", name, key, flagCol, p.Flag)
 			}
 			if p.Env == "WORKER_NAME" {
 				continue // depends on the host
@@ -99,48 +185,57 @@ func TestConfigurationTablesMatchTheCode(t *testing.T) {
 			switch {
 			case strings.HasPrefix(def, "`"):
 				if strings.Trim(def, "`") != p.Default {
-					t.Errorf("%s: README default of %s is %s, the code's %q", name, key, def, p.Default)
+					t.Errorf("%s: docs/configuration.md default of %s is %s, the code's %q", name, key, def, p.Default)
 				}
 			case p.Default != "" && p.Default != "0s":
-				t.Errorf("%s: README default of %s is %q, the code's %q", name, key, def, p.Default)
+				t.Errorf("%s: docs/configuration.md default of %s is %q, the code's %q", name, key, def, p.Default)
 			}
 		}
 		for key := range rows {
 			if !seen[key] {
-				t.Errorf("%s: README documents %s, which the code does not read", name, key)
+				t.Errorf("%s: docs/configuration.md documents %s, which the code does not read", name, key)
 			}
 		}
 	}
-	check("worker", section(t, text, "### worker"), params(func(s *config.Set) { var c worker.Config; worker.Flags(s, &c) }))
-	check("producer", section(t, text, "### producer"), params(func(s *config.Set) { var c producer.Config; producer.Flags(s, &c) }))
-	check("demo", section(t, text, "## The two commands"), params(func(s *config.Set) { var c demo.Config; demo.Flags(s, &c) }))
-	check("stockctl", section(t, text, "## Operations"), stockctl.Settings())
+	check("worker", section(t, text, "## worker"), params(func(s *config.Set) { var c worker.Config; worker.Flags(s, &c) }))
+	check("producer", section(t, text, "## producer"), params(func(s *config.Set) { var c producer.Config; producer.Flags(s, &c) }))
+	check("demo", section(t, text, "## demo"), params(func(s *config.Set) { var c demo.Config; demo.Flags(s, &c) }))
+	check("stockctl", section(t, text, "## stockctl"), stockctl.Settings())
 }
 
-// TestReadmeCommandsRun runs every command of the README's sh blocks as written, against a Redis of the
-// test's own (ports rewritten) and with smaller sizes for the long ones. A command it does not know fails
-// the test, so the README cannot grow an untested command.
-func TestReadmeCommandsRun(t *testing.T) {
+// shCommands are the commands of the sh blocks of README.md and the docs pages, comments and a trailing &
+// left out.
+func shCommands(t *testing.T) []string {
+	var cmds []string
+	for _, page := range docPages(t) {
+		for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(repoFile(t, page), -1) {
+			for _, line := range strings.Split(block[1], "\n") {
+				if i := strings.Index(line, " #"); i >= 0 {
+					line = line[:i]
+				}
+				line = strings.TrimSuffix(strings.TrimSpace(line), "&")
+				if line = strings.TrimSpace(line); line != "" {
+					cmds = append(cmds, line)
+				}
+			}
+		}
+	}
+	return cmds
+}
+
+// TestReadmeAndDocsCommandsRun runs every command of the sh blocks of the README and the docs pages as
+// written, against a Redis of the test's own (ports rewritten) and with smaller sizes for the long ones. A
+// command it does not know fails the test, so the documentation cannot grow an untested command.
+func TestReadmeAndDocsCommandsRun(t *testing.T) {
 	_, prod := binaries(t)
 	demoBin := buildDemo(t)
 	s := redistest.Start(t)
-	var cmds []string
-	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(readme(t), -1) {
-		for _, line := range strings.Split(block[1], "\n") {
-			if i := strings.Index(line, " #"); i >= 0 {
-				line = line[:i]
-			}
-			line = strings.TrimSuffix(strings.TrimSpace(line), "&")
-			if line = strings.TrimSpace(line); line != "" {
-				cmds = append(cmds, line)
-			}
-		}
+	cmds := shCommands(t)
+	if len(cmds) < 12 {
+		t.Fatalf("found only %d commands in the README and the docs pages: %q", len(cmds), cmds)
 	}
-	if len(cmds) < 6 {
-		t.Fatalf("found only %d README commands: %q", len(cmds), cmds)
-	}
-	// The commands quoted inline in the Numbers section.
-	for _, m := range regexp.MustCompile("`((?:go test|scripts/)[^`]*)`").FindAllStringSubmatch(section(t, readme(t), "## Numbers"), -1) {
+	// The commands quoted inline on the benchmarks page.
+	for _, m := range regexp.MustCompile("`((?:go test|scripts/)[^`]*)`").FindAllStringSubmatch(doc(t, "benchmarks.md"), -1) {
 		cmds = append(cmds, m[1])
 	}
 	smaller := strings.NewReplacer("--orders 20000", "--orders 2000")
@@ -206,7 +301,7 @@ func TestReadmeCommandsRun(t *testing.T) {
 			args := append([]string{"-h", host, "-p", port}, shellWords(t, strings.TrimPrefix(c, "redis-cli "))...)
 			run("redis-cli", args)
 		default:
-			t.Errorf("README command %q is not run by this test", c)
+			t.Errorf("documented command %q is not run by this test", c)
 		}
 	}
 }

@@ -4,7 +4,7 @@
 // that holds them). Test files and generated files are left out.
 //
 //	go run ./scripts/funcstats            # the table and the longest functions
-//	go run ./scripts/funcstats -check     # exit 1 when a limit is broken (scripts/test.sh runs this)
+//	go run ./scripts/funcstats -check     # exit 1 when a function breaks a limit (scripts/test.sh runs this)
 package main
 
 import (
@@ -21,13 +21,13 @@ import (
 	"strings"
 )
 
-// Limits are the bar of issue #15.
+// Limits are the bar of issue #15, per function. There is no limit on a mean: a mean is moved by splitting
+// functions that read better whole (issue 28), so the table reports it without holding the code to it.
 type limits struct {
 	maxLines, maxParams, maxCyclo int
-	meanCyclo                     float64
 }
 
-var bar = limits{maxLines: 60, maxParams: 5, maxCyclo: 15, meanCyclo: 2.8}
+var bar = limits{maxLines: 60, maxParams: 5, maxCyclo: 15}
 
 type function struct {
 	name                 string
@@ -50,8 +50,8 @@ func main() {
 	}
 	broken := report(os.Stdout, funcs, *top)
 	if *check && broken > 0 {
-		fmt.Fprintf(os.Stderr, "funcstats: %d limits broken (lines <= %d, params <= %d, cyclomatic <= %d, mean <= %.1f)\n",
-			broken, bar.maxLines, bar.maxParams, bar.maxCyclo, bar.meanCyclo)
+		fmt.Fprintf(os.Stderr, "funcstats: %d limits broken (lines <= %d, params <= %d, cyclomatic <= %d)\n",
+			broken, bar.maxLines, bar.maxParams, bar.maxCyclo)
 		os.Exit(1)
 	}
 }
@@ -172,7 +172,7 @@ func sum(funcs []function) totals {
 	return t
 }
 
-// report prints the summary and the offenders and returns how many limits are broken.
+// report prints the summary and the offenders and returns how many limits the functions break.
 func report(w *os.File, funcs []function, top int) int {
 	t := sum(funcs)
 	n := float64(max(len(funcs), 1))
@@ -185,7 +185,7 @@ func report(w *os.File, funcs []function, top int) int {
 	list(w, "longest", funcs, top, func(f function) int { return f.lines })
 	list(w, "most complex", funcs, top, func(f function) int { return f.cyclo })
 	list(w, "most parameters", funcs, min(top, 5), func(f function) int { return f.params })
-	return t.long + t.many + t.complex + count(mean > bar.meanCyclo)
+	return t.long + t.many + t.complex
 }
 
 func offenders(w *os.File, funcs []function) {
