@@ -297,7 +297,8 @@ func (c *combiner) decided(leader *message.Message, batch []*queued, err error) 
 			continue
 		}
 		if err == nil {
-			lockmw.RecordWait(p.msg.Context(), []string{p.order.SKU}, p.waited, lockmw.PathBatched)
+			lockmw.RecordWait(p.msg.Context(), lockmw.Wait{Keys: []string{p.order.SKU}, From: p.since,
+				Until: p.since.Add(p.waited), Path: lockmw.PathBatched})
 		}
 		select { // once: a panic's second call finds the outcome already there
 		case p.done <- err:

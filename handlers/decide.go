@@ -50,7 +50,7 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 	var fences inventory.Fences
 	q := &queued{msg: msg, order: o}
 	if sec != nil {
-		fences, q.waited = inventory.Fences{}, sec.Waited
+		fences, q.waited = inventory.Fences{}, sec.Waited()
 		for _, sku := range o.SKUs() {
 			fences[sku] = sec.Token(sku)
 		}

@@ -143,12 +143,12 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix 
 // runElided runs h in a section whose lock its own write takes.
 func (m *Middleware) runElided(h message.HandlerFunc, msg *message.Message, keys []string, since time.Time) ([]*message.Message, error) {
 	orig := msg.Context()
-	sec := &Section{Keys: keys, Path: PathElided, Waited: time.Since(since)}
+	sec := &Section{Keys: keys, Path: PathElided, Since: since, Start: time.Now()}
 	msg.SetContext(WithSection(orig, sec))
 	defer msg.SetContext(orig)
 	msgs, err := h(msg)
 	if err == nil {
-		RecordWait(orig, keys, sec.Waited, sec.Path)
+		RecordWait(orig, sec.wait())
 	}
 	return msgs, err
 }
@@ -167,7 +167,7 @@ func (m *Middleware) runLocked(h message.HandlerFunc, msg *message.Message, keys
 			err = withUnlockError(err, name, rerr)
 		}
 	}()
-	sec := newSection(keys, lease, time.Since(since))
+	sec := newSection(keys, lease, since)
 	if err := m.fence(orig, sec); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
@@ -175,7 +175,7 @@ func (m *Middleware) runLocked(h message.HandlerFunc, msg *message.Message, keys
 	msg.SetContext(WithSection(ctx, sec))
 	msgs, err := h(msg)
 	if err == nil {
-		RecordWait(orig, keys, sec.Waited, sec.Path)
+		RecordWait(orig, sec.wait())
 	}
 	return msgs, err
 }

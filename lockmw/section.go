@@ -24,14 +24,17 @@ const (
 	PathBatched  Path = "batched"  // decided inside another message's section (a batch of the same key)
 )
 
-// Section is the exclusive section a handler runs in (SectionFrom): its keys, how it was obtained, how
-// long the message waited for it, and the leases that hold it (none when elided).
+// Section is the exclusive section a handler runs in (SectionFrom): its keys, how it was obtained, when
+// the message started waiting for it and when it had it, and the leases that hold it (none when elided).
 type Section struct {
-	Keys   []string
-	Path   Path
-	Waited time.Duration
-	lease  held // nil when elided
+	Keys         []string
+	Path         Path
+	Since, Start time.Time
+	lease        held // nil when elided
 }
+
+// Waited is how long the message waited for the section.
+func (s *Section) Waited() time.Duration { return s.Start.Sub(s.Since) }
 
 type sectionKey struct{}
 
@@ -47,13 +50,15 @@ func WithSection(ctx context.Context, sec *Section) context.Context {
 	return context.WithValue(ctx, sectionKey{}, sec)
 }
 
-func newSection(keys []string, lease held, waited time.Duration) *Section {
+func newSection(keys []string, lease held, since time.Time) *Section {
 	path := PathAcquired
 	if l, ok := lease.(rlock.Lease); ok && rlock.StatsOf(l).HandOff {
 		path = PathHandOff
 	}
-	return &Section{Keys: keys, Path: path, Waited: waited, lease: lease}
+	return &Section{Keys: keys, Path: path, Since: since, Start: time.Now(), lease: lease}
 }
+
+func (s *Section) wait() Wait { return Wait{Keys: s.Keys, From: s.Since, Until: s.Start, Path: s.Path} }
 
 // Elided reports that no lock is held: the handler's write must take the lock itself, atomically, and
 // fail with ErrLocked when it is held.
@@ -96,17 +101,22 @@ func waitingSince(ctx context.Context) time.Time {
 	return time.Now()
 }
 
-// Telemetry of the wait: one histogram for every message, whatever its path, and the same wait on the
-// message's span (the span current in the context it is recorded with).
+// Telemetry of the wait: one histogram for every message, whatever its path, and a "lock wait" span in the
+// message's trace that lasts exactly the wait (made by the provider of the message's span).
 var (
-	meter       = otel.Meter("github.com/stockflow/stockflow/lockmw")
+	meter       = otel.Meter(scope)
 	waitHist, _ = meter.Float64Histogram("stockflow.lock.wait", metric.WithUnit("s"),
 		metric.WithDescription("Time from a message wanting the exclusive section of its keys until it had it, one per decided message, by path (acquired, handoff, elided, batched)."),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 	pathAttrs = map[Path]metric.RecordOption{}
 )
 
-// Attributes of the wait, on spans and the histogram.
+const scope = "github.com/stockflow/stockflow/lockmw"
+
+// SpanWait is the name of the span of a message's wait for its section.
+const SpanWait = "lock wait"
+
+// Attributes of the wait, on spans and the histogram (AttrPath only: no per-key metric series).
 const (
 	AttrPath = attribute.Key("stockflow.lock.path")
 	AttrKey  = attribute.Key("stockflow.lock.key")
@@ -119,16 +129,30 @@ func init() {
 	}
 }
 
-// RecordWait records that the message whose context is ctx waited waited for the section of keys, on
-// path: once per decided message, in the stockflow.lock.wait histogram (with the trace as its exemplar)
-// and on the span of ctx. The middleware records the messages it runs; a handler that decides other
-// messages in its section (a batch) records theirs with PathBatched.
-func RecordWait(ctx context.Context, keys []string, waited time.Duration, path Path) {
+// Wait is one message's wait for the section of its keys: from when it started waiting until it had the
+// section, and the path it took.
+type Wait struct {
+	Keys        []string
+	From, Until time.Time
+	Path        Path
+}
+
+// RecordWait records w for the message whose context is ctx, once per decided message: in the
+// stockflow.lock.wait histogram (with the trace as its exemplar), as a "lock wait" span under the span of
+// ctx, and as attributes of that span. The middleware records the messages it runs; a handler that decides
+// other messages in its section (a batch) records theirs with PathBatched.
+func RecordWait(ctx context.Context, w Wait) {
 	// Not cancellable: the SDK drops a measurement whose context ended (a released lease's, say).
 	ctx = context.WithoutCancel(ctx)
-	waitHist.Record(ctx, waited.Seconds(), pathAttrs[path])
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(AttrKey.String(strings.Join(keys, ",")), AttrWait.Float64(waited.Seconds()),
-			AttrPath.String(string(path)))
+	waited := w.Until.Sub(w.From).Seconds()
+	waitHist.Record(ctx, waited, pathAttrs[w.Path])
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return
 	}
+	attrs := []attribute.KeyValue{AttrKey.String(strings.Join(w.Keys, ",")), AttrWait.Float64(waited),
+		AttrPath.String(string(w.Path))}
+	parent.SetAttributes(attrs...)
+	_, span := parent.TracerProvider().Tracer(scope).Start(ctx, SpanWait, trace.WithTimestamp(w.From), trace.WithAttributes(attrs...))
+	span.End(trace.WithTimestamp(w.Until))
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw"
 )
 
 // unsetOTel clears the OTEL_ variables of the environment for the test.
@@ -201,7 +202,7 @@ func TestOneTracePerOrder(t *testing.T) {
 		byID[sp.SpanContext().SpanID()] = sp
 	}
 	var acquires, processes []sdktrace.ReadOnlySpan
-	traces, redisSpans := 0, 0
+	traces, redisSpans, waitSpans := 0, 0, 0
 	for _, sp := range ended {
 		switch sp.Name() {
 		case "send orders":
@@ -216,6 +217,12 @@ func TestOneTracePerOrder(t *testing.T) {
 					t.Fatalf("lock acquire span lacks %s: %v", k, sp.Attributes())
 				}
 			}
+		case lockmw.SpanWait:
+			checkParent(t, sp, byID, "process orders")
+			if key, _ := attr(sp, "stockflow.lock.key"); key.AsString() != "HOT" {
+				t.Fatalf("lock wait span without the lock key: %v", sp.Attributes())
+			}
+			waitSpans++
 		case inventory.SpanReserveBatch:
 			checkParent(t, sp, byID, "process orders")
 			for _, k := range []attribute.Key{inventory.AttrSKU, inventory.AttrBatchSize, inventory.AttrFence} {
@@ -259,9 +266,9 @@ func TestOneTracePerOrder(t *testing.T) {
 		}
 		paths[path.AsString()]++
 	}
-	if traces != 200 || len(processes) != 200 || paths["batched"] == 0 || paths["batched"] == 200 {
-		t.Fatalf("%d publish spans, %d process spans, paths %v: want 200 orders, some decided in a batch, some leading", traces,
-			len(processes), paths)
+	if traces != 200 || len(processes) != 200 || waitSpans != 200 || paths["batched"] == 0 || paths["batched"] == 200 {
+		t.Fatalf("%d publish spans, %d process spans, %d lock wait spans, paths %v: want 200 orders, each with its lock wait, some decided in a batch, some leading",
+			traces, len(processes), waitSpans, paths)
 	}
 	t.Logf("paths of the 200 orders: %v; %d lock acquire spans", paths, len(acquires))
 
