@@ -2,7 +2,8 @@
 # Prints the path of a Jaeger v2 binary built from the Go module github.com/jaegertracing/jaeger, building it
 # once into a cache when missing: the Jaeger the tests run against deploy/jaeger/config.yaml
 # (internal/e2e/jaeger_test.go), the same release compose.yaml pins (module v1.76.0 = Jaeger 2.13.0).
-# It needs only Go and the module proxy. Cold, the build takes about 5 minutes on 2 cores; cached, no time.
+# It needs only Go and the module proxy. Cold (nothing in the Go caches), the build costs about 8 minutes of
+# CPU time, some 5 minutes on 2 idle cores; cached, the script prints the path at once.
 #
 # `go run pkg@version` refuses the module's replace directives, hence the copy of its source and a build
 # inside it, as the module's own Makefile does (scripts/makefiles/BuildBinaries.mk, build-jaeger): CGO off,
@@ -17,9 +18,13 @@ module=github.com/jaegertracing/jaeger
 version=v1.76.0  # its v1 tag; the v2 release built from it:
 release=v2.13.0  # keep compose.yaml's jaegertracing/jaeger image at this release (without the v)
 
+say() { echo "ensure-jaeger.sh: $*" >&2; }
+if [ -z "${STOCKFLOW_JAEGER_CACHE:-}${XDG_CACHE_HOME:-}${HOME:-}" ]; then
+  say "set HOME, XDG_CACHE_HOME or STOCKFLOW_JAEGER_CACHE: the Jaeger binary is cached there"
+  exit 1
+fi
 cache=${STOCKFLOW_JAEGER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stockflow/jaeger-$version}
 bin=$cache/bin/jaeger
-say() { echo "ensure-jaeger.sh: $*" >&2; }
 
 if [ -x "$bin" ]; then
   echo "$bin"
@@ -45,7 +50,7 @@ trap 'rm -rf "$work"' EXIT
 # Outside any module and workspace, so nothing of the caller's go.mod, go.work or GOFLAGS takes part.
 export GOWORK=off GOFLAGS=-buildvcs=false CGO_ENABLED=0
 info=$(cd "$work" && go mod download -json "$module@$version") || {
-  say "go mod download $module@$version failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+  say "go mod download $module@$version failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY)): $info"
   exit 1
 }
 field() { printf '%s\n' "$info" | sed -n "s/^[[:space:]]*\"$1\": \"\(.*\)\",\{0,1\}\$/\1/p"; }
@@ -63,11 +68,17 @@ chmod -R u+w "$src" # the module cache is read-only
 stamp="-X $module/internal/version.latestVersion=$release"
 released=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$(field Info)" 2>/dev/null || true)
 stamp="$stamp -X $module/internal/version.date=$released"
-(cd "$src" && go build -trimpath -ldflags "$stamp" -o "$work/jaeger" ./cmd/jaeger) || {
+mkdir -p "$cache/bin"
+partial=$cache/bin/jaeger.partial
+(cd "$src" && go build -trimpath -ldflags "$stamp" -o "$partial" ./cmd/jaeger) || {
   say "go build ./cmd/jaeger in $src failed"
   exit 1
 }
-mkdir -p "$cache/bin"
-mv "$work/jaeger" "$bin" # last, so a half-built binary never looks cached
+# The Makefile's check of a build: the binary says the release it was stamped with.
+if ! "$partial" version 2>/dev/null | grep -q "\"gitVersion\":\"$release\""; then
+  say "the built binary does not report $release: $("$partial" version 2>&1 | head -c 300)"
+  exit 1
+fi
+mv "$partial" "$bin" # last, so a half-built binary never looks cached
 say "built $bin in $(($(date +%s) - started))s"
 echo "$bin"

@@ -51,7 +51,7 @@ func TestComposeJaegerV2ReceivesOTLPAndServesSpanMetrics(t *testing.T) {
 		t.Fatal("compose.yaml has no jaeger service")
 	}
 	if want := "jaegertracing/jaeger:" + testedJaegerRelease(t); j.Image != want {
-		t.Errorf("jaeger runs %s, want %s, the release TestJaegerShowsEveryOrdersLockWait runs deploy/jaeger/config.yaml in", j.Image, want)
+		t.Errorf("jaeger runs %s, want %s, the release TestJaegerWithTheDeployConfig runs deploy/jaeger/config.yaml in", j.Image, want)
 	}
 	for _, p := range []string{"16686:16686", "4317:4317", "4318:4318"} {
 		if !slices.Contains(j.Ports, p) {

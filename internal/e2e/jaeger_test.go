@@ -71,34 +71,24 @@ func testedJaegerRelease(t *testing.T) string {
 
 // jaeger is a running Jaeger.
 type jaeger struct {
-	otlpHTTP string // host:port of the OTLP/HTTP receiver
-	query    string // host:port of the query API and UI
-	metrics  string // host:port of the Prometheus exporter of the span metrics
+	otlpGRPC, otlpHTTP string // host:port of the OTLP receivers
+	query              string // host:port of the query API (and of the UI, a placeholder in this build)
+	metrics            string // host:port of the Prometheus exporter of the span metrics
 }
 
 // startJaeger runs Jaeger with deploy/jaeger/config.yaml until the test ends, and waits until its query API
-// answers. Only addresses change (--set): the receivers, the exporter and the query servers listen on free
-// loopback ports, and the collector's own metrics (port 8888 by default) are off.
+// answers.
 func startJaeger(t *testing.T) *jaeger {
 	t.Helper()
 	path := jaegerBinary(t)
-	config, err := filepath.Abs(jaegerConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := &jaeger{otlpHTTP: freeAddr(t), query: freeAddr(t), metrics: freeAddr(t)}
-	args := []string{"--config", config}
-	for key, value := range map[string]string{
-		"receivers.otlp.protocols.grpc.endpoint": freeAddr(t),
-		"receivers.otlp.protocols.http.endpoint": j.otlpHTTP,
-		"exporters.prometheus.endpoint":          j.metrics,
-		"extensions.jaeger_query.http.endpoint":  j.query,
-		"extensions.jaeger_query.grpc.endpoint":  freeAddr(t),
-		"service.telemetry.metrics.level":        "none",
-	} {
-		args = append(args, "--set", key+"="+value)
-	}
-	child, err := childproc.Start(exec.Command(path, args...), filepath.Join(t.TempDir(), "jaeger.log"))
+	j := &jaeger{otlpGRPC: freeAddr(t), otlpHTTP: freeAddr(t), query: freeAddr(t), metrics: freeAddr(t)}
+	cmd := exec.Command(path, j.args(t)...)
+	// Jaeger traces its own queries over OTLP/gRPC (jaeger_query's enable_tracing, on by default), to
+	// localhost:4317 unless told otherwise: in compose, into itself. Here too, rather than into whatever
+	// listens on 4317 on this machine.
+	self := "http://" + j.otlpGRPC
+	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+self, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="+self)
+	child, err := childproc.Start(cmd, filepath.Join(t.TempDir(), "jaeger.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +106,29 @@ func startJaeger(t *testing.T) *jaeger {
 		t.Fatalf("jaeger with %s is not ready: %v\n%s", jaegerConfig, err, strings.Join(child.LogTail(40), "\n"))
 	}
 	return j
+}
+
+// args run deploy/jaeger/config.yaml with only addresses changed (--set): the receivers, the exporter and
+// the query servers listen on free loopback ports, and the collector's own metrics (port 8888 by default)
+// are off.
+func (j *jaeger) args(t *testing.T) []string {
+	t.Helper()
+	config, err := filepath.Abs(jaegerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", config}
+	for key, value := range map[string]string{
+		"receivers.otlp.protocols.grpc.endpoint": j.otlpGRPC,
+		"receivers.otlp.protocols.http.endpoint": j.otlpHTTP,
+		"exporters.prometheus.endpoint":          j.metrics,
+		"extensions.jaeger_query.http.endpoint":  j.query,
+		"extensions.jaeger_query.grpc.endpoint":  freeAddr(t),
+		"service.telemetry.metrics.level":        "none",
+	} {
+		args = append(args, "--set", key+"="+value)
+	}
+	return args
 }
 
 // exportEnv is the environment that makes a stockflow binary export its spans to j, as service, quickly
