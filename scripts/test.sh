@@ -17,6 +17,11 @@ if others=$(pgrep -f "$marker"); then
 fi
 
 status=0
+# The Jaeger that internal/e2e runs deploy/jaeger/config.yaml in: built from its Go module the first time
+# (about 5 minutes on 2 cores) here rather than inside a test's timeout and beside the timed tests of other
+# packages; cached, this takes no time. Should it fail, TestJaegerWithTheDeployConfig fails saying why.
+"$scripts/ensure-jaeger.sh" >/dev/null || status=1
+
 for mod in $(find . -name go.mod -not -path './.git/*' | sort); do
   dir=$(dirname "$mod")
   echo "== $dir"

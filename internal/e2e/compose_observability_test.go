@@ -50,8 +50,8 @@ func TestComposeJaegerV2ReceivesOTLPAndServesSpanMetrics(t *testing.T) {
 	if !ok {
 		t.Fatal("compose.yaml has no jaeger service")
 	}
-	if !strings.HasPrefix(j.Image, "jaegertracing/jaeger:2.") {
-		t.Errorf("jaeger runs %s, want the Jaeger v2 image jaegertracing/jaeger:2.x", j.Image)
+	if want := "jaegertracing/jaeger:" + testedJaegerRelease(t); j.Image != want {
+		t.Errorf("jaeger runs %s, want %s, the release TestJaegerWithTheDeployConfig runs deploy/jaeger/config.yaml in", j.Image, want)
 	}
 	for _, p := range []string{"16686:16686", "4317:4317", "4318:4318"} {
 		if !slices.Contains(j.Ports, p) {

@@ -204,15 +204,16 @@ func readJaegerConfig(t *testing.T) jaegerConfigFile {
 	return c
 }
 
-// spanMetrics returns the span metrics connector (span_metrics, or its old name spanmetrics).
+// spanMetrics returns the span metrics connector: the component of type spanmetrics ("spanmetrics" or
+// "spanmetrics/<name>"), the only name Jaeger 2.x knows it by (span_metrics does not load).
 func (c jaegerConfigFile) spanMetrics(t *testing.T) spanMetricsConfig {
 	t.Helper()
-	for _, name := range []string{"span_metrics", "spanmetrics"} {
-		if sm, ok := c.Connectors[name]; ok {
+	for id, sm := range c.Connectors {
+		if typ, _, _ := strings.Cut(id, "/"); typ == "spanmetrics" {
 			return sm
 		}
 	}
-	t.Fatalf("%s has no span_metrics connector", jaegerConfig)
+	t.Fatalf("%s has no spanmetrics connector", jaegerConfig)
 	return spanMetricsConfig{}
 }
 
