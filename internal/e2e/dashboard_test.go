@@ -54,7 +54,7 @@ func TestDashboardAndAlertsNameSeriesTheWorkerExports(t *testing.T) {
 		{"a metric renamed in the dashboard", dashboardFile, "stockflow_lock_wait_seconds_bucket", "stockflow_lock_waits_seconds_bucket", "stockflow_lock_waits_seconds_bucket"},
 		{"a label renamed in the dashboard", dashboardFile, "by (poison_reason)", "by (reason)", `"reason"`},
 		{"a label value changed in the dashboard", dashboardFile, `replayed=\"true\"`, `replayed=\"yes\"`, `stockflow_stock_replayed="yes"`},
-		{"a span renamed in the dashboard", dashboardFile, `"operation": "lock acquire"`, `"operation": "lock acquired"`, `"lock acquired"`},
+		{"a span renamed in the dashboard", dashboardFile, `"operation": "lock wait"`, `"operation": "lock waited"`, `"lock waited"`},
 		{"a span attribute renamed in the dashboard", dashboardFile, "sum by (stockflow_lock_key)", "sum by (stockflow_sku)", `"stockflow_sku"`},
 		{"a metric renamed in the alert rules", alertRulesFile, "rlock_lost_total", "rlock_locks_lost_total", "rlock_locks_lost_total"},
 	}
