@@ -45,7 +45,15 @@ type Config struct {
 	// MaxWait bounds how long an order waits in Combine for a batch, as LOCK_WAIT bounds a lock wait; 0:
 	// no bound.
 	MaxWait time.Duration
+	// EarlierPending reports whether an entry read before the message's, in its partition, is still
+	// pending (delivered to a consumer of the group and not acked): a cancel or fulfil of an order not
+	// known yet is retried until none is, since one of them may be that order. nil: never waits.
+	EarlierPending func(ctx context.Context, msg *message.Message) (bool, error)
 }
+
+// ErrEarlierPending fails a cancel or fulfil of an order not known yet while an earlier entry of its
+// partition is still pending (Config.EarlierPending): a transient failure, retried.
+var ErrEarlierPending = errors.New("handlers: the order is not known yet and an earlier entry of its partition is still pending")
 
 // Handler decides orders. Its steps are Decode and Combine (middlewares, ahead of the lock middleware)
 // and Handle (the handler, inside the lock).
@@ -64,9 +72,10 @@ func New(cfg Config) *Handler {
 
 // Decode decodes and validates the order of each message once and puts it in the message context
 // (OrderOf). A cancel or fulfil gets the lines of its order (Store.Lines), so that the lock middleware
-// takes the locks of all their SKUs; an order not known yet keeps the event's one SKU: the decision, under
-// that lock, then refuses it as unknown (or, if it was reserved meanwhile, fails as not locked and is
-// retried).
+// takes the locks of all their SKUs; an order not known once every earlier entry of its partition was
+// decided (linesOf) keeps the event's one SKU: the decision, under that lock, then refuses a fulfil as
+// unknown and records a cancel as early (or, if the order was reserved meanwhile, fails as not locked and
+// is retried).
 func (h *Handler) Decode(next message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		o, err := DecodeOrder(msg.Payload)
@@ -74,17 +83,42 @@ func (h *Handler) Decode(next message.HandlerFunc) message.HandlerFunc {
 			return nil, err
 		}
 		if o.Kind() != TypeReserve {
-			lines, err := h.cfg.Store.Lines(msg.Context(), o.OrderID, o.SKU)
-			if err != nil && !errors.Is(err, inventory.ErrUnknownOrder) {
+			if o.Lines, err = h.linesOf(msg, o); err != nil {
 				return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, err)
 			}
-			o.Lines = lines
 		}
 		orig := msg.Context()
 		msg.SetContext(WithOrder(orig, o))
 		defer msg.SetContext(orig)
 		return next(msg)
 	}
+}
+
+// linesOf looks up the lines of the order a cancel or fulfil o settles; nil when the order is not known.
+// Events of one order are decided in their stream order: an order not known while an earlier entry of
+// the partition is pending fails with ErrEarlierPending; with none pending, every earlier entry was
+// decided, so the second look finds the order if it was among them.
+func (h *Handler) linesOf(msg *message.Message, o Order) ([]inventory.Line, error) {
+	ctx := msg.Context()
+	lines, err := h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
+	if !errors.Is(err, inventory.ErrUnknownOrder) || h.cfg.EarlierPending == nil {
+		return lines, ignoreUnknown(err)
+	}
+	switch earlier, err := h.cfg.EarlierPending(ctx, msg); {
+	case err != nil:
+		return nil, err
+	case earlier:
+		return nil, ErrEarlierPending
+	}
+	lines, err = h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
+	return lines, ignoreUnknown(err)
+}
+
+func ignoreUnknown(err error) error {
+	if errors.Is(err, inventory.ErrUnknownOrder) {
+		return nil
+	}
+	return err
 }
 
 // Combine is the batching step, ahead of the lock: the first order of a SKU in this process leads (goes on

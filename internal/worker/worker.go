@@ -201,7 +201,7 @@ func (w *Worker) setHandler(faults *Faults) error {
 	}
 	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
 		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster,
-		Worker: w.cfg.Name, MaxWait: w.cfg.LockWait})
+		Worker: w.cfg.Name, MaxWait: w.cfg.LockWait, EarlierPending: w.earlierPending})
 	w.server = stream.ServerAttributes(w.rdb)
 	if w.lockMW != nil {
 		if w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision) {
@@ -214,6 +214,14 @@ func (w *Worker) setHandler(faults *Faults) error {
 	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
+}
+
+// earlierPending reports whether an entry of msg's partition before msg's own is pending in the group.
+func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
+	part := w.parts[stream.EntryPartition(msg)]
+	p, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: part.Orders, Group: w.cfg.ConsumerGroup,
+		Start: "-", End: "(" + msg.UUID, Count: 1}).Result()
+	return len(p) > 0, err
 }
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write
