@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
@@ -350,29 +349,22 @@ func (w *Worker) storeOptions() []inventory.Option {
 	return opts
 }
 
-// addConsumers adds one redisstream subscriber and handler per consumer to the router.
-func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter) error {
+// addConsumers adds one subscriber (stream.Subscriber) and handler per consumer to the router.
+func (w *Worker) addConsumers(_ watermill.LoggerAdapter) error {
 	cfg := w.cfg
 	w.busy = make(busyClock, cfg.Concurrency)
-	readers := stream.ReaderConfig{Partitions: w.parts, Group: cfg.ConsumerGroup, PoisonMaxLen: cfg.PoisonMaxLen,
-		Logger: w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
+	subs := stream.SubscriberConfig{Partitions: w.parts, Group: cfg.ConsumerGroup, PoisonMaxLen: cfg.PoisonMaxLen,
+		ClaimIdle: cfg.ClaimIdle,
+		// Failed attempts are handed back to be claimed after about a second (attempts).
+		ClaimInterval: min(cfg.ClaimIdle/4, time.Second),
+		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
 	for i := range cfg.Concurrency {
 		name := fmt.Sprintf("%s-%d", cfg.Name, i)
 		c := &consumer{rdb: w.rdb, server: w.server, parts: w.parts, group: cfg.ConsumerGroup, name: name,
 			poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
 			claimIdle: cfg.ClaimIdle, logger: w.logger, drainCtx: w.drain, raiseToken: w.raiseToken, busy: &w.busy[i]}
-		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client:        stream.NewReader(w.subRDB, readers, i),
-			Unmarshaller:  stream.Unmarshaller{},
-			ConsumerGroup: cfg.ConsumerGroup,
-			Consumer:      name,
-			OldestId:      "$", // Run created the group already (prepare), at CONSUMER_GROUP_START
-			MaxIdleTime:   cfg.ClaimIdle,
-			// Failed attempts are handed back to be claimed after about a second (attempts).
-			ClaimInterval:                 min(cfg.ClaimIdle/4, time.Second),
-			NackResendSleep:               500 * time.Millisecond,
-			DisableIndefiniteInitialBlock: true, // so the read loops notice a shutdown
-		}, wmLogger)
+		subs.Consumer, subs.First = name, i
+		sub, err := stream.NewSubscriber(w.subRDB, subs)
 		if err != nil {
 			return err
 		}
