@@ -14,7 +14,7 @@ import (
 // claimBatch bounds the idle entries one claim round finds (XPENDING COUNT).
 const claimBatch = 100
 
-// claims is the state of the claim rounds; only the read loop touches it.
+// claims is the state of the claim rounds; only the read loop (readLoop) touches it.
 type claims struct {
 	due  time.Time // when the next round starts; zero: at once (a subscriber's first round)
 	next int       // the partition the next round looks at
@@ -23,8 +23,8 @@ type claims struct {
 }
 
 // claim claims the next idle entry of the claim round under way, starting a round (on the next partition
-// in turn) when one is due. It claims one entry per call, so that each is claimed when it is about to be
-// sent, and returns nothing when there is none to claim.
+// in turn) when one is due. It claims one entry per call, as a read reads one, so that a claimed entry
+// waits no longer to be handled than one read; it returns nothing when there is none to claim.
 func (s *Subscriber) claim(ctx context.Context) []*message.Message {
 	c := &s.claims
 	if len(c.ids) == 0 {

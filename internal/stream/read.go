@@ -120,7 +120,7 @@ func (s *Subscriber) readPartition(ctx context.Context, p Partition) ([]*message
 // wait pauses the read loop after an empty read, 10 ms doubling up to 100 ms.
 func (s *Subscriber) wait(ctx context.Context) {
 	s.pause = min(max(2*s.pause, minReadPause), maxReadPause)
-	pause(ctx, s.pause)
+	pauseFor(ctx, s.pause)
 }
 
 // errNoStream: the orders stream does not exist (Redis lost its data, or the key was deleted).

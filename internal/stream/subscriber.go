@@ -112,9 +112,12 @@ func (c SubscriberConfig) Validate() error {
 //   - A message's UUID is its entry id, stable across redeliveries; EntryPartition says where it came
 //     from; its metadata and trace context are the entry's (Entry.Message). An entry that cannot be read
 //     is marked with MetaBadEntry, for the poison stream.
+//   - While the handler has a message, the subscriber reads up to two more (readAhead), so the next is at
+//     hand when the handler is done. The entries read ahead are pending for this consumer: the worker
+//     hands them back when it stops.
 //   - Every ClaimInterval it claims the entries of one partition (in turn) that have been idle longer than
-//     ClaimIdle: those of dead consumers, and failed attempts handed back. It claims them one at a time,
-//     each when it is about to be sent, so a claimed entry never waits behind others for its handling.
+//     ClaimIdle: those of dead consumers, and failed attempts handed back. It claims them one at a time, as
+//     it reads, so a claimed entry waits behind no more than the two read ahead.
 //   - Every PruneInterval it deletes, on one partition in turn, the consumers idle longer than
 //     ConsumerTimeout with nothing pending (Group.PruneConsumer).
 //   - A missing consumer group (Redis restarted without its data, the stream deleted) is created again,
@@ -139,7 +142,7 @@ type Subscriber struct {
 	cancel     context.CancelFunc // ends the subscription; nil before Subscribe
 	running    sync.WaitGroup
 
-	// The read loop's state; only the read loop touches it.
+	// The read loop's state; only the read loop (readLoop) touches it.
 	next    int           // the partition the next read starts at
 	pause   time.Duration // the current pause after an empty read
 	failed  []failure     // by partition: how long its reads are skipped after a failure, and until when
@@ -177,13 +180,19 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 	}
 	s.subscribed = true
 	ctx, s.cancel = context.WithCancel(ctx)
+	ahead := make(chan *message.Message, readAhead)
 	out := make(chan *message.Message)
-	s.running.Add(2)
+	s.running.Add(3)
 	go func() {
 		defer s.running.Done()
-		defer s.cancel() // the prune loop stops with the read loop
+		defer close(ahead)
+		s.readLoop(ctx, ahead)
+	}()
+	go func() {
+		defer s.running.Done()
+		defer s.cancel() // the other loops end with this one (ctx ended)
 		defer close(out)
-		s.run(ctx, out)
+		s.sendLoop(ctx, ahead, out)
 	}()
 	go func() {
 		defer s.running.Done()
@@ -204,8 +213,13 @@ func (s *Subscriber) Close() error {
 	return nil
 }
 
-// run sends the subscriber's messages to out, one at a time, until ctx ends.
-func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
+// readAhead is how many messages the read loop keeps ready besides the one it holds: while the handler
+// has one message, up to two more are read (pending for this consumer), so the next is at hand when the
+// handler is done, as with Watermill's redisstream subscriber.
+const readAhead = 1
+
+// readLoop claims and reads the subscriber's entries and hands them on to ahead, until ctx ends.
+func (s *Subscriber) readLoop(ctx context.Context, ahead chan<- *message.Message) {
 	for ctx.Err() == nil {
 		var err error
 		msgs := s.claim(ctx)
@@ -213,13 +227,24 @@ func (s *Subscriber) run(ctx context.Context, out chan<- *message.Message) {
 			msgs, err = s.read(ctx)
 		}
 		if err != nil {
-			pause(ctx, readErrorPause)
+			pauseFor(ctx, readErrorPause)
 			continue
 		}
 		for _, msg := range msgs {
-			if !s.send(ctx, out, msg) {
+			select {
+			case ahead <- msg:
+			case <-ctx.Done():
 				return
 			}
+		}
+	}
+}
+
+// sendLoop sends the messages of ahead to out, one at a time, until ctx ends.
+func (s *Subscriber) sendLoop(ctx context.Context, ahead <-chan *message.Message, out chan<- *message.Message) {
+	for msg := range ahead {
+		if ctx.Err() != nil || !s.send(ctx, out, msg) {
+			return
 		}
 	}
 }
@@ -240,14 +265,14 @@ func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg 
 	case <-msg.Nacked():
 		// The entry stays pending; a claim brings it back. The pause keeps a failing handler (Redis
 		// refusing the poison stream, say) from racing through the stream.
-		return pause(ctx, s.cfg.NackPause)
+		return pauseFor(ctx, s.cfg.NackPause)
 	case <-ctx.Done():
 		return false
 	}
 }
 
-// pause waits d; it reports false when ctx ended first.
-func pause(ctx context.Context, d time.Duration) bool {
+// pauseFor waits d; it reports false when ctx ended first.
+func pauseFor(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -80,135 +80,25 @@ func createGroups(t *testing.T, rdb redis.UniversalClient, parts ...Partition) {
 	}
 }
 
-// A subscriber reads every partition in turn, starting at its own, gives each message its entry id, its
-// partition and its delivery count, and poisons an oversized entry into its own partition's poison stream.
-func TestSubscriberReadsEveryPartitionInTurn(t *testing.T) {
+// While the handler has a message, the subscriber reads two more ahead, and no more.
+func TestSubscriberReadsTwoAhead(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	createGroups(t, rdb, threeParts...)
-	ids := map[string]int{} // stream/entry id: partition
-	for _, p := range threeParts {
-		for range 2 {
-			// Entries of different partitions may share an id: the partition tells them apart.
-			ids[p.Orders+"/"+rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}}).Val()] = p.Index
-		}
+	parts := threeParts[:1]
+	createGroups(t, rdb, parts...)
+	for i := range 5 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
-	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: threeParts[2].Orders, Values: []string{"payload", strings.Repeat("x", MaxEntryBytes)}}).Val()
-	s := newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) { c.First = 1 })
-
-	var order []int
-	for range 6 {
-		msgs, err := s.read(ctx)
-		if err != nil || len(msgs) != 1 {
-			t.Fatalf("read %v (%v), want one message", msgs, err)
-		}
-		msg := msgs[0]
-		p := EntryPartition(msg)
-		if want, ok := ids[threeParts[p].Orders+"/"+msg.UUID]; !ok || want != p || string(msg.Payload) != threeParts[p].Orders || Deliveries(msg) != 1 {
-			t.Fatalf("read %s tagged partition %d, payload %s, %d deliveries", msg.UUID, p, msg.Payload, Deliveries(msg))
-		}
-		order = append(order, p)
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts))
+	receive(t, msgs) // and not acked
+	pending := func() int64 { return rdb.XPending(ctx, parts[0].Orders, "g").Val().Count }
+	for deadline := time.Now().Add(5 * time.Second); pending() < 2+readAhead && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
-	// Consumer 1 starts at partition 1 and moves on after each entry it reads.
-	if want := []int{1, 2, 0, 1, 2, 0}; !slices.Equal(order, want) {
-		t.Errorf("partitions read in the order %v, want %v (round robin from the consumer's own)", order, want)
+	time.Sleep(200 * time.Millisecond) // time enough to read more, if it would
+	if n := pending(); n != 2+readAhead {
+		t.Fatalf("%d entries pending while the handler has one, want %d: the one handled and two read ahead", n, 2+readAhead)
 	}
-	if msgs, err := s.read(ctx); err != nil || len(msgs) != 0 {
-		t.Fatalf("read of empty partitions: %v (%v), want nothing and no error", msgs, err)
-	}
-	if n := rdb.XLen(ctx, threeParts[2].Poison).Val(); n != 1 || rdb.XLen(ctx, threeParts[0].Poison).Val() != 0 {
-		t.Errorf("oversized entry %s of partition 2: %d in its poison stream, want 1 there and none elsewhere", big, n)
-	}
-}
-
-// A partition whose reads fail (here a key of the wrong type; in production a cluster node that is down)
-// does not keep the subscriber from the others: their entries are read, an empty pass is no error, and
-// the failure shows in SubscriberConfig.Failing. Only when every partition fails does the read fail.
-func TestSubscriberSkipsAFailingPartition(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	ctx := context.Background()
-	createGroups(t, rdb, threeParts[0], threeParts[2])
-	for _, p := range []Partition{threeParts[0], threeParts[2]} {
-		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}})
-	}
-	rdb.Set(ctx, threeParts[1].Orders, "not a stream", 0)
-	s := newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) { c.First = 1 }) // the failing one first
-	var read []string
-	for range 3 {
-		msgs, err := s.read(ctx)
-		if err != nil {
-			t.Fatalf("read failed while two partitions work: %v", err)
-		}
-		for _, m := range msgs {
-			read = append(read, string(m.Payload))
-		}
-	}
-	slices.Sort(read)
-	if !slices.Equal(read, []string{threeParts[0].Orders, threeParts[2].Orders}) {
-		t.Errorf("read %v, want the entries of the two working partitions", read)
-	}
-	if s.cfg.Failing.Load() == 0 {
-		t.Error("a partition fails, but the reads are not marked failing")
-	}
-
-	for _, p := range []Partition{threeParts[0], threeParts[2]} {
-		rdb.Del(ctx, p.Orders)
-		rdb.Set(ctx, p.Orders, "not a stream either", 0)
-	}
-	all := newTestSubscriber(t, rdb, threeParts)
-	if _, err := all.read(ctx); err == nil {
-		t.Error("every partition failing: no error, want theirs")
-	}
-}
-
-// The entries a dead consumer left pending are claimed once idle for ClaimIdle, on every partition, one at
-// a time: the next is claimed only once the one before was handled. Their delivery count counts the claim.
-func TestSubscriberClaimsIdleEntriesOneAtATime(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	ctx := context.Background()
-	createGroups(t, rdb, threeParts...)
-	for _, p := range threeParts {
-		for range 2 {
-			rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}})
-		}
-		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
-		c.Consumer, c.ClaimIdle, c.ClaimInterval = "c2", 200*time.Millisecond, 10*time.Millisecond
-	}))
-	claimed := map[string]bool{}
-	for len(claimed) < 6 {
-		msg := receive(t, msgs)
-		p := threeParts[EntryPartition(msg)]
-		if Deliveries(msg) != 2 || string(msg.Payload) != p.Orders {
-			t.Fatalf("claimed %s of %s with %d deliveries, payload %s; want 2 deliveries", msg.UUID, p.Orders, Deliveries(msg), msg.Payload)
-		}
-		if n := pendingFor(t, rdb, "c2"); n != 1 {
-			t.Fatalf("%d entries pending for c2 while it handles one, want 1 (claimed one at a time)", n)
-		}
-		claimed[p.Orders+"/"+msg.UUID] = true
-		done(t, rdb, msg)
-	}
-	if n := pendingFor(t, rdb, "dead"); n != 0 {
-		t.Errorf("%d entries still pending for the dead consumer, want all claimed", n)
-	}
-}
-
-// pendingFor counts the entries pending for consumer over the partitions.
-func pendingFor(t *testing.T, rdb redis.UniversalClient, consumer string) int {
-	t.Helper()
-	n := 0
-	for _, p := range threeParts {
-		pending, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: p.Orders, Group: "g",
-			Start: "-", End: "+", Count: 100, Consumer: consumer}).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += len(pending)
-	}
-	return n
 }
 
 // A nacked message is not sent again: its entry stays pending, the next entry comes, and the nacked one
@@ -243,41 +133,6 @@ func TestSubscriberLeavesANackedEntryPending(t *testing.T) {
 	done(t, rdb, msg)
 	if msg = receive(t, msgs); msg.UUID != first || Deliveries(msg) != 2 {
 		t.Fatalf("then %s with %d deliveries, want the nacked %s claimed again (2 deliveries)", msg.UUID, Deliveries(msg), first)
-	}
-}
-
-// The consumers of the group that have been idle longer than ConsumerTimeout with nothing pending are
-// deleted, on every partition; one with pending entries stays, however idle.
-func TestSubscriberPrunesIdleConsumers(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	ctx := context.Background()
-	createGroups(t, rdb, threeParts...)
-	for _, p := range threeParts {
-		rdb.XGroupCreateConsumer(ctx, p.Orders, "g", "gone")
-		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", "p"}})
-		rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "busy", Streams: []string{p.Orders, ">"}})
-	}
-	subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
-		c.PruneInterval, c.ConsumerTimeout = 20*time.Millisecond, time.Second
-	}))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var left []string
-		for _, p := range threeParts {
-			for _, c := range rdb.XInfoConsumers(ctx, p.Orders, "g").Val() {
-				if c.Name != "c1" { // the subscriber itself: Redis before 7.2 lists it only once it read an entry
-					left = append(left, fmt.Sprintf("%d/%s", p.Index, c.Name))
-				}
-			}
-		}
-		slices.Sort(left)
-		if want := []string{"0/busy", "1/busy", "2/busy"}; slices.Equal(left, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("consumers %v after 10 s, want every idle one without pending entries (gone) deleted", left)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
