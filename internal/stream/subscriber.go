@@ -93,6 +93,7 @@ func (c SubscriberConfig) Validate() error {
 	check(len(c.Partitions) > 0, "no partitions")
 	check(c.Group != "", "no consumer group")
 	check(c.Consumer != "", "no consumer name")
+	check(c.First >= 0, "First is negative")
 	check(c.ClaimIdle > 0, "ClaimIdle is not positive")
 	check(c.ReplayFrom != nil, "no ReplayFrom")
 	return errors.Join(errs...)
@@ -149,6 +150,8 @@ type Subscriber struct {
 	failing int           // partitions in failed with a pause
 	claims  claims
 }
+
+var _ message.Subscriber = (*Subscriber)(nil)
 
 // ErrSubscriberClosed: Subscribe after Close.
 var ErrSubscriberClosed = errors.New("stream: subscriber closed")

@@ -237,8 +237,8 @@ func TestSubscriberCloseEndsTheSubscription(t *testing.T) {
 }
 
 func TestSubscriberConfigValidate(t *testing.T) {
-	err := SubscriberConfig{}.Validate()
-	for _, want := range []string{"partitions", "consumer group", "consumer name", "ClaimIdle", "ReplayFrom"} {
+	err := SubscriberConfig{First: -1}.Validate()
+	for _, want := range []string{"partitions", "consumer group", "consumer name", "First", "ClaimIdle", "ReplayFrom"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("empty config: %v, want it to name %s", err, want)
 		}
