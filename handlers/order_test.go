@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 func TestDecodeOrder(t *testing.T) {
@@ -106,5 +108,13 @@ func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
 				t.Fatalf("err %v, want ErrBadInput mentioning %q", err, tc.mention)
 			}
 		})
+	}
+}
+
+// The worker accepts stream entries up to stream.MaxEntryBytes: a payload at its limit must fit, with room
+// for Watermill's fields and the trace context.
+func TestAnOrderAtItsLimitFitsAStreamEntry(t *testing.T) {
+	if stream.MaxEntryBytes < MaxPayload+16<<10 {
+		t.Fatalf("stream.MaxEntryBytes %d, want at least MaxPayload (%d) + 16 KiB", stream.MaxEntryBytes, MaxPayload)
 	}
 }

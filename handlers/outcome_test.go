@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/redistest"
@@ -47,15 +47,25 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 		}
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", fmt.Sprintf("o-%d", p.Index)}})
 	}
-	reader := stream.NewReader(rdb, stream.ReaderConfig{Partitions: parts, Group: "g", PoisonMaxLen: 100,
-		Logger: logger, Failing: new(atomic.Int64), ReplayFrom: func(time.Time) string { return "0" }}, 0)
+	sub, err := stream.NewSubscriber(rdb, stream.SubscriberConfig{Partitions: parts, Group: "g", Consumer: "c",
+		PoisonMaxLen: 100, ClaimIdle: 30 * time.Second, Logger: logger, ReplayFrom: func(time.Time) string { return "0" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	msgs, err := sub.Subscribe(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var batch []*queued
 	for range 2 {
-		xs, err := reader.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c"}).Result()
-		if err != nil {
-			t.Fatal(err)
+		var msg *message.Message
+		select {
+		case msg = <-msgs:
+			msg.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("read %d of the 2 entries within 10 s", len(batch))
 		}
-		msg, _ := stream.Unmarshaller{}.Unmarshal(xs[0].Messages[0].Values)
 		o := Order{OrderID: string(msg.Payload), SKU: "SKU-1", Quantity: 1}
 		batch = append(batch, &queued{msg: msg, order: o, since: time.Now()})
 	}

@@ -21,54 +21,54 @@ const (
 	metaPartition = "stockflow_partition"
 )
 
-// Unmarshaller reads Watermill entries (_watermill_message_uuid, metadata, payload) and plain ones
-// that any Redis client can write (XADD orders * payload '<json>'). It never fails: an error would stop the
-// subscriber for good and leave the entry pending for the next consumer to choke on. An entry it cannot
-// read becomes a message marked with MetaBadEntry, for the poison stream.
-type Unmarshaller struct{}
-
-func (Unmarshaller) Marshal(topic string, msg *message.Message) (map[string]any, error) {
-	return redisstream.DefaultMarshallerUnmarshaller{}.Marshal(topic, msg)
+// Entry is one entry of an orders partition as a Subscriber fetched it (fetch.lua).
+type Entry struct {
+	ID        string
+	Partition int // its index in Config.Partitions
+	// Deliveries is how many times the entry was delivered, failed attempts given back not counted.
+	Deliveries int64
+	Values     map[string]any // its fields; Message may change them
 }
 
-func (Unmarshaller) Unmarshal(values map[string]any) (msg *message.Message, _ error) {
-	id, deliveries, partition := takeReaderFields(values)
+// Message reads the entry as a message: a Watermill entry (_watermill_message_uuid, metadata, payload) or a
+// plain one that any Redis client can write (XADD orders * payload '<json>'). Its UUID is the entry id,
+// stable across redeliveries; its metadata says the delivery count and the partition (Deliveries,
+// EntryPartition). It never fails: an entry it cannot read becomes a message marked with MetaBadEntry,
+// for the poison stream, so it never stays pending for the next consumer to choke on.
+func (e Entry) Message() (msg *message.Message) {
 	defer func() {
 		// A panic here would take the whole process down (it runs in the subscriber's goroutine).
 		if v := recover(); v != nil {
-			msg = badEntry(id, fmt.Sprintf("unreadable entry: %v", v))
+			msg = badEntry(e.ID, fmt.Sprintf("unreadable entry: %v", v))
 		}
-		msg.Metadata.Set(metaDeliveries, strconv.FormatInt(deliveries, 10))
-		msg.Metadata.Set(metaPartition, strconv.FormatInt(partition, 10))
+		msg.Metadata.Set(metaDeliveries, strconv.FormatInt(e.Deliveries, 10))
+		msg.Metadata.Set(metaPartition, strconv.Itoa(e.Partition))
 	}()
+	values := e.Values
+	if values == nil {
+		values = map[string]any{}
+	}
 	if _, ok := values[redisstream.UUIDHeaderKey]; !ok {
-		values[redisstream.UUIDHeaderKey] = id
+		values[redisstream.UUIDHeaderKey] = e.ID
 	}
 	msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
 	if err != nil {
-		return badEntry(id, "unreadable entry: "+err.Error()), nil
+		return badEntry(e.ID, "unreadable entry: "+err.Error())
 	}
-	msg.UUID = id
+	msg.UUID = e.ID
 	if msg.Metadata == nil { // a metadata field holding msgpack nil (found by FuzzUnmarshaller)
 		msg.Metadata = make(message.Metadata)
 	}
 	markUnusual(msg, values)
-	return msg, nil
+	return msg
 }
 
-// takeReaderFields removes the fields a Reader added to values and returns them: the entry id (a new
-// UUID when the entry was not read through a Reader), the delivery count and the partition.
-func takeReaderFields(values map[string]any) (id string, deliveries, partition int64) {
-	id, _ = values[entryIDField].(string)
-	deliveries, _ = values[entryDeliveriesField].(int64)
-	partition, _ = values[entryPartitionField].(int64)
-	delete(values, entryIDField)
-	delete(values, entryDeliveriesField)
-	delete(values, entryPartitionField)
-	if id == "" {
-		id = watermill.NewUUID()
-	}
-	return id, deliveries, partition
+// Unmarshaller reads an entry from its fields alone, as Entry.Message does, for a caller that has no
+// Subscriber's entry: the message gets a new UUID, no delivery count and partition 0.
+type Unmarshaller struct{}
+
+func (Unmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
+	return Entry{ID: watermill.NewUUID(), Values: values}.Message(), nil
 }
 
 // markUnusual drops the metadata a producer must not set, takes the trace context a foreign producer sent

@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-func TestEntryUnmarshaller(t *testing.T) {
+func TestEntryMessage(t *testing.T) {
 	watermillEntry, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("orders",
 		func() *message.Message {
 			m := message.NewMessage("wm-uuid", []byte(`{"order_id":"o"}`))
@@ -33,17 +33,14 @@ func TestEntryUnmarshaller(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			values := map[string]any{entryIDField: "1-1"}
+			values := map[string]any{}
 			for k, v := range tc.values {
 				if b, ok := v.([]byte); ok {
 					v = string(b) // Redis hands every field back as a string
 				}
 				values[k] = v
 			}
-			msg, err := Unmarshaller{}.Unmarshal(values)
-			if err != nil {
-				t.Fatalf("Unmarshal failed (a failure would stop the subscriber): %v", err)
-			}
+			msg := Entry{ID: "1-1", Values: values}.Message()
 			if msg.UUID != "1-1" {
 				t.Fatalf("UUID %q, want the entry id", msg.UUID)
 			}
@@ -61,7 +58,7 @@ func TestEntryUnmarshaller(t *testing.T) {
 	}
 }
 
-func TestUnmarshallerDropsWhatProducersMustNotSet(t *testing.T) {
+func TestEntryMessageDropsWhatProducersMustNotSet(t *testing.T) {
 	m := message.NewMessage("u", []byte(`{}`))
 	m.Metadata.Set(MetaBadEntry, strings.Repeat("x", 4<<20)) // would become a 4 MiB poison reason
 	m.Metadata.Set(metaDeliveries, "999")
@@ -73,12 +70,7 @@ func TestUnmarshallerDropsWhatProducersMustNotSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	values = asRedisReturnsThem(values)
-	values[entryIDField], values[entryDeliveriesField] = "1-1", int64(2)
-	got, err := Unmarshaller{}.Unmarshal(values)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := Entry{ID: "1-1", Deliveries: 2, Values: asRedisReturnsThem(values)}.Message()
 	md := got.Metadata
 	if md.Get(MetaBadEntry) != "" || md.Get("baggage") != "" || md.Get("tracestate") != "" {
 		t.Errorf("metadata %v: the worker's mark, baggage and an oversized tracestate must be dropped", md)
@@ -88,9 +80,9 @@ func TestUnmarshallerDropsWhatProducersMustNotSet(t *testing.T) {
 	}
 }
 
-// FuzzUnmarshaller: no entry, however broken, makes the unmarshaller fail or panic (either would stop the
-// subscriber for good); every message keeps its entry id and delivery count and carries no worker mark
-// the producer set.
+// FuzzUnmarshaller: no entry, however broken, makes Entry.Message panic (a panic would take the worker
+// down); every message keeps its entry id, delivery count and partition and carries no worker mark the
+// producer set.
 //
 //	go test -run '^$' -fuzz FuzzUnmarshaller -fuzztime 5m ./internal/stream/
 func FuzzUnmarshaller(f *testing.F) {
@@ -99,14 +91,14 @@ func FuzzUnmarshaller(f *testing.F) {
 	f.Add("payload", []byte("p"), []byte("\xc1garbage"), "")
 	f.Add("other", []byte{}, []byte{0x81, 0xa1, 'k', 0xc0}, "x")
 	f.Fuzz(func(t *testing.T, field string, payload, metadata []byte, uuid string) {
-		values := map[string]any{field: string(payload), "metadata": string(metadata),
-			redisstream.UUIDHeaderKey: uuid, entryIDField: "7-1", entryDeliveriesField: int64(3)}
-		msg, err := Unmarshaller{}.Unmarshal(values)
-		if err != nil || msg == nil {
-			t.Fatalf("Unmarshal failed: %v", err)
+		values := map[string]any{field: string(payload), "metadata": string(metadata), redisstream.UUIDHeaderKey: uuid}
+		msg := Entry{ID: "7-1", Partition: 5, Deliveries: 3, Values: values}.Message()
+		if msg == nil {
+			t.Fatal("no message")
 		}
-		if msg.UUID != "7-1" || Deliveries(msg) != 3 {
-			t.Fatalf("message %s with %d deliveries, want the entry's 7-1 and 3", msg.UUID, Deliveries(msg))
+		if msg.UUID != "7-1" || Deliveries(msg) != 3 || EntryPartition(msg) != 5 {
+			t.Fatalf("message %s with %d deliveries from partition %d, want the entry's 7-1, 3 and 5", msg.UUID,
+				Deliveries(msg), EntryPartition(msg))
 		}
 		if bad := msg.Metadata.Get(MetaBadEntry); bad != "" && len(bad) > 1024 {
 			t.Fatalf("bad-entry mark of %d bytes", len(bad))

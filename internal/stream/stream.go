@@ -1,6 +1,7 @@
 // Package stream is the contract of the order streams, shared by the producer, the worker, stockctl and the
-// bench: the stream and group names and their settings, how an entry becomes a Watermill message (Reader,
-// Unmarshaller), and how a trace travels with a message (Publisher, Consumer, Inject, Extract). It holds
+// bench: the stream and group names and their settings, the worker's consumers (Subscriber, a Watermill
+// message.Subscriber that reads, claims and prunes with its own scripts) and how an entry becomes a
+// message (Entry), and how a trace travels with a message (Publisher, Consumer, Inject, Extract). It holds
 // no lock and no Router, so a producer links neither.
 package stream
 

@@ -84,23 +84,20 @@ func TestMessagingSpansFollowTheConventions(t *testing.T) {
 	}
 }
 
-// readBack reads the first entry of the stream back as the worker's subscribers do: its fields through
-// the Unmarshaller, its entry id as the message UUID.
+// readBack reads the first entry of the stream back as the worker's subscribers do (Entry.Message).
 func readBack(t *testing.T, rdb *redis.Client, name string) *message.Message {
 	t.Helper()
 	entries, err := rdb.XRange(context.Background(), name, "-", "+").Result()
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("stream %s: %v, %v; want one entry", name, entries, err)
 	}
-	msg, _ := stream.Unmarshaller{}.Unmarshal(entries[0].Values)
-	msg.UUID = entries[0].ID
-	return msg
+	return stream.Entry{ID: entries[0].ID, Values: entries[0].Values}.Message()
 }
 
 // A message without trace context starts a trace of its own, linked to nothing.
 func TestProcessSpanOfAPlainEntryIsARoot(t *testing.T) {
 	spans := recordSpans(t)
-	msg, _ := stream.Unmarshaller{}.Unmarshal(map[string]any{"payload": `{}`})
+	msg := stream.Entry{ID: "1-1", Values: map[string]any{"payload": `{}`}}.Message()
 	_, span := stream.Consumer{Stream: "orders", Group: "g", Name: "c"}.StartProcess(context.Background(), msg)
 	span.End()
 	sp := spans.Ended()[0]

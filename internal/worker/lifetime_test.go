@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
@@ -95,76 +96,81 @@ func testConsumer(rdb redis.UniversalClient) *consumer {
 		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), busy: new(atomic.Int64)}
 }
 
-func testReader(rdb redis.UniversalClient, cfg Config) *stream.Reader {
-	return stream.NewReader(rdb, stream.ReaderConfig{Partitions: testParts, Group: "g",
-		PoisonMaxLen: 1000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Failing: new(atomic.Int64),
-		ReplayFrom: cfg.replayFrom}, 0)
-}
-
-// deliveries is the delivery count the reader gave an entry.
-func deliveries(t *testing.T, e redis.XMessage) int {
-	msg, err := stream.Unmarshaller{}.Unmarshal(e.Values)
+// subscribe starts consumer name of group g on testParts (cfg's CLAIM_IDLE and OUTCOME_TTL, claim rounds
+// every 10 ms); it stops with the test.
+func subscribe(t *testing.T, rdb redis.UniversalClient, cfg Config, name string) (*stream.Subscriber, <-chan *message.Message) {
+	t.Helper()
+	sub, err := stream.NewSubscriber(rdb, stream.SubscriberConfig{Partitions: testParts, Group: "g", Consumer: name,
+		PoisonMaxLen: 1000, ClaimIdle: cfg.ClaimIdle, ClaimInterval: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReplayFrom: cfg.replayFrom})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return stream.Deliveries(msg)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, msgs
+}
+
+// receive returns the next message of msgs, acked (the subscriber sends the next), or nil when none comes
+// within wait.
+func receive(t *testing.T, msgs <-chan *message.Message, wait time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-msgs:
+		if !ok {
+			t.Fatal("the subscription ended")
+		}
+		msg.Ack()
+		return msg
+	case <-time.After(wait):
+		return nil
+	}
 }
 
 func TestFetchAndReclaim(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	s := testConsumer(rdb)
-	c := testReader(rdb, validConfig(t))
-	read := func(consumer string) []redis.XMessage {
-		t.Helper()
-		xs, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: consumer, Block: time.Millisecond}).Result()
-		if errors.Is(err, redis.Nil) {
-			return nil
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return xs[0].Messages
-	}
+	cfg := validConfig(t)
+	cfg.ClaimIdle = 30 * time.Second
+	c1, msgs := subscribe(t, rdb, cfg, "c1")
 
-	if got := read("c1"); got != nil || rdb.Exists(ctx, "orders").Val() != 0 {
+	if got := receive(t, msgs, 300*time.Millisecond); got != nil || rdb.Exists(ctx, "orders").Val() != 0 {
 		t.Fatalf("read without a stream: %v; want nothing, and no stream created (nothing to lose yet)", got)
 	}
 	small := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "small"}}).Val()
 	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", stream.MaxEntryBytes)}}).Val()
 	after := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "after"}}).Val()
-	if got := read("c1"); got != nil {
-		t.Fatalf("read that found no group: %v", got)
+	// The first read finds no group and creates it again.
+	if got := receive(t, msgs, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 1 {
+		t.Fatalf("first message %v, want %s delivered once", got, small)
 	}
 	if groups := rdb.XInfoGroups(ctx, "orders").Val(); len(groups) != 1 || groups[0].Name != "g" {
 		t.Fatalf("groups %v after a read found none, want g created again", groups)
 	}
-
-	got := read("c1")
-	if len(got) != 1 || got[0].ID != small || deliveries(t, got[0]) != 1 {
-		t.Fatalf("first read %v, want %s delivered once", got, small)
-	}
-	got = read("c1")
-	if len(got) != 1 || got[0].ID != after {
-		t.Fatalf("second read %v, want %s: the oversized entry %s is skipped", got, after, big)
+	if got := receive(t, msgs, 5*time.Second); got == nil || got.UUID != after {
+		t.Fatalf("second message %v, want %s: the oversized entry %s is skipped", got, after, big)
 	}
 	if rdb.XLen(ctx, "orders-poison").Val() != 1 || len(rdb.XRange(ctx, "orders", big, big).Val()) != 0 {
 		t.Fatal("the oversized entry was not moved to the poison stream")
 	}
+	_ = c1.Close() // c1's own claims would take back what it hands back
 
 	// A transient failure hands the entry back uncounted, idle enough to be claimed after 1 s.
 	if err := s.reclaim(ctx, testParts[0], small, 29*time.Second, true); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{"0/" + small}}).Result()
-	if err != nil || len(claimed) != 0 {
-		t.Fatalf("claimed %v (%v) before the retry delay passed", claimed, err)
+	c2, msgs2 := subscribe(t, rdb, cfg, "c2")
+	if got := receive(t, msgs2, 700*time.Millisecond); got != nil {
+		t.Fatalf("claimed %s before the retry delay passed", got.UUID)
 	}
-	time.Sleep(1100 * time.Millisecond)
-	claimed, err = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c2", MinIdle: 30 * time.Second, Messages: []string{"0/" + small}}).Result()
-	if err != nil || len(claimed) != 1 || deliveries(t, claimed[0]) != 1 {
-		t.Fatalf("claim after the delay: %v (%v), want %s with 1 delivery (the handed-back one not counted)", claimed, err, small)
+	if got := receive(t, msgs2, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 1 {
+		t.Fatalf("claim after the delay: %v, want %s with 1 delivery (the handed-back one not counted)", got, small)
 	}
+	_ = c2.Close()
 	// A permanent failure counts: the next claim sees 2 deliveries. c1 no longer owns it: nothing happens.
 	if err := s.reclaim(ctx, testParts[0], small, 0, false); err != nil {
 		t.Fatal(err)
@@ -177,9 +183,9 @@ func TestFetchAndReclaim(t *testing.T) {
 	if err := s2.reclaim(ctx, testParts[0], small, 30*time.Second, false); err != nil {
 		t.Fatal(err)
 	}
-	claimed, _ = c.XClaim(ctx, &redis.XClaimArgs{Consumer: "c3", MinIdle: 30 * time.Second, Messages: []string{"0/" + small}}).Result()
-	if len(claimed) != 1 || deliveries(t, claimed[0]) != 2 {
-		t.Fatalf("claim after a counted hand-back: %v, want 2 deliveries", claimed)
+	_, msgs3 := subscribe(t, rdb, cfg, "c3")
+	if got := receive(t, msgs3, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 2 {
+		t.Fatalf("claim after a counted hand-back: %v, want %s with 2 deliveries", got, small)
 	}
 }
 
@@ -253,20 +259,12 @@ func TestLostGroupIsNotRecreatedPastTheOutcomeTTL(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	cfg := validConfig(t)
-	c := testReader(rdb, cfg)
 	old := time.Now().Add(-cfg.OutcomeTTL).UnixMilli()
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old), Values: []string{"payload", "expired"}})
 	recent := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old+2*time.Minute.Milliseconds()),
 		Values: []string{"payload", "recent"}}).Val()
-	var got []redis.XMessage
-	for range 2 { // the first read finds no group and creates it
-		xs, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Consumer: "c1", Block: time.Millisecond}).Result()
-		if err == nil {
-			got = xs[0].Messages
-			break
-		}
-	}
-	if len(got) != 1 || got[0].ID != recent {
+	_, msgs := subscribe(t, rdb, cfg, "c1") // its first read finds no group and creates it
+	if got := receive(t, msgs, 5*time.Second); got == nil || got.UUID != recent {
 		t.Fatalf("first entry after the group was recreated: %v, want %s (the one older than OUTCOME_TTL skipped)", got, recent)
 	}
 }

@@ -1,5 +1,6 @@
-// Package worker wires the order worker: Redis clients, the locker, the stock store, one redisstream
-// subscriber per consumer in a Watermill router, and the per-message middleware chain.
+// Package worker wires the order worker: settings ▶ Redis clients ▶ the locker and the lock middleware ▶ the
+// stock store and the order handler (package handlers) ▶ one stream.Subscriber per consumer in a Watermill
+// router, each with the entry's delivery steps (chain.go) ▶ run.
 package worker
 
 import (
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
@@ -127,7 +127,7 @@ func (w *Worker) build(opts Options) error {
 	if err != nil {
 		return err
 	}
-	return w.addConsumers(wmLogger, opts.Faults)
+	return w.addConsumers(opts.Faults)
 }
 
 // connect creates the clients: one for the handlers, one for the subscribers' reads.
@@ -136,7 +136,7 @@ func (w *Worker) connect(tracing bool) (err error) {
 	if w.rdb, err = w.cfg.Client(0); err != nil {
 		return err
 	}
-	// A read and a claim per consumer (per node, on a cluster).
+	// A read loop per consumer, and the claims and prunes it makes now and then (per node, on a cluster).
 	if w.subRDB, err = w.cfg.Client(2*w.cfg.Concurrency + 4); err != nil {
 		return err
 	}
@@ -239,8 +239,8 @@ func (w *Worker) storeOptions() []inventory.Option {
 	return opts
 }
 
-// addConsumers adds one redisstream subscriber and handler per consumer to the router.
-func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter, faults *Faults) error {
+// addConsumers adds one subscriber (stream.Subscriber) and handler per consumer to the router.
+func (w *Worker) addConsumers(faults *Faults) error {
 	steps := []message.HandlerMiddleware{w.handler.Decode, w.handler.Combine}
 	if w.lockMW != nil {
 		steps = append(steps, w.lockMW.Middleware)
@@ -250,25 +250,18 @@ func (w *Worker) addConsumers(wmLogger watermill.LoggerAdapter, faults *Faults) 
 	}
 	cfg := w.cfg
 	w.busy = make(busyClock, cfg.Concurrency)
-	readers := stream.ReaderConfig{Partitions: w.parts, Group: cfg.ConsumerGroup, PoisonMaxLen: cfg.PoisonMaxLen,
-		Logger: w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
+	subs := stream.SubscriberConfig{Partitions: w.parts, Group: cfg.ConsumerGroup, PoisonMaxLen: cfg.PoisonMaxLen,
+		ClaimIdle: cfg.ClaimIdle,
+		// Failed attempts are handed back to be claimed after about a second (attempts).
+		ClaimInterval: min(cfg.ClaimIdle/4, time.Second),
+		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
 	for i := range cfg.Concurrency {
 		name := fmt.Sprintf("%s-%d", cfg.Name, i)
 		c := &consumer{rdb: w.rdb, server: w.server, parts: w.parts, group: cfg.ConsumerGroup, name: name,
 			poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
 			claimIdle: cfg.ClaimIdle, logger: w.logger, drainCtx: w.drain, raiseToken: w.raiseToken, busy: &w.busy[i]}
-		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-			Client:        stream.NewReader(w.subRDB, readers, i),
-			Unmarshaller:  stream.Unmarshaller{},
-			ConsumerGroup: cfg.ConsumerGroup,
-			Consumer:      name,
-			OldestId:      "$", // Run created the group already (prepare), at CONSUMER_GROUP_START
-			MaxIdleTime:   cfg.ClaimIdle,
-			// Failed attempts are handed back to be claimed after about a second (attempts).
-			ClaimInterval:                 min(cfg.ClaimIdle/4, time.Second),
-			NackResendSleep:               500 * time.Millisecond,
-			DisableIndefiniteInitialBlock: true, // so the read loops notice a shutdown
-		}, wmLogger)
+		subs.Consumer, subs.First = name, i
+		sub, err := stream.NewSubscriber(w.subRDB, subs)
 		if err != nil {
 			return err
 		}

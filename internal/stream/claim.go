@@ -1,0 +1,145 @@
+package stream
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// claimBatch bounds the idle entries one claim round finds (XPENDING COUNT).
+const claimBatch = 100
+
+// claims is the state of the claim rounds; only the read loop (readLoop) touches it.
+type claims struct {
+	due  time.Time // when the next round starts; zero: at once (a subscriber's first round)
+	next int       // the partition the next round looks at
+	part Partition // the partition of the round under way
+	ids  []string  // the idle entries the round under way found and has not claimed yet
+}
+
+// claim claims the next idle entry of the claim round under way, starting a round (on the next partition
+// in turn) when one is due. It claims one entry per call, as a read reads one, so that a claimed entry
+// waits no longer to be handled than one read; it returns nothing when there is none to claim.
+func (s *Subscriber) claim(ctx context.Context) []*message.Message {
+	c := &s.claims
+	if len(c.ids) == 0 {
+		if time.Now().Before(c.due) {
+			return nil
+		}
+		c.due = time.Now().Add(s.cfg.ClaimInterval)
+		c.part, c.next = s.cfg.Partitions[c.next], (c.next+1)%len(s.cfg.Partitions)
+		if s.skipped(c.part) {
+			return nil // its reads fail: so would the claims
+		}
+		c.ids = s.idle(ctx, c.part)
+	}
+	for len(c.ids) > 0 {
+		id := c.ids[0]
+		c.ids = c.ids[1:]
+		// Claimed only if still idle that long: another consumer may have claimed it since.
+		msgs, err := s.fetch(ctx, c.part, "claim", s.cfg.ClaimIdle.Milliseconds(), id)
+		if err != nil {
+			s.logClaimFailure(ctx, c.part, err)
+			c.ids = nil
+			return nil
+		}
+		if len(msgs) > 0 {
+			return msgs
+		}
+	}
+	return nil
+}
+
+// idle lists the entries of partition p pending longer than ClaimIdle, at most claimBatch of them.
+func (s *Subscriber) idle(ctx context.Context, p Partition) []string {
+	pending, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: s.cfg.Group,
+		Idle: s.cfg.ClaimIdle, Start: "-", End: "+", Count: claimBatch}).Result()
+	if err != nil {
+		s.logClaimFailure(ctx, p, err)
+		return nil
+	}
+	ids := make([]string, len(pending))
+	for i, e := range pending {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+func (s *Subscriber) logClaimFailure(ctx context.Context, p Partition, err error) {
+	if ctx.Err() == nil && !redis.HasErrorPrefix(err, "NOGROUP") { // a read creates a lost group again
+		s.cfg.Logger.Warn("claiming idle entries failed", "stream", p.Orders, "err", err)
+	}
+}
+
+// prune deletes idle consumers of the group every PruneInterval, looking at one partition per round, in
+// turn from a random one, until ctx ends.
+func (s *Subscriber) prune(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.PruneInterval)
+	defer tick.Stop()
+	next := rand.IntN(len(s.cfg.Partitions))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.pruneConsumers(ctx, s.cfg.Partitions[next])
+		next = (next + 1) % len(s.cfg.Partitions)
+	}
+}
+
+// pruneConsumers deletes the consumers of partition p's group that have nothing pending and have been idle
+// longer than ConsumerTimeout.
+func (s *Subscriber) pruneConsumers(ctx context.Context, p Partition) {
+	consumers, err := s.rdb.XInfoConsumers(ctx, p.Orders, s.cfg.Group).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Logger.Warn("listing the consumers of the group failed", "stream", p.Orders, "err", err)
+		}
+		return
+	}
+	for _, c := range consumers {
+		if c.Pending > 0 || c.Idle <= s.cfg.ConsumerTimeout {
+			continue
+		}
+		// Checked again inside Redis: the consumer may have read an entry since.
+		outcome, _, err := Group{p.Orders, s.cfg.Group}.PruneConsumer(ctx, s.rdb, c.Name, s.cfg.ConsumerTimeout)
+		switch {
+		case err != nil:
+			s.cfg.Logger.Warn("deleting an idle consumer failed", "stream", p.Orders, "consumer", c.Name, "err", err)
+		case outcome == "deleted":
+			s.cfg.Logger.Info("deleted an idle consumer from the group", "stream", p.Orders, "consumer", c.Name,
+				"idle", c.Idle.String())
+		}
+	}
+}
+
+//go:embed prune_consumer.lua
+var pruneLua string
+var pruneScript = redis.NewScript(pruneLua)
+
+// Group is a consumer group of a stream.
+type Group struct{ Stream, Name string }
+
+// PruneConsumer deletes consumer of the group when it has no pending entries and has been idle longer
+// than minIdle, checked and done in one step inside Redis (prune_consumer.lua): a consumer that reads an
+// entry meanwhile is never deleted with it, which would drop the entry from the pending list. It returns
+// what it found: "deleted", "pending", "active" or "missing", with the idle time or pending count it
+// decided on.
+func (g Group) PruneConsumer(ctx context.Context, rdb redis.Scripter, consumer string, minIdle time.Duration) (string, int64, error) {
+	reply, err := pruneScript.Run(ctx, rdb, []string{g.Stream}, g.Name, consumer, minIdle.Milliseconds()).Slice()
+	if err != nil {
+		return "", 0, fmt.Errorf("prune consumer %s: %w", consumer, err)
+	}
+	if len(reply) != 2 {
+		return "", 0, fmt.Errorf("prune consumer %s: unexpected script reply %v", consumer, reply)
+	}
+	outcome, _ := reply[0].(string)
+	n, _ := reply[1].(int64)
+	return outcome, n, nil
+}

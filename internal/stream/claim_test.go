@@ -1,0 +1,100 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+// The entries a dead consumer left pending are claimed once idle for ClaimIdle, on every partition, one at
+// a time: no more are claimed ahead of the handler than are read ahead. Their delivery count counts the
+// claim.
+func TestSubscriberClaimsIdleEntriesOneAtATime(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	createGroups(t, rdb, threeParts...)
+	for _, p := range threeParts {
+		for range 2 {
+			rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}})
+		}
+		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
+		c.Consumer, c.ClaimIdle, c.ClaimInterval = "c2", 200*time.Millisecond, 10*time.Millisecond
+	}))
+	claimed := map[string]bool{}
+	for len(claimed) < 6 {
+		msg := receive(t, msgs)
+		p := threeParts[EntryPartition(msg)]
+		if Deliveries(msg) != 2 || string(msg.Payload) != p.Orders {
+			t.Fatalf("claimed %s of %s with %d deliveries, payload %s; want 2 deliveries", msg.UUID, p.Orders, Deliveries(msg), msg.Payload)
+		}
+		if n := pendingFor(t, rdb, "c2"); n > 2+readAhead {
+			t.Fatalf("%d entries pending for c2 while it handles one, want at most %d: claimed one at a time, "+
+				"as far ahead as reads", n, 2+readAhead)
+		}
+		claimed[p.Orders+"/"+msg.UUID] = true
+		done(t, rdb, msg)
+	}
+	if n := pendingFor(t, rdb, "dead"); n != 0 {
+		t.Errorf("%d entries still pending for the dead consumer, want all claimed", n)
+	}
+}
+
+// pendingFor counts the entries pending for consumer over the partitions.
+func pendingFor(t *testing.T, rdb redis.UniversalClient, consumer string) int {
+	t.Helper()
+	n := 0
+	for _, p := range threeParts {
+		pending, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: p.Orders, Group: "g",
+			Start: "-", End: "+", Count: 100, Consumer: consumer}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(pending)
+	}
+	return n
+}
+
+// The consumers of the group that have been idle longer than ConsumerTimeout with nothing pending are
+// deleted, on every partition; one with pending entries stays, however idle.
+func TestSubscriberPrunesIdleConsumers(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	createGroups(t, rdb, threeParts...)
+	for _, p := range threeParts {
+		rdb.XGroupCreateConsumer(ctx, p.Orders, "g", "gone")
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", "p"}})
+		rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "busy", Streams: []string{p.Orders, ">"}})
+	}
+	subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
+		c.PruneInterval, c.ConsumerTimeout = 20*time.Millisecond, time.Second
+	}))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var left []string
+		for _, p := range threeParts {
+			for _, c := range rdb.XInfoConsumers(ctx, p.Orders, "g").Val() {
+				if c.Name != "c1" { // the subscriber itself: Redis before 7.2 lists it only once it read an entry
+					left = append(left, fmt.Sprintf("%d/%s", p.Index, c.Name))
+				}
+			}
+		}
+		slices.Sort(left)
+		if want := []string{"0/busy", "1/busy", "2/busy"}; slices.Equal(left, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumers %v after 10 s, want every idle one without pending entries (gone) deleted", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

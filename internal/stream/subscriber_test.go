@@ -1,0 +1,246 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+var threeParts = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3}.Partitions()
+
+// newTestSubscriber is consumer c1 of group g on parts, claiming entries idle for 30 s, changed by change.
+func newTestSubscriber(t *testing.T, rdb redis.UniversalClient, parts []Partition, change ...func(*SubscriberConfig)) *Subscriber {
+	t.Helper()
+	cfg := SubscriberConfig{Partitions: parts, Group: "g", Consumer: "c1", PoisonMaxLen: 100, ClaimIdle: 30 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Failing: new(atomic.Int64),
+		ReplayFrom: func(time.Time) string { return "0" }}
+	for _, c := range change {
+		c(&cfg)
+	}
+	s, err := NewSubscriber(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func subscribe(t *testing.T, s *Subscriber) <-chan *message.Message {
+	t.Helper()
+	msgs, err := s.Subscribe(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+// receive returns the next message of msgs, failing the test after 5 s.
+func receive(t *testing.T, msgs <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-msgs:
+		if !ok {
+			t.Fatal("the subscription ended")
+		}
+		return msg
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message within 5 s")
+		return nil
+	}
+}
+
+// done acks msg's entry in Redis, as the worker does with its outcome, then acks the message.
+func done(t *testing.T, rdb redis.UniversalClient, msg *message.Message) {
+	t.Helper()
+	if err := rdb.XAck(context.Background(), threeParts[EntryPartition(msg)].Orders, "g", msg.UUID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	msg.Ack()
+}
+
+func createGroups(t *testing.T, rdb redis.UniversalClient, parts ...Partition) {
+	t.Helper()
+	for _, p := range parts {
+		if err := rdb.XGroupCreateMkStream(context.Background(), p.Orders, "g", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// While the handler has a message, the subscriber reads two more ahead, and no more.
+func TestSubscriberReadsTwoAhead(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := threeParts[:1]
+	createGroups(t, rdb, parts...)
+	for i := range 5 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
+	}
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts))
+	receive(t, msgs) // and not acked
+	pending := func() int64 { return rdb.XPending(ctx, parts[0].Orders, "g").Val().Count }
+	for deadline := time.Now().Add(5 * time.Second); pending() < 2+readAhead && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // time enough to read more, if it would
+	if n := pending(); n != 2+readAhead {
+		t.Fatalf("%d entries pending while the handler has one, want %d: the one handled and two read ahead", n, 2+readAhead)
+	}
+}
+
+// A nacked message is not sent again: its entry stays pending, the next entry comes, and the nacked one
+// comes back through a claim once idle for ClaimIdle.
+func TestSubscriberLeavesANackedEntryPending(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := threeParts[:1]
+	createGroups(t, rdb, parts...)
+	first := rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", "1"}}).Val()
+	second := rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", "2"}}).Val()
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		c.ClaimIdle, c.ClaimInterval, c.NackPause = time.Second, 10*time.Millisecond, time.Millisecond
+	}))
+	msg := receive(t, msgs)
+	if msg.UUID != first {
+		t.Fatalf("first message %s, want %s", msg.UUID, first)
+	}
+	msg.Nack()
+	select {
+	case <-msg.Context().Done():
+	case <-time.After(time.Second):
+		t.Fatal("the nacked message's context is not done")
+	}
+	if msg = receive(t, msgs); msg.UUID != second {
+		t.Fatalf("after a nack: %s, want the next entry %s (no resend)", msg.UUID, second)
+	}
+	if p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: parts[0].Orders, Group: "g", Start: first, End: first,
+		Count: 1}).Val(); len(p) != 1 || p[0].Consumer != "c1" || p[0].RetryCount != 1 {
+		t.Fatalf("nacked entry: %+v, want it pending for c1, delivered once", p)
+	}
+	done(t, rdb, msg)
+	if msg = receive(t, msgs); msg.UUID != first || Deliveries(msg) != 2 {
+		t.Fatalf("then %s with %d deliveries, want the nacked %s claimed again (2 deliveries)", msg.UUID, Deliveries(msg), first)
+	}
+}
+
+// Under a Router, a subscriber sends its entries in order, one at a time; the Router's acks do not ack
+// the entries in Redis (the worker does, with their outcomes); closing the Router ends the subscription
+// without closing the Redis client.
+func TestSubscriberFeedsARouter(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := threeParts[:1]
+	createGroups(t, rdb, parts...)
+	var want []string
+	for i := range 3 {
+		want = append(want, rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}}).Val())
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan string, 10)
+	var inFlight, most atomic.Int32
+	router.AddConsumerHandler("c1", "orders", newTestSubscriber(t, rdb, parts), func(msg *message.Message) error {
+		most.Store(max(most.Load(), inFlight.Add(1)))
+		defer inFlight.Add(-1)
+		time.Sleep(10 * time.Millisecond)
+		handled <- msg.UUID
+		return nil
+	})
+	ran := make(chan error, 1)
+	go func() { ran <- router.Run(ctx) }()
+	var got []string
+	for range 3 {
+		select {
+		case id := <-handled:
+			got = append(got, id)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("handled %v within 5 s, want %v", got, want)
+		}
+	}
+	if err := router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("router run: %v", err)
+	}
+	if !slices.Equal(got, want) || most.Load() != 1 {
+		t.Errorf("handled %v, at most %d at once; want %v one at a time", got, most.Load(), want)
+	}
+	if n := rdb.XPending(ctx, parts[0].Orders, "g").Val().Count; n != 3 {
+		t.Errorf("%d entries pending after the Router acked them, want 3 (the subscriber sends no XACK)", n)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Errorf("the Redis client after the Router closed: %v, want it open", err)
+	}
+}
+
+// Close ends the subscription at once, even while a message is being handled, whose context ends; a
+// subscription also ends with its context. A closed subscriber cannot subscribe again.
+func TestSubscriberCloseEndsTheSubscription(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := threeParts[:1]
+	createGroups(t, rdb, parts...)
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", "p"}})
+	s := newTestSubscriber(t, rdb, parts)
+	msgs := subscribe(t, s)
+	msg := receive(t, msgs) // and never acked
+	closed := make(chan error)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for the message in hand")
+	}
+	if _, ok := <-msgs; ok {
+		t.Error("a message after Close, want the channel closed")
+	}
+	if msg.Context().Err() == nil {
+		t.Error("the message in hand keeps a live context after Close")
+	}
+	if _, err := s.Subscribe(ctx, "orders"); !errors.Is(err, ErrSubscriberClosed) {
+		t.Errorf("Subscribe after Close: %v, want ErrSubscriberClosed", err)
+	}
+
+	subCtx, cancel := context.WithCancel(ctx)
+	other, err := newTestSubscriber(t, rdb, parts).Subscribe(subCtx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case _, ok := <-other:
+		if ok {
+			t.Error("a message after the subscription's context ended")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the channel is still open 5 s after the subscription's context ended")
+	}
+}
+
+func TestSubscriberConfigValidate(t *testing.T) {
+	err := SubscriberConfig{First: -1}.Validate()
+	for _, want := range []string{"partitions", "consumer group", "consumer name", "First", "ClaimIdle", "ReplayFrom"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("empty config: %v, want it to name %s", err, want)
+		}
+	}
+}
