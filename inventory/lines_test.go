@@ -600,3 +600,31 @@ func TestACancelBeforeItsOrderIsRemembered(t *testing.T) {
 		})
 	}
 }
+
+// A fulfil of an order whose cancel came before it is refused already_cancelled, as the README says (it
+// was unknown_order), whether the order came since or not, and changes nothing.
+func TestAFulfilAfterAnEarlyCancelIsAlreadyCancelled(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 10})
+	for _, id := range []string{"o-1", "o-2"} {
+		if got, err := store.Cancel(ctx, id, "A", nil); err != nil || got.Reason != inventory.ReasonCancelledEarly {
+			t.Fatalf("early cancel of %s: %s, %v", id, statuses(got), err)
+		}
+	}
+	if got, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "A", Quantity: 2}, 0); err != nil || got.Status != inventory.StatusCancelled {
+		t.Fatalf("o-1 after its cancel: %+v, %v; want cancelled", got, err)
+	}
+	for _, id := range []string{"o-1", "o-2"} { // o-1 came after its cancel, o-2 has not come yet
+		before := rdb.Get(ctx, "order:{A}:"+id).Val()
+		got, err := store.Fulfil(ctx, id, "A", nil)
+		if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonAlreadyCancelled {
+			t.Fatalf("fulfil of %s: %s, %v; want rejected already_cancelled", id, statuses(got), err)
+		}
+		if after := rdb.Get(ctx, "order:{A}:"+id).Val(); after != before {
+			t.Fatalf("the fulfil of %s rewrote its record: %s, was %s", id, after, before)
+		}
+	}
+	checkStockFulfilled(t, store, "A", 10, 0)
+}
