@@ -50,7 +50,8 @@ type candidate struct {
 }
 
 // runPoisonReplay moves the selected poison entries back to ORDERS_STREAM, oldest first (--id: in the
-// order given), one script call each. An --id that does not exist ends in ExitNotFound.
+// order given), one script call each, and refuses those whose order is too old for its outcome records
+// (ageCheck) unless --force. An --id that does not exist ends in ExitNotFound.
 func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	if err := checkSelection(a.opts); err != nil {
 		return nil, err
@@ -59,8 +60,18 @@ func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	if err != nil {
 		return nil, err
 	}
+	tooOld, err := a.ageCheck(ctx)
+	if err != nil {
+		return nil, err
+	}
+	replay := func(ctx context.Context, c candidate) (replayResult, error) {
+		if reason := tooOld(c); reason != "" && c.fields != nil && replayable(c.fields) {
+			return replayResult{ID: c.id, Result: resultRefused, Reason: reason}, nil
+		}
+		return a.replayCandidate(ctx, c)
+	}
 	r := &replayReport{From: a.opts.PoisonStream, To: a.opts.OrdersStream, DryRun: a.opts.dryRun, Entries: []replayResult{}}
-	if err := forEach(ctx, cands, a.replayCandidate, r.add); err != nil {
+	if err := forEach(ctx, cands, replay, r.add); err != nil {
 		return r, fmt.Errorf("replay: %w", err)
 	}
 	return r, r.missingIDs(len(a.opts.ids) > 0)
