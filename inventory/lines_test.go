@@ -628,3 +628,22 @@ func TestAFulfilAfterAnEarlyCancelIsAlreadyCancelled(t *testing.T) {
 	}
 	checkStockFulfilled(t, store, "A", 10, 0)
 }
+
+// On one Redis a basket whose line-by-line reservation stopped halfway (line A recorded and taken, B not:
+// a store that went line by line crashed) is finished line by line (the script's PARTIAL), not reserved
+// again in full: A is taken once.
+func TestAHalfReservedBasketOnOneRedisTakesItsFirstLineOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 10, "B": 10})
+	basket := lines("A", 2, "B", 3)
+	reserveUntilCrash(t, rdb, 0, basket)
+	checkStock(t, store, map[string][2]int64{"A": {8, 2}, "B": {10, 0}})
+
+	got, err := store.ReserveLines(ctx, "o-1", basket, nil)
+	if err != nil || statuses(got) != "reserved//: A=reserved/ B=reserved/" || !got.Lines[0].Replayed || got.Lines[1].Replayed {
+		t.Fatalf("the redelivery: %s (lines %+v), %v; want A replayed and B reserved", statuses(got), got.Lines, err)
+	}
+	checkStock(t, store, map[string][2]int64{"A": {8, 2}, "B": {7, 3}})
+}
