@@ -30,7 +30,8 @@
 // A replay moves each poison entry in one script call (poison_replay.lua): the original fields (all but
 // poison_*) plus replayed_from = the poison entry id and replayed_source_id = the id the order was first
 // published as are added to ORDERS_STREAM and the poison entry is deleted, so concurrent replays replay
-// each entry at most once; an entry poisoned without its fields (oversized) is refused, and so, unless
+// each entry at most once (and a replay resent after a lost reply finds its latch and reports the entry
+// replayed); an entry poisoned without its fields (oversized) is refused, and so, unless
 // --force, is one whose order was first published longer ago than OUTCOME_TTL allows (poison_age.go): its
 // outcome records may have expired, and a replay could reserve it again. consumers prune checks and deletes each consumer in one script call too
 // (prune_consumer.lua), so a consumer with pending entries is never deleted.

@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -191,10 +193,15 @@ func dryRun(c candidate) replayResult {
 	return replayResult{ID: c.id, Result: resultWouldReplay}
 }
 
-// replayOne runs poison_replay.lua for one entry.
+// replayLatchTTL is how long a replay's latch remembers the entry it added: far longer than go-redis takes
+// to resend a command whose reply was lost.
+const replayLatchTTL = time.Minute
+
+// replayOne runs poison_replay.lua for one entry, with a request id of its own for its latch.
 func (a *app) replayOne(ctx context.Context, id string) (replayResult, error) {
-	keys := []string{a.opts.PoisonStream, a.opts.OrdersStream}
-	reply, err := replayScript.Run(ctx, a.rdb, keys, id).StringSlice()
+	latch := a.opts.PoisonStream + ":replay-latch:" + uuid.NewString() // in the poison stream's slot
+	keys := []string{a.opts.PoisonStream, a.opts.OrdersStream, latch}
+	reply, err := replayScript.Run(ctx, a.rdb, keys, id, replayLatchTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return replayResult{}, fmt.Errorf("poison entry %s: %w", id, err)
 	}

@@ -2,12 +2,20 @@
 -- stream, in one step, so concurrent replays move each entry at most once.
 -- KEYS[1] poison stream
 -- KEYS[2] orders stream
+-- KEYS[3] <poison stream>:replay-latch:<request id>: the new id once this request replayed the entry, so
+--         that a resend after a lost reply (go-redis sends a command again after a lost connection) says
+--         replayed, not missing
 -- ARGV[1] id of the poison entry
+-- ARGV[2] latch lifetime in milliseconds
 -- Returns {'replayed', new id in KEYS[2]} | {'missing'} (already replayed, trimmed or never there) |
 -- {'refused', reason} (poisoned without its original fields: nothing to replay).
 -- The entry added carries replayed_from (the poison entry's id) and replayed_source_id: the id its order
 -- was first published as (that of an earlier replay, else poison_source_id), so that a replay of it poisoned
 -- again still knows how old its order is (poison_age.go).
+local done = redis.call('GET', KEYS[3])
+if done then
+  return {'replayed', done}
+end
 local entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #entries == 0 then
   return {'missing'}
@@ -35,4 +43,5 @@ if first or source then
 end
 local id = redis.call('XADD', KEYS[2], '*', unpack(out))
 redis.call('XDEL', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[3], id, 'PX', ARGV[2])
 return {'replayed', id}

@@ -2,15 +2,18 @@ package stockctl_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stockctl"
 )
 
@@ -249,5 +252,34 @@ func TestReplayKeepsTheFirstSourceID(t *testing.T) {
 	wantCode(t, e.run("poison", "replay", "--id", again), stockctl.ExitOK)
 	if got := e.replayedOrders()[again]; got["replayed_source_id"] != first || got["replayed_from"] != again {
 		t.Fatalf("replayed again: %v, want replayed_source_id %s and replayed_from %s", got, first, again)
+	}
+}
+
+// A replay whose reply is lost (go-redis sends it again) reports the entry replayed, with the id it got,
+// not missing: the resend finds its latch.
+func TestAReplayWhoseReplyIsLostReportsItReplayed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.watermillPoison("bad input", "o-1")
+	wantCode(t, e.run("poison", "replay", "--id", first), stockctl.ExitOK) // loads the script
+	id := e.watermillPoison("bad input", "o-2")
+	proxy := redistest.NewReplyDropper(t, e.srv.Addr)
+	src, err := os.ReadFile("poison_replay.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.DropReplyTo(fmt.Sprintf("%x", sha1.Sum(src)), 1) // the script's EVALSHA
+
+	var got replayJSON
+	r := runArgs(t, "--redis-url", "redis://"+proxy.Addr+"/0", "poison", "replay", "--id", id, "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("output is not JSON (%v): %s %s", err, r.stdout, r.stderr)
+	}
+	wantCode(t, r, stockctl.ExitOK)
+	orders := e.replayedOrders()
+	if proxy.Dropped() != 1 || got.Replayed != 1 || len(orders) != 2 || orders[id] == nil ||
+		got.Entries[0].NewID != must(e.rdb.XRevRangeN(context.Background(), "orders", "+", "-", 1).Result())[0].ID {
+		t.Fatalf("replay with its reply lost: %+v, %d orders, %d replies lost; want it replayed once, with its new id",
+			got, len(orders), proxy.Dropped())
 	}
 }
