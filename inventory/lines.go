@@ -279,7 +279,7 @@ func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) 
 	case err != nil:
 		return nil, err
 	case rec.Early: // a cancel that came before the order (cancelEarly): the order is not known yet
-		return nil, fmt.Errorf("%w: order %q was cancelled before it came (sku %q)", ErrUnknownOrder, orderID, sku)
+		return nil, fmt.Errorf("%w: order %q was %w (sku %q)", ErrUnknownOrder, orderID, errCancelledEarly, sku)
 	case rec.Lines != nil: // the basket's least SKU
 		return rec.Lines, nil
 	case rec.Anchor == "": // a single-SKU order
@@ -295,6 +295,10 @@ func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) 
 
 // ErrUnknownOrder: no outcome is recorded for the order and SKU (never decided, or expired).
 var ErrUnknownOrder = errors.New("inventory: unknown order")
+
+// errCancelledEarly comes with Lines' ErrUnknownOrder when the SKU's record is that of a cancel that came
+// before the order (cancelEarly): the order is cancelled, whether or not it came since.
+var errCancelledEarly = errors.New("cancelled before it came")
 
 // lineRecord is what Lines and the lifecycle's refusals read of an outcome record.
 type lineRecord struct {
@@ -339,7 +343,8 @@ func (s *Store) Cancel(ctx context.Context, orderID, sku string, fences Fences) 
 
 // Fulfil moves every line of a reserved order out of reserved for good (into the stock's fulfilled
 // field), once, as Cancel gives it back: a fulfilled order replays as fulfilled; an unknown, rejected or
-// cancelled one is refused (ReasonUnknownOrder, ReasonNotReserved, ReasonAlreadyCancelled). A basket left
+// cancelled one is refused (ReasonUnknownOrder, ReasonNotReserved, ReasonAlreadyCancelled), also one whose
+// cancel came before it (ReasonAlreadyCancelled, whether the order came since or not). A basket left
 // half reserved by a crash is first reserved to the end, as its redelivery would (ReserveLines), then
 // fulfilled or refused: its reservation may never come back (poisoned after MAX_ATTEMPTS crashes), and a
 // fulfil waiting for it would wait for ever.
@@ -356,6 +361,8 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 	switch {
 	case errors.Is(err, ErrUnknownOrder) && op == "cancel":
 		return s.cancelEarly(ctx, orderID, sku, fences)
+	case errors.Is(err, errCancelledEarly): // a fulfil of an order cancelled before it came
+		return refused(orderID, sku, ReasonAlreadyCancelled), nil
 	case errors.Is(err, ErrUnknownOrder):
 		return refused(orderID, sku, ReasonUnknownOrder), nil
 	case err != nil:

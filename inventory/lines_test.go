@@ -600,3 +600,50 @@ func TestACancelBeforeItsOrderIsRemembered(t *testing.T) {
 		})
 	}
 }
+
+// A fulfil of an order whose cancel came before it is refused already_cancelled, as the README says (it
+// was unknown_order), whether the order came since or not, and changes nothing.
+func TestAFulfilAfterAnEarlyCancelIsAlreadyCancelled(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 10})
+	for _, id := range []string{"o-1", "o-2"} {
+		if got, err := store.Cancel(ctx, id, "A", nil); err != nil || got.Reason != inventory.ReasonCancelledEarly {
+			t.Fatalf("early cancel of %s: %s, %v", id, statuses(got), err)
+		}
+	}
+	if got, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "A", Quantity: 2}, 0); err != nil || got.Status != inventory.StatusCancelled {
+		t.Fatalf("o-1 after its cancel: %+v, %v; want cancelled", got, err)
+	}
+	for _, id := range []string{"o-1", "o-2"} { // o-1 came after its cancel, o-2 has not come yet
+		before := rdb.Get(ctx, "order:{A}:"+id).Val()
+		got, err := store.Fulfil(ctx, id, "A", nil)
+		if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonAlreadyCancelled {
+			t.Fatalf("fulfil of %s: %s, %v; want rejected already_cancelled", id, statuses(got), err)
+		}
+		if after := rdb.Get(ctx, "order:{A}:"+id).Val(); after != before {
+			t.Fatalf("the fulfil of %s rewrote its record: %s, was %s", id, after, before)
+		}
+	}
+	checkStockFulfilled(t, store, "A", 10, 0)
+}
+
+// On one Redis a basket whose line-by-line reservation stopped halfway (line A recorded and taken, B not:
+// a store that went line by line crashed) is finished line by line (the script's PARTIAL), not reserved
+// again in full: A is taken once.
+func TestAHalfReservedBasketOnOneRedisTakesItsFirstLineOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 10, "B": 10})
+	basket := lines("A", 2, "B", 3)
+	reserveUntilCrash(t, rdb, 0, basket)
+	checkStock(t, store, map[string][2]int64{"A": {8, 2}, "B": {10, 0}})
+
+	got, err := store.ReserveLines(ctx, "o-1", basket, nil)
+	if err != nil || statuses(got) != "reserved//: A=reserved/ B=reserved/" || !got.Lines[0].Replayed || got.Lines[1].Replayed {
+		t.Fatalf("the redelivery: %s (lines %+v), %v; want A replayed and B reserved", statuses(got), got.Lines, err)
+	}
+	checkStock(t, store, map[string][2]int64{"A": {8, 2}, "B": {7, 3}})
+}

@@ -12,7 +12,8 @@ import (
 // ackReplyMargin is how much the client's ReadTimeout must exceed the WAIT timeout. go-redis reads the
 // script's and WAIT's replies of a pipeline under the client's ReadTimeout (it ignores WAIT's own read
 // timeout there), Redis may answer a WAIT up to an event-loop tick late, and go-redis sends a pipeline
-// whose read timed out again, script and all: a Restock would be applied twice.
+// whose read timed out again, script and all: every script survives that (see Resends in the package
+// doc), but the call would wait twice and fail on the second read's timeout all the same.
 const ackReplyMargin = 500 * time.Millisecond
 
 // WithReplicaAcks makes every stock write (Reserve, ReserveBatch, Release, SetStock, Restock, RaiseFence)
@@ -29,10 +30,11 @@ const ackReplyMargin = 500 * time.Millisecond
 //
 // A write that fewer replicas acknowledged in time fails with an error wrapping ErrReplicaAcks, saying how
 // many acknowledged. WAIT rolls nothing back: the write stays applied on the master and usually reaches
-// the replicas later, unless the master dies first. Retrying is safe for the calls that are idempotent:
-// a Reserve, ReserveBatch or Release of the same orders replays their outcomes, and SetStock and
-// RaiseFence write the same value again. Restock is not: a retry adds the quantity again, so read the
-// stock (Get) instead. Every such retry waits again, for everything up to its own call.
+// the replicas later, unless the master dies first. Calling again is safe for the calls that are
+// idempotent: a Reserve, ReserveBatch or Release of the same orders replays their outcomes, and SetStock
+// and RaiseFence write the same value again. Restock is not: a second call is a new request and adds the
+// quantity again (only go-redis's resend of one call is latched), so read the stock (Get) instead. Every
+// such call waits again, for everything up to its own call.
 //
 // It is not strong consistency. An acknowledgement means the replica received the write into its
 // memory, not that it is on disk there. With several replicas and n below their number, a failover may

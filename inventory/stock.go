@@ -5,7 +5,9 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,14 +25,24 @@ var (
 	getStockScript = redis.NewScript(getStockSrc)
 )
 
+// latchTTL is how long the latch of a stock write (stock:{SKU}:latch:<request id>) remembers that the write
+// ran: far longer than go-redis takes to resend a command whose reply was lost (MaxRetries, 3 by default,
+// each attempt bounded by the client's timeouts), short enough that latches do not pile up.
+const latchTTL = time.Minute
+
+// latchKey names the latch of one stock write of sku: a request id of its own, in the SKU's slot.
+func latchKey(sku string) string { return stockKey(sku) + ":latch:" + uuid.NewString() }
+
 // SetStock sets the available stock of sku to available (0..MaxStock), creating the SKU with reserved 0
 // if it does not exist. The reserved count and the fence stay as they are: reservations already made
-// are not undone by a stock count.
+// are not undone by a stock count. The call is safe to resend (a request id and a latch): go-redis's
+// resend after a lost reply does not set available again over the reservations made since.
 func (s *Store) SetStock(ctx context.Context, sku string, available int64) error {
 	if err := checkStockWrite(sku, "available", available, 0); err != nil {
 		return err
 	}
-	if err := s.run(ctx, setStockScript, []string{stockKey(sku)}, available).Err(); err != nil {
+	keys := []string{stockKey(sku), latchKey(sku)}
+	if err := s.run(ctx, setStockScript, keys, available, latchTTL.Milliseconds(), s.replayWrites()).Err(); err != nil {
 		return scriptError("set stock of", "", sku, 0, err)
 	}
 	return nil
@@ -38,12 +50,15 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 
 // Restock adds quantity (1..MaxStock) to the available stock of sku, creating the SKU if it does not
 // exist, and returns the new available count. It fails with ErrInvalid, writing nothing, if available
-// would exceed MaxStock.
+// would exceed MaxStock. go-redis's resend of the call after a lost reply adds nothing again and returns
+// the count the first send left (a request id and a latch); a second call adds again.
 func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (available int64, err error) {
 	if err := checkStockWrite(sku, "quantity", quantity, 1); err != nil {
 		return 0, err
 	}
-	available, err = s.run(ctx, restockScript, []string{stockKey(sku)}, quantity, int64(MaxStock)).Int64()
+	keys := []string{stockKey(sku), latchKey(sku)}
+	available, err = s.run(ctx, restockScript, keys, quantity, int64(MaxStock), latchTTL.Milliseconds(),
+		s.replayWrites()).Int64()
 	if err != nil {
 		return 0, restockError(sku, quantity, err)
 	}

@@ -33,9 +33,10 @@ var commands = []*command{
 		noArgs: true, run: runPending},
 	{name: "poison list", args: "[--limit N]", summary: "poison entries, newest first", flags: []string{"limit", "partition"},
 		noArgs: true, run: runPoisonList},
-	{name: "poison replay", args: "(--id ID [--id ID...] | --reason-contains S | --all) [--dry-run]",
-		summary: "move poison entries back to the orders stream, each at most once", flags: []string{"id", "reason-contains", "all", "dry-run", "partition"},
-		noArgs: true, hint: " (use --id ID)", run: runPoisonReplay},
+	{name: "poison replay", args: "(--id ID [--id ID...] | --reason-contains S | --all) [--dry-run] [--force]",
+		summary: "move poison entries back to the orders stream, each at most once, unless older than OUTCOME_TTL allows",
+		flags:   []string{"id", "reason-contains", "all", "dry-run", "outcome-ttl", "force", "partition"},
+		noArgs:  true, hint: " (use --id ID)", run: runPoisonReplay},
 	{name: "consumers prune", args: "[--idle D] [--dry-run]", summary: "delete consumers idle longer than D that have no pending entries",
 		flags: []string{"idle", "dry-run", "partition"}, noArgs: true, run: runConsumersPrune},
 }

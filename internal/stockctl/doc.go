@@ -9,13 +9,13 @@
 //	stockctl lock SKU                           lock holder, lease, fencing counter and stored fence
 //	stockctl pending [--limit N]                consumer group, its consumers and pending entries
 //	stockctl poison list [--limit N]            poison entries, newest first
-//	stockctl poison replay (--id ID... | --reason-contains S | --all) [--dry-run]
+//	stockctl poison replay (--id ID... | --reason-contains S | --all) [--dry-run] [--force]
 //	                                            move poison entries back to the orders stream
 //	stockctl consumers prune [--idle D] [--dry-run]
 //	                                            delete idle consumers that have no pending entries
 //
 // Settings are those of the worker (REDIS_URL, REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE, REDIS_TLS_KEY_FILE,
-// ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM, CONSUMER_GROUP, REDLOCK_URLS), each an environment
+// ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM, CONSUMER_GROUP, REDLOCK_URLS, OUTCOME_TTL), each an environment
 // variable and a flag; the flag wins. --json prints machine output, --timeout bounds the command (default
 // 10s). Flags may come before or after the command.
 //
@@ -28,9 +28,12 @@
 //
 // poison list shows the newest entries first; poison replay goes oldest first (--id: in the order given).
 // A replay moves each poison entry in one script call (poison_replay.lua): the original fields (all but
-// poison_*) plus replayed_from = the poison entry id are added to ORDERS_STREAM and the poison entry is
-// deleted, so concurrent replays replay each entry at most once; an entry poisoned without its fields
-// (oversized) is refused. consumers prune checks and deletes each consumer in one script call too
+// poison_*) plus replayed_from = the poison entry id and replayed_source_id = the id the order was first
+// published as are added to ORDERS_STREAM and the poison entry is deleted, so concurrent replays replay
+// each entry at most once (and a replay resent after a lost reply finds its latch and reports the entry
+// replayed); an entry poisoned without its fields (oversized) is refused, and so, unless
+// --force, is one whose order was first published longer ago than OUTCOME_TTL allows (poison_age.go): its
+// outcome records may have expired, and a replay could reserve it again. consumers prune checks and deletes each consumer in one script call too
 // (prune_consumer.lua), so a consumer with pending entries is never deleted.
 //
 // With --json, stdout holds one JSON document per run, written when the command got as far as a report

@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -50,7 +52,8 @@ type candidate struct {
 }
 
 // runPoisonReplay moves the selected poison entries back to ORDERS_STREAM, oldest first (--id: in the
-// order given), one script call each. An --id that does not exist ends in ExitNotFound.
+// order given), one script call each, and refuses those whose order is too old for its outcome records
+// (ageCheck) unless --force. An --id that does not exist ends in ExitNotFound.
 func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	if err := checkSelection(a.opts); err != nil {
 		return nil, err
@@ -59,8 +62,18 @@ func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	if err != nil {
 		return nil, err
 	}
+	tooOld, err := a.ageCheck(ctx)
+	if err != nil {
+		return nil, err
+	}
+	replay := func(ctx context.Context, c candidate) (replayResult, error) {
+		if reason := tooOld(c); reason != "" && c.fields != nil && replayable(c.fields) {
+			return replayResult{ID: c.id, Result: resultRefused, Reason: reason}, nil
+		}
+		return a.replayCandidate(ctx, c)
+	}
 	r := &replayReport{From: a.opts.PoisonStream, To: a.opts.OrdersStream, DryRun: a.opts.dryRun, Entries: []replayResult{}}
-	if err := forEach(ctx, cands, a.replayCandidate, r.add); err != nil {
+	if err := forEach(ctx, cands, replay, r.add); err != nil {
 		return r, fmt.Errorf("replay: %w", err)
 	}
 	return r, r.missingIDs(len(a.opts.ids) > 0)
@@ -180,10 +193,15 @@ func dryRun(c candidate) replayResult {
 	return replayResult{ID: c.id, Result: resultWouldReplay}
 }
 
-// replayOne runs poison_replay.lua for one entry.
+// replayLatchTTL is how long a replay's latch remembers the entry it added: far longer than go-redis takes
+// to resend a command whose reply was lost.
+const replayLatchTTL = time.Minute
+
+// replayOne runs poison_replay.lua for one entry, with a request id of its own for its latch.
 func (a *app) replayOne(ctx context.Context, id string) (replayResult, error) {
-	keys := []string{a.opts.PoisonStream, a.opts.OrdersStream}
-	reply, err := replayScript.Run(ctx, a.rdb, keys, id).StringSlice()
+	latch := a.opts.PoisonStream + ":replay-latch:" + uuid.NewString() // in the poison stream's slot
+	keys := []string{a.opts.PoisonStream, a.opts.OrdersStream, latch}
+	reply, err := replayScript.Run(ctx, a.rdb, keys, id, replayLatchTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return replayResult{}, fmt.Errorf("poison entry %s: %w", id, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/inventory"
 )
 
 // Defaults of the flags.
@@ -33,6 +34,8 @@ type options struct {
 	reasonContains string
 	all            bool
 	dryRun         bool
+	outcomeTTL     time.Duration
+	force          bool
 	idle           time.Duration
 	partition      int
 	given          map[string]bool // flags given on the command line
@@ -53,6 +56,8 @@ func defineFlags(set *config.Set, o *options) {
 	set.String(&o.reasonContains, "reason-contains", "", "poison replay: replay the entries whose poison_reason contains this `text`")
 	set.Bool(&o.all, "all", "poison replay: replay every poison entry")
 	set.Bool(&o.dryRun, "dry-run", "poison replay, consumers prune: show what would be done, write nothing")
+	set.Duration(&o.outcomeTTL, "OUTCOME_TTL", inventory.DefaultOutcomeTTL, "poison replay: the workers' OUTCOME_TTL; an entry whose order was first published longer ago (less a margin) is not replayed")
+	set.Bool(&o.force, "force", "poison replay: replay entries too old for their outcome records all the same (an order that reached the stock may be reserved again)")
 	set.Duration(&o.idle, "idle", DefaultPruneIdle, "consumers prune: delete consumers idle longer than this (and without pending entries)")
 	set.Int(&o.partition, "partition", 0, "pending, poison, consumers: the partition whose streams they look at (with ORDERS_PARTITIONS or REDIS_CLUSTER)")
 }
@@ -171,6 +176,7 @@ func (o *options) check() error {
 		config.Check(o.timeout > 0, "--timeout", o.timeout, "must be positive"),
 		config.Check(o.limit >= 1, "--limit", o.limit, "want at least 1"),
 		config.Check(o.idle >= 0, "--idle", o.idle, "must not be negative"),
+		config.Check(o.outcomeTTL >= time.Minute, "OUTCOME_TTL", o.outcomeTTL, "want at least 1m, as the worker"),
 		config.CheckNotEmpty("ORDERS_STREAM", o.OrdersStream),
 		config.CheckNotEmpty("POISON_STREAM", o.PoisonStream),
 		config.CheckNotEmpty("CONSUMER_GROUP", o.ConsumerGroup),

@@ -2,9 +2,11 @@ package stockctl_test
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"testing"
 
+	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stockctl"
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -97,5 +99,36 @@ func TestStockBadInputWritesNothing(t *testing.T) {
 	}
 	if after := e.snapshot(); !maps.Equal(before, after) {
 		t.Fatalf("bad input changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// A stock write whose reply is lost (go-redis resends it) is applied once, and stockctl reports what Redis
+// holds: stock add 50 on 10 available leaves 60 (issue 30).
+func TestStockWritesWhoseReplyIsLostApplyOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	proxy := redistest.NewReplyDropper(t, e.srv.Addr)
+	url := "redis://" + proxy.Addr + "/0"
+	// Each script runs once directly first, so the reply lost below is that of a send that ran.
+	wantCode(t, e.run("stock", "set", "R1", "10"), stockctl.ExitOK)
+	wantCode(t, e.run("stock", "add", "R2", "1"), stockctl.ExitOK)
+
+	proxy.DropReplyTo("stock:{R1}", 1)
+	var added stockJSON
+	r := runArgs(t, "--redis-url", url, "stock", "add", "R1", "50", "--json")
+	wantCode(t, r, stockctl.ExitOK)
+	if err := json.Unmarshal([]byte(r.stdout), &added); err != nil || len(added.SKUs) != 1 || added.SKUs[0].Available != 60 {
+		t.Fatalf("stock add reported %s (%v), want available 60", r.stdout, err)
+	}
+	if got := must(e.rdb.HGet(context.Background(), "stock:{R1}", "available").Result()); got != "60" || proxy.Dropped() != 1 {
+		t.Fatalf("available %s after stock add 50 on 10 with %d replies lost, want 60 after 1", got, proxy.Dropped())
+	}
+
+	proxy.DropReplyTo("stock:{R1}", 1)
+	r = runArgs(t, "--redis-url", url, "stock", "set", "R1", "7")
+	wantCode(t, r, stockctl.ExitOK)
+	wantContains(t, "stock set output", r.stdout, "R1   7 ")
+	if got := must(e.rdb.HGet(context.Background(), "stock:{R1}", "available").Result()); got != "7" || proxy.Dropped() != 2 {
+		t.Fatalf("available %s after stock set 7 with %d replies lost, want 7 after 2", got, proxy.Dropped())
 	}
 }
