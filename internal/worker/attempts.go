@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 )
 
@@ -58,7 +59,11 @@ func (c *consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 	delay := min(wait*time.Duration(80+rand.IntN(41))/100, c.claimIdle/2)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 2*time.Second)
 	defer cancel()
-	if herr := c.reclaim(ctx, c.partition(msg), msg.UUID, c.claimIdle-delay, kind == transient); herr != nil {
+	var uncount int64 // the count this delivery made, when it is taken off
+	if kind == transient {
+		uncount = int64(stream.Deliveries(msg))
+	}
+	if herr := c.reclaim(ctx, c.partition(msg), msg.UUID, c.claimIdle-delay, uncount); herr != nil {
 		c.logger.Warn("order failed, retrying here", "id", msg.UUID, "in", retryMin, "err", err, "hand_back_err", herr)
 		return false
 	}

@@ -209,7 +209,7 @@ func (c *consumer) touchUntil(msg *message.Message, done <-chan struct{}) {
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(msg.Context(), c.claimIdle/3)
-			_ = c.reclaim(ctx, c.partition(msg), msg.UUID, 0, false)
+			_ = c.reclaim(ctx, c.partition(msg), msg.UUID, 0, 0)
 			cancel()
 		}
 	}

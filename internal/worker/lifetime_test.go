@@ -160,7 +160,7 @@ func TestFetchAndReclaim(t *testing.T) {
 	_ = c1.Close() // c1's own claims would take back what it hands back
 
 	// A transient failure hands the entry back uncounted, idle enough to be claimed after 1 s.
-	if err := s.reclaim(ctx, testParts[0], small, 29*time.Second, true); err != nil {
+	if err := s.reclaim(ctx, testParts[0], small, 29*time.Second, 1); err != nil {
 		t.Fatal(err)
 	}
 	c2, msgs2 := subscribe(t, rdb, cfg, "c2")
@@ -172,7 +172,7 @@ func TestFetchAndReclaim(t *testing.T) {
 	}
 	_ = c2.Close()
 	// A permanent failure counts: the next claim sees 2 deliveries. c1 no longer owns it: nothing happens.
-	if err := s.reclaim(ctx, testParts[0], small, 0, false); err != nil {
+	if err := s.reclaim(ctx, testParts[0], small, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	if p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: small, End: small, Count: 1}).Val(); p[0].Consumer != "c2" {
@@ -180,7 +180,7 @@ func TestFetchAndReclaim(t *testing.T) {
 	}
 	s2 := *s
 	s2.name = "c2"
-	if err := s2.reclaim(ctx, testParts[0], small, 30*time.Second, false); err != nil {
+	if err := s2.reclaim(ctx, testParts[0], small, 30*time.Second, 0); err != nil {
 		t.Fatal(err)
 	}
 	_, msgs3 := subscribe(t, rdb, cfg, "c3")

@@ -74,12 +74,8 @@ var reclaimLua string
 var reclaimScript = redis.NewScript(reclaimLua)
 
 // reclaim sets the idle time of partition p's entry msgID if this consumer still owns it (reclaim.lua).
-func (c *consumer) reclaim(ctx context.Context, p stream.Partition, msgID string, idle time.Duration, uncount bool) error {
-	flag := 0
-	if uncount {
-		flag = 1
-	}
-	return reclaimScript.Run(ctx, c.rdb, []string{p.Orders}, c.group, c.name, msgID, idle.Milliseconds(), flag).Err()
+func (c *consumer) reclaim(ctx context.Context, p stream.Partition, msgID string, idle time.Duration, uncount int64) error {
+	return reclaimScript.Run(ctx, c.rdb, []string{p.Orders}, c.group, c.name, msgID, idle.Milliseconds(), uncount).Err()
 }
 
 // panicError is a panic of the handler, recovered.
@@ -98,7 +94,7 @@ func (c *consumer) handBackPending(ctx context.Context) (n int, err error) {
 			End: "+", Count: 100, Consumer: c.name}).Result()
 		err = cmp.Or(err, perr)
 		for _, e := range pending {
-			if perr := c.reclaim(ctx, p, e.ID, c.claimIdle, true); perr == nil {
+			if perr := c.reclaim(ctx, p, e.ID, c.claimIdle, e.RetryCount); perr == nil {
 				n++
 			} else {
 				err = cmp.Or(err, perr)

@@ -6,15 +6,17 @@
 -- ARGV[2] consumer
 -- ARGV[3] entry id
 -- ARGV[4] idle time to set, in milliseconds
--- ARGV[5] 1: take this delivery off the delivery count (the attempt failed for a reason outside the
---         order, such as a lock wait or Redis being busy, and must not count against MAX_ATTEMPTS)
+-- ARGV[5] the delivery count the caller saw, to take this delivery off it (the attempt failed for a reason
+--         outside the order, such as a lock wait or Redis being busy, and must not count against
+--         MAX_ATTEMPTS); 0: leave the count. Only that count is lowered: the same call resent after a lost
+--         reply finds it lowered already and leaves it.
 -- Returns 1 when set, 0 when the entry is no longer pending for ARGV[2].
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
 if #pending == 0 then
   return 0
 end
 local deliveries = pending[1][4]
-if ARGV[5] == '1' and deliveries > 0 then
+if deliveries > 0 and deliveries == tonumber(ARGV[5]) then
   deliveries = deliveries - 1
 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', deliveries, 'JUSTID')

@@ -12,13 +12,9 @@ import (
 
 // A hand-back that takes a failed attempt off the delivery count (reclaim.lua, uncount) takes one off when
 // its reply is lost and go-redis sends it again: MAX_ATTEMPTS counts every delivery but the uncounted ones.
-//
-// It fails today (issue 30, suspicion 5, confirmed): the resend finds the count already lowered and lowers
-// it again (2 deliveries, 0 left counted), so every lost reply of a hand-back buys the entry one more
-// attempt. The fix needs the callers (poison.go, attempts.go) to pass the count they saw, for reclaim.lua
-// to lower only that count; remove the skip with it.
+// (Issue 30, suspicion 5, confirmed: the resend found the count lowered and lowered it again, so every lost
+// reply of a hand-back bought the entry one more attempt. The caller now passes the count it saw.)
 func TestAResentReclaimUncountsOneDelivery(t *testing.T) {
-	t.Skip("known bug: reclaim.lua uncounts twice when resent (issue 30); remove this skip with its fix")
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
@@ -35,7 +31,7 @@ func TestAResentReclaimUncountsOneDelivery(t *testing.T) {
 	resending := redis.NewClient(&redis.Options{Addr: proxy.Addr}) // go-redis's default: 3 retries
 	t.Cleanup(func() { _ = resending.Close() })
 	proxy.DropReplyTo(reclaimScript.Hash(), 1)
-	if err := testConsumer(resending).reclaim(ctx, testParts[0], id, 20*time.Second, true); err != nil || proxy.Dropped() != 1 {
+	if err := testConsumer(resending).reclaim(ctx, testParts[0], id, 20*time.Second, 2); err != nil || proxy.Dropped() != 1 {
 		t.Fatalf("reclaim: %v, %d replies lost; want nil after 1", err, proxy.Dropped())
 	}
 	p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: id, End: id, Count: 1}).Val()
