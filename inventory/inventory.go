@@ -151,7 +151,7 @@ func WithLockElision(lock, counter func(sku string) string, counterTTL time.Dura
 // keys are the keys of a write about the order of sku: the stock, the outcome record, and the lock's
 // fencing counter when the store compares with it.
 func (s *Store) keys(sku, orderID string) []string {
-	keys := []string{stockKey(sku), orderKey(sku, orderID)}
+	keys := []string{StockKey(sku), OrderKey(sku, orderID)}
 	if s.fenceCounter != nil {
 		keys = append(keys, s.fenceCounter(sku))
 	}
@@ -167,6 +167,9 @@ func New(rdb redis.Scripter, opts ...Option) *Store {
 	return s
 }
 
-func stockKey(sku string) string { return "stock:{" + sku + "}" }
+// StockKey is the Redis key of a SKU's stock hash ("stock:{SKU}"); every key of a SKU shares its hash tag,
+// so the scripts touching them run in one Redis Cluster slot.
+func StockKey(sku string) string { return "stock:{" + sku + "}" }
 
-func orderKey(sku, orderID string) string { return "order:{" + sku + "}:" + orderID }
+// OrderKey is the Redis key of an order's outcome record for one of its SKUs ("order:{SKU}:<order_id>").
+func OrderKey(sku, orderID string) string { return "order:{" + sku + "}:" + orderID }

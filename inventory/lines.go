@@ -192,7 +192,7 @@ func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
 func (s *Store) checkStocks(ctx context.Context, b basket) (early bool, err error) {
 	var earlies int64
 	for _, l := range b.lines {
-		reply, err := checkLineScript.Run(ctx, s.rdb, []string{stockKey(l.SKU), orderKey(l.SKU, b.id)}).Slice()
+		reply, err := checkLineScript.Run(ctx, s.rdb, []string{StockKey(l.SKU), OrderKey(l.SKU, b.id)}).Slice()
 		if err != nil {
 			return false, scriptError("check the stock of", b.id, l.SKU, 0, err)
 		}
@@ -311,7 +311,7 @@ type lineRecord struct {
 
 func (s *Store) record(ctx context.Context, orderID, sku string) (lineRecord, error) {
 	var rec lineRecord
-	raw, err := getRecordScript.Run(ctx, s.rdb, []string{orderKey(sku, orderID)}).Text()
+	raw, err := getRecordScript.Run(ctx, s.rdb, []string{OrderKey(sku, orderID)}).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return rec, fmt.Errorf("%w: no order %q is recorded for sku %q", ErrUnknownOrder, orderID, sku)
@@ -411,7 +411,7 @@ func (s *Store) transitionAll(ctx context.Context, op string, b basket) ([]Outco
 // such cancel replays the first. A record that is not early means the order came meanwhile, which the
 // lock on sku rules out unless the caller does not hold it: ErrNotLocked, to look again.
 func (s *Store) cancelEarly(ctx context.Context, orderID, sku string, fences Fences) (OrderOutcome, error) {
-	created, err := s.run(ctx, cancelEarlyScript, []string{orderKey(sku, orderID)}, s.ttlMillis, fences[sku]).Int64()
+	created, err := s.run(ctx, cancelEarlyScript, []string{OrderKey(sku, orderID)}, s.ttlMillis, fences[sku]).Int64()
 	if err != nil {
 		return OrderOutcome{}, scriptError("cancel early", orderID, sku, fences[sku], err)
 	}
@@ -448,7 +448,7 @@ func (s *Store) finishedStates(ctx context.Context, op string, b basket) ([]Stat
 func (s *Store) outlive(ctx context.Context, b basket, recs []lineRecord) bool {
 	margin := min(time.Minute.Milliseconds(), s.ttlMillis/4)
 	for i, rec := range recs {
-		if rec.Status != "" && !s.outlives(ctx, orderKey(b.lines[i].SKU, b.id), margin) {
+		if rec.Status != "" && !s.outlives(ctx, OrderKey(b.lines[i].SKU, b.id), margin) {
 			return false
 		}
 	}

@@ -89,7 +89,7 @@ func (s *Store) RaiseFence(ctx context.Context, sku string, token int64) error {
 	if err := checkRange("fence", token, 1, MaxStock); err != nil {
 		return err
 	}
-	if err := s.run(ctx, raiseFenceScript, []string{stockKey(sku)}, token, s.replayWrites()).Err(); err != nil {
+	if err := s.run(ctx, raiseFenceScript, []string{StockKey(sku)}, token, s.replayWrites()).Err(); err != nil {
 		return scriptError("raise the fence of", "", sku, token, err)
 	}
 	return nil

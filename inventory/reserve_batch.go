@@ -73,7 +73,7 @@ func (s *Store) validateBatch(orders []Order, fence int64) error {
 func (s *Store) batchKeys(orders []Order, fence int64) []string {
 	sku := orders[0].SKU
 	keys := make([]string, 0, len(orders)+2)
-	keys = append(keys, stockKey(sku))
+	keys = append(keys, StockKey(sku))
 	if s.fenceCounter != nil {
 		keys = append(keys, s.fenceCounter(sku))
 	}
@@ -81,7 +81,7 @@ func (s *Store) batchKeys(orders []Order, fence int64) []string {
 		keys = append(keys, s.lock(sku))
 	}
 	for _, o := range orders {
-		keys = append(keys, orderKey(sku, o.ID))
+		keys = append(keys, OrderKey(sku, o.ID))
 	}
 	return keys
 }

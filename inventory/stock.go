@@ -31,7 +31,7 @@ var (
 const latchTTL = time.Minute
 
 // latchKey names the latch of one stock write of sku: a request id of its own, in the SKU's slot.
-func latchKey(sku string) string { return stockKey(sku) + ":latch:" + uuid.NewString() }
+func latchKey(sku string) string { return StockKey(sku) + ":latch:" + uuid.NewString() }
 
 // SetStock sets the available stock of sku to available (0..MaxStock), creating the SKU with reserved 0
 // if it does not exist. The reserved count and the fence stay as they are: reservations already made
@@ -41,7 +41,7 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 	if err := checkStockWrite(sku, "available", available, 0); err != nil {
 		return err
 	}
-	keys := []string{stockKey(sku), latchKey(sku)}
+	keys := []string{StockKey(sku), latchKey(sku)}
 	if err := s.run(ctx, setStockScript, keys, available, latchTTL.Milliseconds(), s.replayWrites()).Err(); err != nil {
 		return scriptError("set stock of", "", sku, 0, err)
 	}
@@ -56,7 +56,7 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (availa
 	if err := checkStockWrite(sku, "quantity", quantity, 1); err != nil {
 		return 0, err
 	}
-	keys := []string{stockKey(sku), latchKey(sku)}
+	keys := []string{StockKey(sku), latchKey(sku)}
 	available, err = s.run(ctx, restockScript, keys, quantity, int64(MaxStock), latchTTL.Milliseconds(),
 		s.replayWrites()).Int64()
 	if err != nil {
@@ -88,7 +88,7 @@ func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Stock{}, err
 	}
-	reply, err := getStockScript.Run(ctx, s.rdb, []string{stockKey(sku)}).Slice()
+	reply, err := getStockScript.Run(ctx, s.rdb, []string{StockKey(sku)}).Slice()
 	if err != nil {
 		return Stock{}, scriptError("get", "", sku, 0, err)
 	}

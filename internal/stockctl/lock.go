@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // lockHolder is one field of the lock hash: an owner and its reentry count.
@@ -64,8 +67,7 @@ func oneSKU(args []string) (string, error) {
 
 // readLock reads the fence stored with the stock of sku, and its lock and counter on each lock server.
 func (a *app) readLock(ctx context.Context, sku string) (*lockReport, error) {
-	lock := "lock:{" + sku + "}"
-	r := &lockReport{SKU: sku, LockKey: lock, CounterKey: "redisson_lock_token:" + lock, StockKey: "stock:{" + sku + "}",
+	r := &lockReport{SKU: sku, LockKey: rlock.LockKey(sku), CounterKey: rlock.TokenKey(sku), StockKey: inventory.StockKey(sku),
 		Redlock: len(a.masters) > 0, Warnings: []string{}}
 	st, err := a.readStock(ctx, sku)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
@@ -23,13 +24,13 @@ var permissionsLua string
 
 var permissionsScript = redis.NewScript(permissionsLua)
 
-// The probe's keys: of a SKU named "probe", in the layout the README documents. Checking a command does
-// not run it.
-const (
-	probeStock   = "stock:{probe}"
-	probeRecord  = "order:{probe}:probe"
-	probeLock    = "lock:{probe}"
-	probeChannel = "redisson_lock__channel:" + probeLock
+// The probe's keys: of a SKU named "probe", in the layout of docs/formats.md. Checking a command does not
+// run it.
+var (
+	probeStock   = inventory.StockKey("probe")
+	probeRecord  = inventory.OrderKey("probe", "probe")
+	probeLock    = rlock.LockKey("probe")
+	probeChannel = rlock.ChannelKey("probe")
 	probeLatch   = "redisson_unlock_latch:" + probeLock + ":probe"
 )
 

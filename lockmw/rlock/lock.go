@@ -129,6 +129,9 @@ func TokenKey(key string) string { return namesFor(key).token }
 // on the same Redis can take the lock inside its own script when nobody holds it (inventory.WithLockElision).
 func LockKey(key string) string { return namesFor(key).lock }
 
+// ChannelKey is the pub/sub channel of key's unlock messages ("redisson_lock__channel:lock:{key}").
+func ChannelKey(key string) string { return namesFor(key).channel }
+
 func namesFor(key string) names {
 	lock := "lock:{" + key + "}"
 	return names{lock: lock, channel: "redisson_lock__channel:" + lock, token: "redisson_lock_token:" + lock}
