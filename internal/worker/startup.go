@@ -20,8 +20,9 @@ var errEvicting = errors.New("worker: Redis may evict keys")
 var errClusterNode = errors.New("worker: REDIS_URL is a Redis Cluster node")
 
 // prepare runs before the first message: it waits until Redis answers, refuses a user without the
-// worker's permissions, a Redis that may evict keys, a cluster node taken for one server and streams laid
-// out in another number of partitions (stream.Config.CheckLayout), and creates the consumer groups that do
+// worker's permissions, a Redis that may evict keys, a cluster node taken for one server, a Redis that may
+// lose acknowledged writes (warned about, refused with REQUIRE_DURABLE) and streams laid out in another
+// number of partitions (stream.Config.CheckLayout), and creates the consumer groups that do
 // not exist.
 func (w *Worker) prepare(ctx context.Context) error {
 	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
@@ -40,7 +41,7 @@ func (w *Worker) prepare(ctx context.Context) error {
 
 // refusesToStart: err is a setup no retry mends.
 func refusesToStart(err error) bool {
-	for _, setup := range []error{errEvicting, errPermission, errClusterNode, stream.ErrLayout} {
+	for _, setup := range []error{errEvicting, errPermission, errClusterNode, errNotDurable, stream.ErrLayout} {
 		if errors.Is(err, setup) {
 			return true
 		}
@@ -56,6 +57,9 @@ func (w *Worker) prepareOnce(ctx context.Context) error {
 		return err
 	}
 	if err := w.checkClusterNode(ctx); err != nil {
+		return err
+	}
+	if err := w.checkDurability(ctx); err != nil {
 		return err
 	}
 	if err := w.cfg.CheckLayout(ctx, w.rdb); err != nil {
