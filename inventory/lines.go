@@ -140,7 +140,7 @@ func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
 		return s.reserveSaga(ctx, b)
 	}
 	keys, args := s.linesCall(b)
-	reply, err := s.run(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites()}, args...)...).Slice()
+	reply, err := s.eval(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites()}, args...)...).Slice()
 	switch {
 	case err == nil:
 		return decodeLineOutcomes(b, reply)
@@ -164,7 +164,7 @@ func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
 	}
 	outs := make([]Outcome, 0, len(b.lines))
 	for i, l := range b.lines {
-		reply, err := s.run(ctx, reserveScript, s.keys(l.SKU, b.id), l.Quantity, b.fences[l.SKU], s.ttlMillis,
+		reply, err := s.eval(ctx, reserveScript, s.keys(l.SKU, b.id), l.Quantity, b.fences[l.SKU], s.ttlMillis,
 			s.replayWrites(), recordMembers(b.lines, i)).Slice()
 		if err != nil {
 			return nil, scriptError("reserve", b.id, l.SKU, b.fences[l.SKU], err)
@@ -411,7 +411,7 @@ func (s *Store) transitionAll(ctx context.Context, op string, b basket) ([]Outco
 // such cancel replays the first. A record that is not early means the order came meanwhile, which the
 // lock on sku rules out unless the caller does not hold it: ErrNotLocked, to look again.
 func (s *Store) cancelEarly(ctx context.Context, orderID, sku string, fences Fences) (OrderOutcome, error) {
-	created, err := s.run(ctx, cancelEarlyScript, []string{OrderKey(sku, orderID)}, s.ttlMillis, fences[sku]).Int64()
+	created, err := s.eval(ctx, cancelEarlyScript, []string{OrderKey(sku, orderID)}, s.ttlMillis, fences[sku]).Int64()
 	if err != nil {
 		return OrderOutcome{}, scriptError("cancel early", orderID, sku, fences[sku], err)
 	}
@@ -534,7 +534,7 @@ func (s *Store) transition(ctx context.Context, op string, b basket, only int) (
 		k := len(keys) / len(b.lines)
 		keys, args, subset.lines = keys[k*only:k*(only+1)], args[3*only:3*(only+1)], b.lines[only:only+1]
 	}
-	reply, err := s.run(ctx, transitionScript, keys, append([]any{op, s.replayWrites(), s.ttlMillis}, args...)...).Slice()
+	reply, err := s.eval(ctx, transitionScript, keys, append([]any{op, s.replayWrites(), s.ttlMillis}, args...)...).Slice()
 	if err != nil {
 		sku := subset.lines[0].SKU
 		return nil, scriptError(op, b.id, sku, b.fences[sku], err)

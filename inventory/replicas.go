@@ -56,11 +56,11 @@ func (s *Store) replayWrites() int {
 	return 0
 }
 
-// run runs script as script.Run does: EVALSHA, and EVAL after NOSCRIPT. With replica acks each of those
+// eval runs script as script.Run does: EVALSHA, and EVAL after NOSCRIPT. With replica acks each of those
 // goes in one pipeline with a WAIT (the one after a NOSCRIPT waits for nothing in particular: scripts are
 // missing only after a restart, failover or SCRIPT FLUSH), and an error of the WAIT replaces the script's
 // reply unless the script failed.
-func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	if s.replicaAcks == 0 {
 		return script.Run(ctx, s.rdb, keys, args...)
 	}

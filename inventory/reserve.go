@@ -48,7 +48,7 @@ func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, err
 		return Outcome{}, err
 	}
 	return traceReserve(ctx, o, fence, func(ctx context.Context) (Outcome, error) {
-		reply, err := s.run(ctx, reserveScript, s.keys(o.SKU, o.ID), o.Quantity, fence, s.ttlMillis, s.replayWrites()).Slice()
+		reply, err := s.eval(ctx, reserveScript, s.keys(o.SKU, o.ID), o.Quantity, fence, s.ttlMillis, s.replayWrites()).Slice()
 		if err != nil {
 			return Outcome{}, scriptError("reserve", o.ID, o.SKU, fence, err)
 		}
@@ -70,7 +70,7 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
 		return Outcome{}, err
 	}
-	reply, err := s.run(ctx, releaseScript, s.keys(sku, orderID), fence, s.replayWrites()).Slice()
+	reply, err := s.eval(ctx, releaseScript, s.keys(sku, orderID), fence, s.replayWrites()).Slice()
 	if err != nil {
 		return Outcome{}, scriptError("release", orderID, sku, fence, err)
 	}
@@ -89,7 +89,7 @@ func (s *Store) RaiseFence(ctx context.Context, sku string, token int64) error {
 	if err := checkRange("fence", token, 1, MaxStock); err != nil {
 		return err
 	}
-	if err := s.run(ctx, raiseFenceScript, []string{StockKey(sku)}, token, s.replayWrites()).Err(); err != nil {
+	if err := s.eval(ctx, raiseFenceScript, []string{StockKey(sku)}, token, s.replayWrites()).Err(); err != nil {
 		return scriptError("raise the fence of", "", sku, token, err)
 	}
 	return nil

@@ -42,7 +42,7 @@ func (s *Store) ReserveBatch(ctx context.Context, orders []Order, fence int64) (
 		return nil, err
 	}
 	return traceReserveBatch(ctx, orders, fence, func(ctx context.Context) ([]Outcome, error) {
-		reply, err := s.run(ctx, reserveBatchScript, s.batchKeys(orders, fence), s.batchArgs(orders, fence)...).Slice()
+		reply, err := s.eval(ctx, reserveBatchScript, s.batchKeys(orders, fence), s.batchArgs(orders, fence)...).Slice()
 		if err != nil {
 			return nil, scriptError(fmt.Sprintf("reserve %d orders of", len(orders)), "", orders[0].SKU, fence, err)
 		}

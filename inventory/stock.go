@@ -42,7 +42,7 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 		return err
 	}
 	keys := []string{StockKey(sku), latchKey(sku)}
-	if err := s.run(ctx, setStockScript, keys, available, latchTTL.Milliseconds(), s.replayWrites()).Err(); err != nil {
+	if err := s.eval(ctx, setStockScript, keys, available, latchTTL.Milliseconds(), s.replayWrites()).Err(); err != nil {
 		return scriptError("set stock of", "", sku, 0, err)
 	}
 	return nil
@@ -57,7 +57,7 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (availa
 		return 0, err
 	}
 	keys := []string{StockKey(sku), latchKey(sku)}
-	available, err = s.run(ctx, restockScript, keys, quantity, int64(MaxStock), latchTTL.Milliseconds(),
+	available, err = s.eval(ctx, restockScript, keys, quantity, int64(MaxStock), latchTTL.Milliseconds(),
 		s.replayWrites()).Int64()
 	if err != nil {
 		return 0, restockError(sku, quantity, err)

@@ -81,7 +81,7 @@ func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
 		defer t.Stop()
 		p.tick, goroutines = t.C, 1
 	}
-	return p.placed, p.run(ctx, goroutines)
+	return p.placed, p.publishAll(ctx, goroutines)
 }
 
 // publisher publishes the orders of one run, numbered 1 .. Orders, from any number of goroutines.
@@ -99,9 +99,9 @@ type publisher struct {
 	held   []heldEvent
 }
 
-// run publishes from n goroutines, each with its own random source, then the events still held; it
+// publishAll publishes from n goroutines, each with its own random source, then the events still held; it
 // returns the first error.
-func (p *publisher) run(ctx context.Context, n int) error {
+func (p *publisher) publishAll(ctx context.Context, n int) error {
 	errc := make(chan error, n)
 	var wg sync.WaitGroup
 	for i := range n {
