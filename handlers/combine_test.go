@@ -404,3 +404,44 @@ func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
 func withSection(ctx context.Context, path lockmw.Path) context.Context {
 	return lockmw.WithSection(ctx, &lockmw.Section{Keys: []string{"SKU-1"}, Path: path})
 }
+
+// A batch that found the lock held goes back to the head of its SKU's queue, ahead of the orders that
+// joined while it was out: with scarce stock, the orders are still decided in arrival order.
+func TestABatchThatFoundTheLockHeldKeepsItsPlaceInTheQueue(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	ctx := context.Background()
+	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
+	if err := e.store.Store.SetStock(ctx, "SKU-1", 2); err != nil {
+		t.Fatal(err)
+	}
+	e.elide = true
+	close(e.gate)
+	e.rdb.HSet(ctx, rlock.LockKey("SKU-1"), "someone:1", 1) // the leader's elided batch is refused
+	h := e.handler()
+	leader, later := e.order(t, "o-1"), []*message.Message{e.order(t, "o-2"), e.order(t, "o-3")}
+	errs := make(chan error, len(later))
+	e.store.before = func(batch int) {
+		if batch == 1 { // the leader's elided batch is out: two more orders join meanwhile
+			for i, msg := range later {
+				go func() { _, err := h(msg); errs <- err }()
+				e.waitWaiting(t, i+1)
+			}
+		}
+	}
+	if _, err := h(leader); err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	for range later {
+		if err := <-errs; err != nil {
+			t.Fatalf("follower: %v", err)
+		}
+	}
+	r := e.results(t)
+	if r["o-1"].Status != inventory.StatusReserved || r["o-2"].Status != inventory.StatusReserved || r["o-3"].Status != inventory.StatusRejected {
+		t.Fatalf("o-1 %s, o-2 %s, o-3 %s; want the first two reserved and o-3 rejected (2 in stock, arrival order)",
+			r["o-1"].Status, r["o-2"].Status, r["o-3"].Status)
+	}
+	if !slices.Equal(e.store.batches, []int{1, 3}) {
+		t.Fatalf("batches %v; want the leader's elided batch of 1 (refused: locked), then one of 3", e.store.batches)
+	}
+}
