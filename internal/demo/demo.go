@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/redisproc"
@@ -229,15 +227,4 @@ func startCluster(out io.Writer) (url string, stop func(), err error) {
 	}
 	fmt.Fprintf(out, "Redis: a local cluster of 3 masters (redis-server child processes) at %s\n", strings.Join(c.Addrs(), ", "))
 	return c.URL(), c.Stop, nil
-}
-
-// startEmbedded starts an in-process miniredis.
-func startEmbedded(out io.Writer) (url string, stop func(), err error) {
-	m := miniredis.NewMiniRedis()
-	if err := m.StartAddr("127.0.0.1:0"); err != nil {
-		return "", nil, err
-	}
-	url = "redis://" + m.Addr() + "/0"
-	fmt.Fprintf(out, "Redis: embedded in-process miniredis at %s (no redis-server needed)\n", url)
-	return url, m.Close, nil
 }

@@ -34,16 +34,22 @@ func TestRunOnTheRedisOfRedisURL(t *testing.T) {
 	}
 }
 
-func TestRunOnEmbeddedRedis(t *testing.T) {
-	cfg := Config{Redis: "embedded", Workers: 1, Concurrency: 2, Orders: 50, SKUs: 2, Stock: 10, Distribution: "uniform",
-		Timeout: time.Minute}
+func TestRunOnEmbeddedRedisRunsEachOrderOnceAndPasses(t *testing.T) {
+	// Baskets over a hot SKU, cancelled and fulfilled: lock waits and refused lifecycle events hand orders
+	// back for a retry, which every consumer's claim round then sees.
+	cfg := Config{Redis: "embedded", Workers: 2, Concurrency: 8, Orders: 400, SKUs: 5, Stock: 40, Distribution: "hot",
+		Lines: "1-3", Cancel: 0.1, Fulfil: 0.2, Timeout: time.Minute}
 	var out strings.Builder
 	if err := Run(context.Background(), cfg, &out, nil); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if got := out.String(); !strings.HasPrefix(got, "Redis: embedded in-process miniredis at redis://127.0.0.1:") ||
+	got := out.String()
+	if !strings.HasPrefix(got, "Redis: embedded in-process miniredis at redis://127.0.0.1:") ||
 		!strings.HasSuffix(got, "consistency check: PASS\n") {
 		t.Errorf("printed\n%s\nwant a run on miniredis that passes", got)
+	}
+	if !strings.Contains(got, " 0 poisoned, 0 missing; ") || !strings.Contains(got, " 0 duplicate events\n") {
+		t.Errorf("printed\n%s\nwant no order poisoned and no outcome twice: each order is claimed by one consumer", got)
 	}
 }
 

@@ -109,8 +109,17 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// pending is the number of events with neither an outcome nor a poison entry yet.
-func (c *collector) pending() int { return len(c.placed) - len(c.seen) - len(c.poisoned) }
+// pending is the number of events with neither an outcome nor a poison entry yet. An event can have both
+// (poisoned by one consumer while another ran it): it counts once.
+func (c *collector) pending() int {
+	n := len(c.placed) - len(c.seen)
+	for k := range c.poisoned {
+		if _, decided := c.seen[k]; !decided {
+			n--
+		}
+	}
+	return n
+}
 
 // add takes the events read.
 func (c *collector) add(streams []redis.XStream) {

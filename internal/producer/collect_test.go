@@ -142,6 +142,34 @@ func TestCollectorAdd(t *testing.T) {
 }
 
 // Busiest is the SKU with the most orders decided; BusiestShare is its top worker's share of them.
+func TestAnEventPoisonedAndDecidedLeavesTheOthersPending(t *testing.T) {
+	poison := redis.XStream{Stream: "orders-poison", Messages: []redis.XMessage{
+		{ID: "1-0", Values: map[string]any{"payload": `{"order_id":"r-1","sku":"SKU-0","quantity":1}`}}}}
+	outcome := redis.XStream{Stream: "order-results", Messages: []redis.XMessage{
+		{ID: "1-0", Values: map[string]any{"payload": `{"order_id":"r-1","sku":"SKU-0","quantity":1,"status":"reserved"}`}}}}
+	for _, tc := range []struct {
+		name   string
+		events []redis.XStream
+	}{
+		{"poisoned by one consumer, then decided by another that ran it meanwhile", []redis.XStream{poison, outcome}},
+		{"decided, then poisoned by a consumer that claimed it meanwhile", []redis.XStream{outcome, poison}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sum := &Summary{SKUs: map[string]*SKUSummary{"SKU-0": {}}}
+			line := []inventory.Line{{SKU: "SKU-0", Quantity: 1}}
+			c := newCollector(Config{Config: stream.DefaultConfig()}, sum, map[eventKey]placedOrder{
+				{handlers.TypeReserve, "r-1"}: {lines: line}, {handlers.TypeReserve, "r-2"}: {lines: line},
+			}, newBar(nil, "", 0))
+			for _, e := range tc.events {
+				c.add([]redis.XStream{e})
+			}
+			if c.pending() != 1 {
+				t.Errorf("pending %d, want 1: r-2 has neither an outcome nor a poison entry", c.pending())
+			}
+		})
+	}
+}
+
 func TestBusiestSKUAndItsTopWorkersShare(t *testing.T) {
 	sum := &Summary{SKUs: map[string]*SKUSummary{
 		"cold": {DecidedBy: map[string]int{"w0": 2}},
