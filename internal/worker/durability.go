@@ -59,7 +59,9 @@ func fsyncPolicy(ctx context.Context, c *redis.Client) (string, error) {
 		return "", err
 	}
 	info, err := c.Info(ctx, "persistence").Result()
-	if err != nil {
+	if errors.As(err, &reply) { // a Redis-compatible server without it
+		return "does not tell its persistence (" + err.Error() + ")", nil
+	} else if err != nil {
 		return "", err
 	}
 	if infoField(info, "aof_enabled") != "1" {
