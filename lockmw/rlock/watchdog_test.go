@@ -49,26 +49,7 @@ func TestRenewalLeaseCountsFromItsSend(t *testing.T) {
 	p.delay.Store(int64(5 * time.Second)) // no later renewal reaches Redis in time
 	renewedAt := time.Now()
 
-	gone := make(chan time.Time, 1)
-	go func() {
-		for rdb.Exists(ctx, "lock:{k}").Val() == 1 { // each check expires the key on time
-			time.Sleep(time.Millisecond)
-		}
-		gone <- time.Now()
-	}()
-	var ended, expired time.Time
-	select {
-	case <-held.Context().Done():
-		ended = time.Now()
-		expired = <-gone
-	case expired = <-gone:
-		select {
-		case <-held.Context().Done():
-			ended = time.Now()
-		case <-time.After(2 * time.Second):
-			t.Fatal("the lease's context did not end within 2 s of its lock's expiry in Redis")
-		}
-	}
+	ended, expired := endAndExpiry(t, held, rdb, "lock:{k}")
 	t.Logf("after the acquisition: renewed in Redis at %v, the lease's context ended at %v (%v), the lock "+
 		"expired in Redis at %v", renewedAt.Sub(acquired), ended.Sub(acquired), context.Cause(held.Context()),
 		expired.Sub(acquired))
@@ -76,4 +57,29 @@ func TestRenewalLeaseCountsFromItsSend(t *testing.T) {
 		t.Errorf("the lease's context ended %v after its lock expired in Redis: the renewal's lease was "+
 			"counted from its reply", ended.Sub(expired))
 	}
+}
+
+// endAndExpiry returns when the context of held ended and when its lock, lock, expired in Redis.
+func endAndExpiry(t *testing.T, held Lease, rdb *redis.Client, lock string) (ended, expired time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	gone := make(chan time.Time, 1)
+	go func() {
+		for rdb.Exists(ctx, lock).Val() == 1 { // each check expires the key on time
+			time.Sleep(time.Millisecond)
+		}
+		gone <- time.Now()
+	}()
+	select {
+	case <-held.Context().Done():
+		return time.Now(), <-gone
+	case expired = <-gone:
+	}
+	select {
+	case <-held.Context().Done():
+		return time.Now(), expired
+	case <-time.After(2 * time.Second):
+		t.Fatal("the lease's context did not end within 2 s of its lock's expiry in Redis")
+	}
+	return
 }
