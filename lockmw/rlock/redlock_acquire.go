@@ -166,7 +166,8 @@ func (r redlockNodes) writeBackToken(ctx context.Context, rd *round, token int64
 	return r.raiseToken(ctx, rd.req.n, token)
 }
 
-// undo releases a failed round, even when the caller's context ended, on every master that may hold it.
+// undo takes back a failed round, even when the caller's context ended, on every master that may hold it
+// (by the round's request id: exactly what the round did there, even if its script arrives after the undo).
 // It reports whether it gave back a granted master, which publishes an unlock message.
 func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	ctx = context.WithoutCancel(ctx)
