@@ -177,7 +177,7 @@ func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	}
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
 		if rd.mayHold(i) {
-			_, _ = r.runUndo(ctx, direct{c}, rd.req)
+			_ = r.runUndo(ctx, direct{c}, rd.req)
 		}
 	})
 	return rd.grants() > 0

@@ -149,7 +149,7 @@ func (s singleNode) acquire(ctx context.Context, req request) (attempt, error) {
 func (s singleNode) undo(ctx context.Context, req request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	_, _ = s.runUndo(ctx, s.run, req)
+	_ = s.runUndo(ctx, s.run, req)
 }
 
 func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {

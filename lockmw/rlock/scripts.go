@@ -91,12 +91,10 @@ func (s scripts) runAcquire(ctx context.Context, r runner, req request) ([]int64
 	return cmd.Int64Slice()
 }
 
-// runUndo undoes acquisition request req, whether it ran, runs later or never does, and reports whether
-// that freed the lock (sending the unlock message).
-func (s scripts) runUndo(ctx context.Context, r runner, req request) (bool, error) {
-	freed, err := r.run(ctx, undoScript, []string{req.n.lock, req.n.channel, req.n.latch(req.id)},
-		req.owner, flag(req.held), latchTTL.Milliseconds(), s.publish).Int64()
-	return freed == 1, err
+// runUndo undoes acquisition request req, whether it ran, runs later or never does.
+func (s scripts) runUndo(ctx context.Context, r runner, req request) error {
+	return r.run(ctx, undoScript, []string{req.n.lock, req.n.channel, req.n.latch(req.id)},
+		req.owner, flag(req.held), latchTTL.Milliseconds(), s.publish).Err()
 }
 
 func flag(b bool) int {
