@@ -121,7 +121,8 @@ func (a *acquisition) try() (attempt, error) {
 		return attempt{pttl: -1}, nil
 	}
 	a.stats.Attempts++
-	res, err := a.e.be.acquire(a.waitCtx, a.names, redisOwner, held)
+	req := request{n: a.names, owner: redisOwner, id: a.e.uniqueID(), held: held}
+	res, err := a.e.be.acquire(a.waitCtx, req)
 	switch {
 	case err == nil:
 		res.redisOwner = redisOwner
@@ -154,7 +155,7 @@ func (a *acquisition) takeHandOff(h *hold) *lease {
 		if _, redisOwner, _, held := a.e.dog.holder(a.key); !held || redisOwner != h.redisOwner {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), undoTimeout)
 			defer cancel()
-			_ = a.e.releaseHold(ctx, h, a.e.uniqueID(), false)
+			_ = a.e.releaseHold(ctx, h, a.e.uniqueID())
 		}
 		return nil
 	}

@@ -1,26 +1,55 @@
 -- Acquire a reentrant lock in the Redisson RLock layout, with a fencing token as in Redisson's RFencedLock.
 -- KEYS[1] lock hash (field = owner id, value = reentry count)
 -- KEYS[2] fencing counter
+-- KEYS[3] request latch: the outcome of this request, so that a resend of it (go-redis sends a command
+--         again after a lost connection) answers the same instead of counting a second hold, and a late
+--         copy of a request already undone (undo.lua leaves 'undone') does nothing
 -- ARGV[1] lease in milliseconds
 -- ARGV[2] owner id
--- ARGV[3] fencing counter TTL in milliseconds, refreshed on every fresh acquisition; 0 or absent: none
--- Returns the token when ARGV[2] took the free lock (a bare integer: the common reply is the cheapest for Redis
--- to build), {1, token, count} when ARGV[2] held it already (a reentry, which keeps the token), or {0, pttl}
--- when another owner holds it.
+-- ARGV[3] fencing counter TTL in milliseconds, refreshed on every fresh acquisition; 0: none
+-- ARGV[4] '1' when the caller holds the lock for ARGV[2] already (a reentry), '0' when it holds nothing
+-- ARGV[5] latch lifetime in milliseconds
+-- Returns the token when ARGV[2] took the lock for a caller that held nothing (a bare integer: the common
+-- reply is the cheapest for Redis to build), {1, token, count} for a caller that held it (count 1: the
+-- lock was gone and is taken afresh), or {0, pttl} when another owner holds it (pttl -1: the request was
+-- undone).
+-- A caller that holds nothing gets count 1 even where ARGV[2] is in the hash already: that hold is this
+-- request's, run before its reply was lost, or one its owner no longer knows of; nobody would release a
+-- second count. Such a caller needs no latch: its resend finds the lock held by ARGV[2] and answers alike.
+local done = redis.call('get', KEYS[3])
+if done == 'undone' then
+  return {0, -1}
+elseif done then
+  local count, token = string.match(done, '^(%d+):(%d+)$')
+  return {1, tonumber(token), tonumber(count)}
+end
+local held = ARGV[4] == '1'
+local count, token
 if redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
-  local token = redis.call('incr', KEYS[2])
-  if tonumber(ARGV[3] or '0') > 0 then
+  count, token = 1, redis.call('incr', KEYS[2])
+  if tonumber(ARGV[3]) > 0 then
     redis.call('pexpire', KEYS[2], ARGV[3])
   end
-  return token
-end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+else
+  count = redis.call('hget', KEYS[1], ARGV[2])
+  if not count then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  if held then
+    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  elseif count ~= '1' then
+    count = 1
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+  end
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then -- never shorten an extended lease
     redis.call('pexpire', KEYS[1], ARGV[1])
   end
-  return {1, tonumber(redis.call('get', KEYS[2]) or '0'), count}
+  token = tonumber(redis.call('get', KEYS[2]) or '0')
 end
-return {0, redis.call('pttl', KEYS[1])}
+if not held then
+  return token
+end
+redis.call('set', KEYS[3], count .. ':' .. token, 'px', ARGV[5])
+return {1, token, count}

@@ -1,6 +1,7 @@
 package rlock
 
 import (
+	"bytes"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -8,12 +9,21 @@ import (
 )
 
 // delayProxy forwards TCP to target; client->server bytes are delayed by delay, server->client bytes by
-// replyDelay (when set). held counts the client->server chunks it has delayed (or is delaying).
+// replyDelay (when set). held counts the client->server chunks it has delayed (or is delaying). holdNext
+// delays one command more than the others.
 type delayProxy struct {
 	ln         net.Listener
 	delay      atomic.Int64
 	replyDelay atomic.Int64
 	held       atomic.Int64
+	late       atomic.Pointer[lateRule]
+}
+
+// lateRule delays the next client chunk that contains pattern by d more.
+type lateRule struct {
+	pattern []byte
+	d       time.Duration
+	sent    chan struct{} // closed once that chunk was forwarded
 }
 
 func newDelayProxy(t *testing.T, target string) *delayProxy {
@@ -34,25 +44,51 @@ func newDelayProxy(t *testing.T, target string) *delayProxy {
 				c.Close()
 				continue
 			}
-			go forward(c, s, &p.replyDelay, new(atomic.Int64))
-			go forward(s, c, &p.delay, &p.held)
+			go forward(c, s, func([]byte) (time.Duration, func()) { return time.Duration(p.replyDelay.Load()), nil }, nil)
+			go forward(s, c, p.toServerDelay, &p.held)
 		}
 	}()
 	return p
 }
 
-// forward copies from src to dst, each chunk delayed by delay (when set, counted in held), and closes dst
-// when src ends.
-func forward(dst, src net.Conn, delay, held *atomic.Int64) {
+// holdNext makes the next command that contains pattern reach the server d later than the commands its
+// client sends after it on other connections would (a command still on its way when its caller gave up).
+// The channel returned is closed once that command was forwarded.
+func (p *delayProxy) holdNext(pattern string, d time.Duration) <-chan struct{} {
+	r := &lateRule{pattern: []byte(pattern), d: d, sent: make(chan struct{})}
+	p.late.Store(r)
+	return r.sent
+}
+
+// toServerDelay is the delay of one client chunk: delay, plus a held command's, whose rule is told once
+// the chunk was forwarded.
+func (p *delayProxy) toServerDelay(chunk []byte) (time.Duration, func()) {
+	d := time.Duration(p.delay.Load())
+	if r := p.late.Load(); r != nil && bytes.Contains(chunk, r.pattern) && p.late.CompareAndSwap(r, nil) {
+		return d + r.d, func() { close(r.sent) }
+	}
+	return d, nil
+}
+
+// forward copies from src to dst, each chunk delayed by delay(chunk) (when positive, counted in held; the
+// function it returns, if any, runs once the chunk was written), and closes dst when src ends.
+func forward(dst, src net.Conn, delay func([]byte) (time.Duration, func()), held *atomic.Int64) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if d := delay.Load(); d > 0 {
-				held.Add(1)
-				time.Sleep(time.Duration(d))
+			d, written := delay(buf[:n])
+			if d > 0 {
+				if held != nil {
+					held.Add(1)
+				}
+				time.Sleep(d)
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			_, werr := dst.Write(buf[:n])
+			if written != nil {
+				written()
+			}
+			if werr != nil {
 				return
 			}
 		}

@@ -10,6 +10,7 @@
 //	lock:{KEY}                          hash: field = owner id, value = reentry count; PEXPIRE = lease
 //	redisson_lock__channel:lock:{KEY}   pub/sub: "0" is published when the lock is freed (SPUBLISH if sharded)
 //	redisson_lock_token:lock:{KEY}      string: fencing counter, INCR on every fresh acquisition
+//	redisson_unlock_latch:lock:{KEY}:R  string: the outcome of request R, for 10 s (see Resent calls)
 //
 // AcquireAll takes the locks of several keys all or none, in sorted order so that callers whose key sets
 // overlap never deadlock (Redisson's MultiLock); WithWaitDeadline bounds one wait shared by the set. All
@@ -44,6 +45,22 @@
 // queued meanwhile, in one pipeline (the client and Redis then pay one write and one read for the batch);
 // a lone call goes at once. Redlock returns from an acquisition as soon as a majority granted it; the
 // answers still out are awaited by the owner's release.
+//
+// Resent calls: go-redis sends a command again when its connection broke before the reply (MaxRetries), so
+// Redis may run it twice, and a timed-out call may reach Redis after its undo. Every call that changes Redis
+// is safe to resend; none relies on not being resent:
+//
+//	call                          rule
+//	acquire, caller holds none    idempotent: the owner's hold it finds is its own; count 1, same token
+//	acquire, reentry              request id + latch: answers the latched count and token
+//	undo of a failed acquisition  request id + latch: takes back what the request did, latches "undone";
+//	                              the request, arriving late, then does nothing
+//	release                       request id + latch: answers the latched holds left
+//	renew, Lease.Extend           idempotent: at least the lease from now; the lease here counts from the send
+//	RaiseToken                    idempotent: at least the token
+//	ForceRelease                  request id + latch: answers the latched outcome
+//
+// A latch is Redisson's unlock latch key with the request's own id, alive 10 s.
 //
 // Errors read as one line ("rlock: lock not obtained: context deadline exceeded") and match every cause
 // with errors.Is and errors.As: ErrNotObtained with ctx.Err(), ErrQuorum with each master's *NodeError.

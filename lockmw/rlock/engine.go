@@ -12,10 +12,10 @@ import (
 
 // backend runs the lock scripts: on one Redis (Reentrant) or on a quorum of independent ones (Redlock).
 type backend interface {
-	// acquire runs one attempt. On failure it leaves nothing behind, as far as it can tell: an attempt
-	// whose outcome is unknown (cut off, no reply) is undone, except where owner already held the lock
-	// (held), whose count must not be touched.
-	acquire(ctx context.Context, n names, owner string, held bool) (attempt, error)
+	// acquire runs one attempt. On failure it leaves nothing behind: an attempt whose outcome is unknown
+	// (cut off, no reply) is undone by its request id, which takes back exactly what the request did,
+	// even if it reaches Redis after the undo.
+	acquire(ctx context.Context, req request) (attempt, error)
 	// release returns the holds left for owner (-1 when owner does not hold the lock) and the listeners
 	// its unlock message reached.
 	release(ctx context.Context, n names, owner, requestID string) (releaseReply, error)

@@ -40,7 +40,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if step != releaseInRedis {
 		return err
 	}
-	return l.e.releaseHold(ctx, l.h, l.e.uniqueID(), false)
+	return l.e.releaseHold(ctx, l.h, l.e.uniqueID())
 }
 
 // end ends the lease in this process and tells what is left to do in Redis. Whatever Redis will answer,
@@ -85,11 +85,10 @@ func ReleaseIn(ctx context.Context, pipe redis.Pipeliner, held Lease) (finish fu
 		l.cancel(errReleased)
 		rep, err := parseRelease(cmd)
 		if err == nil {
-			return l.e.afterRelease(l.h, rep, false)
+			return l.e.afterRelease(l.h, rep)
 		}
 		// Not sent, not loaded (NOSCRIPT) or no reply: the same request again, which the latch makes safe.
-		// Only a request that may have run is a retry (one whose "not held" means it was released).
-		return l.e.releaseHold(ctx, l.h, requestID, !redis.HasErrorPrefix(err, "NOSCRIPT"))
+		return l.e.releaseHold(ctx, l.h, requestID)
 	}
 }
 
@@ -145,16 +144,13 @@ func (l *lease) failed(op string, err error) error {
 
 // releaseHold runs the release script for one hold of h, retrying a failed round trip with the same request
 // id: the unlock latch makes a retry whose first try did land return that result instead of taking a
-// second reentrant hold. (A retry of the last hold's release finds the lock gone; if the same owner took the
-// lock again in between, from another goroutine, that retry would release the new hold: owners are meant
-// to be used by one goroutine at a time, as the middleware's are.)
-// retried says an earlier try may have landed.
-func (e *engine) releaseHold(ctx context.Context, h *hold, requestID string, retried bool) error {
+// second reentrant hold, or reading the lock it freed as not held.
+func (e *engine) releaseHold(ctx context.Context, h *hold, requestID string) error {
 	var err error
 	for try := range releaseTries {
 		var rep releaseReply
 		if rep, err = e.be.release(ctx, h.names, h.redisOwner, requestID); err == nil {
-			return e.afterRelease(h, rep, retried || try > 0)
+			return e.afterRelease(h, rep)
 		}
 		if ctx.Err() != nil {
 			break
@@ -166,14 +162,12 @@ func (e *engine) releaseHold(ctx context.Context, h *hold, requestID string, ret
 
 // afterRelease reads the outcome of a release: -1 holds left says the owner did not hold the lock; 0 that
 // the lock is free, so this process's next waiter may try.
-func (e *engine) afterRelease(h *hold, rep releaseReply, retried bool) error {
+func (e *engine) afterRelease(h *hold, rep releaseReply) error {
 	if rep.left == 0 {
 		e.freed(h, rep.receivers)
 	}
-	if rep.left < 0 && !retried {
+	if rep.left < 0 {
 		return fmt.Errorf("%w: %s by %s (expired or taken away)", ErrNotHeld, h.names.lock, h.redisOwner)
 	}
-	// On a retry, -1 says an earlier try whose reply was lost freed the lock (the last hold keeps no
-	// latch), or it expired meanwhile: either way this hold has ended.
 	return nil
 }

@@ -137,7 +137,8 @@ func namesFor(key string) names {
 	return names{lock: lock, channel: "redisson_lock__channel:" + lock, token: "redisson_lock_token:" + lock}
 }
 
-// latch names the unlock latch of one release request (Redisson's redisson_unlock_latch).
+// latch names the latch of one request on the lock: a release's (Redisson's redisson_unlock_latch), and in
+// the same form (request ids are unique) an acquisition's, an undo's and a force release's.
 func (n names) latch(requestID string) string {
 	return "redisson_unlock_latch:" + n.lock + ":" + requestID
 }

@@ -8,15 +8,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
 // acquire runs one round of the acquire script on every master and tallies it: with a majority and time
 // left the lock is kept, otherwise the round is undone on every master that may hold it.
-func (r redlockNodes) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
+func (r redlockNodes) acquire(ctx context.Context, req request) (attempt, error) {
 	start := time.Now()
-	rd := r.acquireRound(ctx, n, owner, held)
+	rd := r.acquireRound(ctx, req)
 	if ctx.Err() != nil {
 		r.undo(ctx, rd)
 		return attempt{}, ctx.Err()
@@ -34,9 +33,7 @@ func (r redlockNodes) acquire(ctx context.Context, n names, owner string, held b
 
 // round is one run of the acquire script on every master.
 type round struct {
-	n       names
-	owner   string
-	held    bool // the owner held the lock before the round
+	req     request
 	replies [][]int64
 	errs    []error           // errNoAnswer for a master that had not answered when the round returned
 	settled <-chan struct{}   // closed once every master answered
@@ -45,12 +42,12 @@ type round struct {
 
 // acquireRound runs the acquire script on every master at once. It returns as soon as a majority granted
 // the lock (the lock is not held any better by the last masters' grants), or once every master answered.
-func (r redlockNodes) acquireRound(ctx context.Context, n names, owner string, held bool) *round {
-	rd := &round{n: n, owner: owner, held: held, replies: make([][]int64, len(r.clients)),
+func (r redlockNodes) acquireRound(ctx context.Context, req request) *round {
+	rd := &round{req: req, replies: make([][]int64, len(r.clients)),
 		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients))}
-	rd.settled = gather(r, ctx, n.lock, fanOut[[]int64]{
+	rd.settled = gather(r, ctx, req.n.lock, fanOut[[]int64]{
 		call: func(ctx context.Context, c redis.UniversalClient) ([]int64, error) {
-			return r.runAcquire(ctx, direct{c}, n, owner)
+			return r.runAcquire(ctx, direct{c}, req)
 		},
 		take: func(a answer[[]int64]) bool {
 			rd.replies[a.i], rd.errs[a.i] = a.val, a.err
@@ -67,10 +64,9 @@ func (rd *round) granted(i int) bool {
 }
 
 // mayHold reports whether master i may hold the lock for the owner because of this round: it granted it,
-// or it did not answer (its script may have run) and the owner did not hold the lock already, whose count
-// there must not be touched.
+// or it did not answer (its script may have run, or may still run: the undo leaves it nothing to do).
 func (rd *round) mayHold(i int) bool {
-	return rd.granted(i) || (rd.errs[i] != nil && !errors.Is(rd.errs[i], ErrMasterSkipped) && !rd.held)
+	return rd.granted(i) || (rd.errs[i] != nil && !errors.Is(rd.errs[i], ErrMasterSkipped))
 }
 
 // grants counts the masters that granted the lock.
@@ -167,10 +163,11 @@ func (r redlockNodes) writeBackToken(ctx context.Context, rd *round, token int64
 	if have >= r.quorum {
 		return nil
 	}
-	return r.raiseToken(ctx, rd.n, token)
+	return r.raiseToken(ctx, rd.req.n, token)
 }
 
-// undo releases a failed round, even when the caller's context ended, on every master that may hold it.
+// undo takes back a failed round, even when the caller's context ended, on every master that may hold it
+// (by the round's request id: exactly what the round did there, even if its script arrives after the undo).
 // It reports whether it gave back a granted master, which publishes an unlock message.
 func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	ctx = context.WithoutCancel(ctx)
@@ -178,10 +175,9 @@ func (r redlockNodes) undo(ctx context.Context, rd *round) (gaveBack bool) {
 	for _, a := range rd.late {
 		rd.replies[a.i], rd.errs[a.i] = a.val, a.err
 	}
-	requestID := uuid.NewString()
 	r.each(ctx, func(ctx context.Context, i int, c redis.UniversalClient) {
 		if rd.mayHold(i) {
-			_, _ = r.runRelease(ctx, direct{c}, rd.n, rd.owner, requestID)
+			_ = r.runUndo(ctx, direct{c}, rd.req)
 		}
 	})
 	return rd.grants() > 0

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -104,7 +103,7 @@ func (r *Reentrant) ForceRelease(ctx context.Context, key string) (bool, error) 
 		return false, err
 	}
 	n := namesFor(key)
-	deleted, err := r.node.runForceRelease(ctx, r.node.rdb, n)
+	deleted, err := r.node.runForceRelease(ctx, r.node.rdb, n, r.e.uniqueID())
 	if err != nil {
 		return false, fmt.Errorf("rlock: force release %s: %w", n.lock, err)
 	}
@@ -125,13 +124,11 @@ func (s singleNode) raiseToken(ctx context.Context, n names, token int64) error 
 	return s.runRaiseToken(ctx, s.rdb, n, token)
 }
 
-func (s singleNode) acquire(ctx context.Context, n names, owner string, held bool) (attempt, error) {
+func (s singleNode) acquire(ctx context.Context, req request) (attempt, error) {
 	start := time.Now()
-	res, err := s.runAcquire(ctx, s.run, n, owner)
-	if err != nil {
-		if !held { // the script may have run before the reply was lost or the context ended
-			s.undo(ctx, n, owner)
-		}
+	res, err := s.runAcquire(ctx, s.run, req)
+	if err != nil { // the script may have run before the reply was lost or the context ended
+		s.undo(ctx, req)
 		return attempt{}, err
 	}
 	a, err := parseAttempt(res)
@@ -140,18 +137,19 @@ func (s singleNode) acquire(ctx context.Context, n names, owner string, held boo
 	}
 	a.valid = start.Add(s.lease - drift(s.lease))
 	if !time.Now().Before(a.valid) && a.count == 1 { // the round trip outlasted the lease
-		s.undo(ctx, n, owner)
+		s.undo(ctx, req)
 		return attempt{err: fmt.Errorf("the acquisition took longer than the lease %v", s.lease)}, nil
 	}
 	return a, nil
 }
 
-// undo releases what an attempt of owner may have taken, before the caller can try again with the same
-// owner (a late undo would release that next hold).
-func (s singleNode) undo(ctx context.Context, n names, owner string) {
+// undo takes back what acquisition request req may have done, before the caller can try again with the
+// same owner. By the request's latch: it may reach Redis before the request itself, which then does
+// nothing.
+func (s singleNode) undo(ctx context.Context, req request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
-	_, _ = s.release(ctx, n, owner, uuid.NewString())
+	_ = s.runUndo(ctx, s.run, req)
 }
 
 func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {

@@ -487,8 +487,8 @@ func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 	be := singleNode{scripts: scripts{lease: time.Minute}, rdb: rdb, run: newRunner(rdb)}
 	ctx := context.Background()
 	n := namesFor("sku-1")
-	for range 2 {
-		if a, err := be.acquire(ctx, n, "o", false); err != nil || !a.ok {
+	for i, held := range []bool{false, true} { // a hold and a reentry
+		if a, err := be.acquire(ctx, request{n: n, owner: "o", id: strconv.Itoa(i), held: held}); err != nil || !a.ok {
 			t.Fatalf("acquire: %+v %v", a, err)
 		}
 	}

@@ -1,9 +1,8 @@
 -- Release one hold of a reentrant lock (Redisson RLock unlock, with its unlock latch).
 -- KEYS[1] lock hash
 -- KEYS[2] unlock channel (message '0' wakes waiters, as Redisson's LockPubSub expects)
--- KEYS[3] unlock latch: remembers this request's result while holds remain, so a release retried after a
---         lost reply does not take a second hold away. The last hold needs none: a retry then finds the lock
---         no longer held by ARGV[1], which the caller reads as released.
+-- KEYS[3] unlock latch: remembers this request's result, so a release sent again after a lost reply
+--         neither takes a second reentrant hold away nor reads its own deletion as "not held"
 -- ARGV[1] owner id
 -- ARGV[2] lease in milliseconds (for the holds that remain)
 -- ARGV[3] latch lifetime in milliseconds
@@ -30,6 +29,7 @@ if count > 1 then
   return count - 1
 end
 redis.call('del', KEYS[1])
+redis.call('set', KEYS[3], 0, 'px', ARGV[3])
 local receivers = redis.call(ARGV[4], KEYS[2], '0')
 if receivers > 0 then
   return {0, receivers}

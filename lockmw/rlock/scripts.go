@@ -27,6 +27,10 @@ var (
 	raiseTokenLua    string
 	raiseTokenScript = redis.NewScript(raiseTokenLua)
 
+	//go:embed undo.lua
+	undoLua    string
+	undoScript = redis.NewScript(undoLua)
+
 	//go:embed forcerelease.lua
 	forceReleaseLua    string
 	forceReleaseScript = redis.NewScript(forceReleaseLua)
@@ -36,7 +40,9 @@ var (
 	ttlScript = redis.NewScript(ttlLua)
 )
 
-// latchTTL is how long a release remembers its result for a retry of the same request.
+// latchTTL is how long a request latch remembers a request's outcome: longer than go-redis takes to send a
+// command again after a lost connection (MaxRetries 3, each within its timeouts) and than this package's
+// own retries of a release; an undo's latch also outlasts a late copy of the request it undid.
 const latchTTL = 10 * time.Second
 
 // scripts runs the lock scripts on one server, with a locker's lease, fencing counter TTL and publish
@@ -67,14 +73,35 @@ func (d direct) run(ctx context.Context, script *redis.Script, keys []string, ar
 	return script.Run(ctx, d.c, keys, args...)
 }
 
+// request is one acquisition request: the acquire script run once (on each Redlock master), or undone.
+type request struct {
+	n     names
+	owner string
+	id    string // names the request's latch, which makes a resend of the request and its undo exact
+	held  bool   // the caller holds the lock for owner already: a reentry
+}
+
 // runAcquire runs the acquire script, its reply as {1, token, count} or {0, pttl}.
-func (s scripts) runAcquire(ctx context.Context, r runner, n names, owner string) ([]int64, error) {
-	cmd := r.run(ctx, acquireScript, []string{n.lock, n.token}, s.lease.Milliseconds(), owner,
-		s.tokenTTL.Milliseconds())
-	if token, ok := bare(cmd); ok { // took the free lock
+func (s scripts) runAcquire(ctx context.Context, r runner, req request) ([]int64, error) {
+	cmd := r.run(ctx, acquireScript, []string{req.n.lock, req.n.token, req.n.latch(req.id)},
+		s.lease.Milliseconds(), req.owner, s.tokenTTL.Milliseconds(), flag(req.held), latchTTL.Milliseconds())
+	if token, ok := bare(cmd); ok { // took the lock for a caller that held nothing
 		return []int64{1, token, 1}, nil
 	}
 	return cmd.Int64Slice()
+}
+
+// runUndo undoes acquisition request req, whether it ran, runs later or never does.
+func (s scripts) runUndo(ctx context.Context, r runner, req request) error {
+	return r.run(ctx, undoScript, []string{req.n.lock, req.n.channel, req.n.latch(req.id)},
+		req.owner, flag(req.held), latchTTL.Milliseconds(), s.publish).Err()
+}
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // releaseReply is the outcome of a release: the holds left for the owner (0: the lock is free; -1: the
@@ -99,8 +126,9 @@ func (s scripts) releaseArgs(n names, owner, requestID string) (keys []string, a
 }
 
 // runForceRelease deletes the lock of n whoever holds it and reports whether there was one.
-func (s scripts) runForceRelease(ctx context.Context, c redis.Scripter, n names) (bool, error) {
-	deleted, err := forceReleaseScript.Run(ctx, c, []string{n.lock, n.channel}, s.publish).Int64()
+func (s scripts) runForceRelease(ctx context.Context, c redis.Scripter, n names, requestID string) (bool, error) {
+	deleted, err := forceReleaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
+		s.publish, latchTTL.Milliseconds()).Int64()
 	return deleted == 1, err
 }
 

@@ -1,0 +1,119 @@
+package rlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stockflow/stockflow/internal/redistest"
+)
+
+// listenForUnlock listens on key's unlock channel with a plain client, as a Redisson waiter does; the channel
+// returned gets each message's payload.
+func listenForUnlock(t *testing.T, s *redistest.Server, key string) <-chan string {
+	t.Helper()
+	sub := s.Client().Subscribe(context.Background(), namesFor(key).channel)
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(context.Background()); err != nil { // confirmed
+		t.Fatal(err)
+	}
+	got := make(chan string, 16)
+	go func() {
+		for m := range sub.Channel() {
+			got <- m.Payload
+		}
+	}()
+	return got
+}
+
+// The release of the last hold on a single server sends the unlock message ("0" on Redisson's channel), so
+// waiters in other processes, Redisson's included, try at once rather than at the holder's lease (30 s);
+// the release of a reentrant hold sends none.
+func TestReleaseSendsTheUnlockMessage(t *testing.T) {
+	s := redistest.Start(t)
+	l, other := newLocker(t, s, Config{}), newLocker(t, s, Config{})
+	ctx := context.Background()
+	messages := listenForUnlock(t, s, "k")
+	outer := mustAcquire(t, l, ctx, "k")
+	inner := mustAcquire(t, l, outer.Context(), "k")
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-messages:
+		t.Fatalf("unlock message %q after the release of a reentrant hold: the lock is still held", m)
+	case <-time.After(100 * time.Millisecond):
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	got := make(chan time.Time, 1)
+	go func() {
+		if next, err := other.Acquire(wctx, "k"); err == nil {
+			got <- time.Now()
+			_ = next.Release(ctx)
+		}
+	}()
+	waitSleeping(t, other.e, "k")
+	released := time.Now()
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-messages:
+		if m != "0" {
+			t.Errorf("unlock message %q, want \"0\" (Redisson's LockPubSub)", m)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no unlock message within 1 s of the last release")
+	}
+	select {
+	case at := <-got:
+		if wait := at.Sub(released); wait > wokenWithin {
+			t.Errorf("the other process's waiter got the lock %v after the release, want <= %v", wait, wokenWithin)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the other process's waiter was not woken by the release")
+	}
+}
+
+// The release script itself refuses an owner that does not hold the lock (Lease.Release stops a non-owner
+// before it runs, so only a direct call shows it): it answers -1 and changes nothing, neither the holds nor
+// the lease, and sends no unlock message.
+func TestReleaseScriptRefusesAnotherOwner(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	l := newLocker(t, s, Config{})
+	ctx := context.Background()
+	lease := mustAcquire(t, l, ctx, "k")
+	owner := OwnerFrom(lease.Context())
+	if err := lease.Extend(ctx, time.Minute); err != nil { // a lease the release's 30 s would not shorten
+		t.Fatal(err)
+	}
+	messages := listenForUnlock(t, s, "k")
+	n := namesFor("k")
+	for _, intruder := range []string{"another-owner", ""} {
+		rep, err := parseRelease(releaseScript.Run(ctx, rdb, []string{n.lock, n.channel,
+			n.latch("intruder-" + intruder)}, intruder, (30 * time.Second).Milliseconds(), latchTTL.Milliseconds(),
+			"publish"))
+		if err != nil || rep.left != -1 {
+			t.Errorf("release by %q: %+v, %v; want -1 holds left (not held)", intruder, rep, err)
+		}
+	}
+	if holds := rdb.HGetAll(ctx, n.lock).Val(); len(holds) != 1 || holds[owner] != "1" {
+		t.Errorf("holds %v after releases by other owners, want %s's one", holds, owner)
+	}
+	if pttl := rdb.PTTL(ctx, n.lock).Val(); pttl < 59*time.Second {
+		t.Errorf("lease %v after releases by other owners, want the minute it was extended to", pttl)
+	}
+	select {
+	case m := <-messages:
+		t.Errorf("unlock message %q after releases by other owners", m)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("the owner's release after the others': %v", err)
+	}
+	if rdb.Exists(ctx, n.lock).Val() != 0 {
+		t.Fatal("the owner's release left the lock")
+	}
+}
