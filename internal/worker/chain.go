@@ -188,19 +188,22 @@ func sleep(ctx context.Context, d time.Duration, err error) error {
 // keepAlive resets the idle time of the entry in Redis every third of the claim idle time while it is
 // handled, so a slow order (waiting for a hot lock) is not claimed by another worker. Only an entry still
 // owned by this consumer is touched. It returns only once its last reset is done: a reset after the
-// attempt was handed back would delay the retry by a whole claim idle time.
+// attempt was handed back would delay the retry by a whole claim idle time. The resets read what they
+// need of the message before the handler runs: the steps after it replace the message's context as they
+// go (Message.SetContext is not safe to race with Message.Context).
 func (c *consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		done := make(chan struct{})
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		defer close(done)
-		wg.Go(func() { c.touchUntil(msg, done) })
+		ctx, part, id := msg.Context(), c.partition(msg), msg.UUID
+		wg.Go(func() { c.touchUntil(ctx, part, id, done) })
 		return h(msg)
 	}
 }
 
-func (c *consumer) touchUntil(msg *message.Message, done <-chan struct{}) {
+func (c *consumer) touchUntil(ctx context.Context, part stream.Partition, id string, done <-chan struct{}) {
 	tick := time.NewTicker(c.claimIdle / 3)
 	defer tick.Stop()
 	for {
@@ -208,8 +211,8 @@ func (c *consumer) touchUntil(msg *message.Message, done <-chan struct{}) {
 		case <-done:
 			return
 		case <-tick.C:
-			ctx, cancel := context.WithTimeout(msg.Context(), c.claimIdle/3)
-			_ = c.reclaim(ctx, c.partition(msg), msg.UUID, 0, 0)
+			ctx, cancel := context.WithTimeout(ctx, c.claimIdle/3)
+			_ = c.reclaim(ctx, part, id, 0, 0)
 			cancel()
 		}
 	}

@@ -223,3 +223,27 @@ func TestReplicaAckFailuresWaitLongerBeforeTheirRetry(t *testing.T) {
 		}
 	}
 }
+
+// keepAlive's resets run beside the handler, which replaces the message's context as it goes (decode,
+// combine, the lock): the resets must not read the message meanwhile (Message.SetContext is not safe to
+// race with Message.Context; a torn read panicked a worker under load). The race detector checks it, and
+// the entry must still be kept from going idle.
+func TestKeepAliveDoesNotReadTheMessageWhileTheHandlerRuns(t *testing.T) {
+	e := newChainEnv(t)
+	e.c.claimIdle = 30 * time.Millisecond // a reset every 10 ms
+	msg := e.deliver(t, 1)
+	h := e.c.keepAlive(func(msg *message.Message) ([]*message.Message, error) {
+		for end := time.Now().Add(150 * time.Millisecond); time.Now().Before(end); {
+			msg.SetContext(context.WithValue(msg.Context(), struct{}{}, 1))
+		}
+		return nil, nil
+	})
+	before := e.pending(t)[0].Idle
+	time.Sleep(50 * time.Millisecond)
+	if _, err := h(msg); err != nil {
+		t.Fatal(err)
+	}
+	if idle := e.pending(t)[0].Idle; idle >= before+50*time.Millisecond+150*time.Millisecond {
+		t.Fatalf("entry idle %v after the handler, want it reset while it ran", idle)
+	}
+}
