@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
 )
 

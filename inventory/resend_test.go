@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // resendCase is one write whose reply a proxy drops once, so that go-redis sends it again.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
 )
 

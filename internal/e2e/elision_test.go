@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // Lock elision: a batch's stock script takes the free lock itself, so uncontended orders cost no lock

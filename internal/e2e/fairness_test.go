@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/childproc"
-	"github.com/stockflow/stockflow/internal/history"
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/childproc"
+	"github.com/stockflow/stockflow/internal/testing/history"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 var bin struct {
@@ -193,7 +193,7 @@ func produceEnv(t *testing.T, env []string, args ...string) *producer.Summary {
 }
 
 // recording is the history directory of a test's workers (FAULT_HISTORY_DIR: a file per process), checked
-// by internal/history.
+// by internal/testing/history.
 type recording struct{ dir string }
 
 func newRecording(t *testing.T) *recording { return &recording{dir: t.TempDir()} }

@@ -14,8 +14,8 @@ import (
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/demo"
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stockctl"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 

@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 

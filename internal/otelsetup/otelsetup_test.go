@@ -28,7 +28,7 @@ import (
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stockctl"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // env is one redis-server and a client on it; run calls stockctl.Run against it.

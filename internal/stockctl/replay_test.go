@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stockctl"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 type replayJSON struct {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 func TestPartitionNames(t *testing.T) {

@@ -20,8 +20,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stockflow/stockflow/internal/redistest"
 	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // recordSpans sends the spans of the test to a recorder, with the W3C propagator.

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 const testToken = "0123456789abcdef-scrape"

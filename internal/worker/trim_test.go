@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // A backlog longer than STREAM_RETENTION is not trimmed: entries the group was never delivered stay,

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // Two goroutines of one owner wait for a key held elsewhere: when the first gets it, the second must

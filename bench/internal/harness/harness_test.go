@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/redistest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // The harness is only worth its numbers if its checks fail when they should. These tests run it at toy
