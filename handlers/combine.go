@@ -228,7 +228,7 @@ func (c *combiner) lead(msg *message.Message, sku string, sec *lockmw.Section) e
 // decided, with own its outcome.
 func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done bool, own error) {
 	start := time.Now()
-	for time.Since(start) < c.leadFor {
+	for first := true; first || time.Since(start) < c.leadFor; first = false { // the first batch always runs
 		batch := c.take(sku)
 		if len(batch) == 0 {
 			break
@@ -290,13 +290,14 @@ func (c *combiner) decideOneByOne(leader *message.Message, batch []*queued, fenc
 }
 
 // decided hands a batch's outcome to its followers' consumers and records each follower's wait for its
-// SKU (the lock middleware records the leader's).
+// SKU when the leader runs in a section of the lock middleware (which records the leader's own).
 func (c *combiner) decided(leader *message.Message, batch []*queued, err error) {
+	_, inSection := lockmw.SectionFrom(leader.Context())
 	for _, p := range batch {
 		if p.msg == leader {
 			continue
 		}
-		if err == nil {
+		if err == nil && inSection {
 			lockmw.RecordWait(p.msg.Context(), lockmw.Wait{Keys: []string{p.order.SKU}, From: p.since,
 				Until: p.since.Add(p.waited), Path: lockmw.PathBatched})
 		}
@@ -305,13 +306,6 @@ func (c *combiner) decided(leader *message.Message, batch []*queued, err error) 
 		default:
 		}
 	}
-}
-
-// waiting reports whether orders of sku wait for a batch.
-func (c *combiner) waiting(sku string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.skus[sku].waiting) > 0
 }
 
 // stamp notes how long each order of batch waited, until now: its batch is decided now.

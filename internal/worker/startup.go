@@ -25,7 +25,7 @@ var errClusterNode = errors.New("worker: REDIS_URL is a Redis Cluster node")
 // number of partitions (stream.Config.CheckLayout), and creates the consumer groups that do
 // not exist.
 func (w *Worker) prepare(ctx context.Context) error {
-	for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 3*time.Second) {
 		err := w.prepareOnce(ctx)
 		if err == nil || refusesToStart(err) {
 			return err

@@ -1,6 +1,6 @@
 // Package worker wires the order worker: settings ▶ Redis clients ▶ the locker and the lock middleware ▶ the
 // stock store and the order handler (package handlers) ▶ one stream.Subscriber per consumer in a Watermill
-// router, each with the entry's delivery steps (chain.go) ▶ run.
+// router, each with the entry's delivery steps (package delivery) ▶ run.
 package worker
 
 import (
@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,10 +18,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/delivery"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
@@ -44,15 +46,14 @@ type Worker struct {
 	router  *message.Router
 	store   *inventory.Store
 	handler *handlers.Handler
-	server  []attribute.KeyValue // the stock Redis's address, for the spans of the poison entries
-	lockMW  *lockmw.Middleware   // nil: NoLock
+	lockMW  *lockmw.Middleware // nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
 	drain      context.Context
 	stopDrain  context.CancelCauseFunc
 	metrics    http.Handler
 	busy       busyClock
-	consumers  []*consumer
+	consumers  []*delivery.Consumer
 	backlog    atomic.Pointer[backlog]
 	holder     atomic.Pointer[string] // the other group that holds trimming back, as last warned about
 	// readsFailing is since when the consumers' reads have been failing (unix ns), 0 while they succeed.
@@ -202,7 +203,6 @@ func (w *Worker) setHandler(faults *Faults) error {
 	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
 		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster,
 		Worker: w.cfg.Name, MaxWait: w.cfg.LockWait, EarlierPending: w.earlierPending})
-	w.server = stream.ServerAttributes(w.rdb)
 	if w.lockMW != nil {
 		if w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision) {
 			w.lockMW.Elide = handlers.Elidable
@@ -216,12 +216,21 @@ func (w *Worker) setHandler(faults *Faults) error {
 	return err
 }
 
-// earlierPending reports whether an entry of msg's partition before msg's own is pending in the group.
+// earlierPending reports whether an entry of msg's partition before msg's own is pending in the group, for
+// an entry published less than twice CLAIM_IDLE ago: an earlier entry that stays pending longer than that
+// (failing again and again, or stuck behind a lock held elsewhere) no longer holds the event back, which is
+// then decided as it finds its order. (The range ends at msg's own id, inclusive: Redis before 6.2 and
+// miniredis know no exclusive bound.)
 func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
+	if ms, _, ok := strings.Cut(msg.UUID, "-"); ok {
+		if t, err := strconv.ParseInt(ms, 10, 64); err == nil && time.Since(time.UnixMilli(t)) > 2*w.cfg.ClaimIdle {
+			return false, nil
+		}
+	}
 	part := w.parts[stream.EntryPartition(msg)]
 	p, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: part.Orders, Group: w.cfg.ConsumerGroup,
-		Start: "-", End: "(" + msg.UUID, Count: 1}).Result()
-	return len(p) > 0, err
+		Start: "-", End: msg.UUID, Count: 1}).Result()
+	return len(p) > 0 && p[0].ID != msg.UUID, err
 }
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write
@@ -257,16 +266,16 @@ func (w *Worker) addConsumers(faults *Faults) error {
 		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
 	for i := range cfg.Concurrency {
 		name := fmt.Sprintf("%s-%d", cfg.Name, i)
-		c := &consumer{rdb: w.rdb, server: w.server, parts: w.parts, group: cfg.ConsumerGroup, name: name,
-			poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
-			claimIdle: cfg.ClaimIdle, logger: w.logger, drainCtx: w.drain, raiseToken: w.raiseToken, busy: &w.busy[i]}
+		c := delivery.New(delivery.Config{Redis: w.rdb, Partitions: w.parts, Group: cfg.ConsumerGroup, Name: name,
+			PoisonMaxLen: cfg.PoisonMaxLen, MaxAttempts: cfg.MaxAttempts, ClaimIdle: cfg.ClaimIdle, Logger: w.logger,
+			Drain: w.drain, RaiseToken: w.raiseToken, Busy: &w.busy[i]})
 		subs.Consumer, subs.First = name, i
 		sub, err := stream.NewSubscriber(w.subRDB, subs)
 		if err != nil {
 			return err
 		}
 		w.consumers = append(w.consumers, c)
-		chain := c.chain(w.handler.Handle, steps...)
+		chain := c.Chain(w.handler.Handle, steps...)
 		w.router.AddConsumerHandler(name, cfg.OrdersStream, sub, func(msg *message.Message) error {
 			_, err := chain(msg)
 			return err
@@ -336,9 +345,9 @@ func (w *Worker) handBackUnfinished(ctx context.Context) {
 	defer cancel()
 	n := 0
 	for _, c := range w.consumers {
-		handed, err := c.handBackPending(ctx)
+		handed, err := c.HandBackPending(ctx)
 		if err != nil {
-			w.logger.Warn("could not hand back unfinished entries", "consumer", c.name, "err", err)
+			w.logger.Warn("could not hand back unfinished entries", "consumer", c.Name(), "err", err)
 		}
 		n += handed
 	}

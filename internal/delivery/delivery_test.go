@@ -1,4 +1,4 @@
-package worker
+package delivery
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 // delivered to it.
 type chainEnv struct {
 	rdb *redis.Client
-	c   *consumer
+	c   *Consumer
 }
 
 func newChainEnv(t *testing.T) chainEnv {
@@ -183,10 +183,11 @@ func TestDrainOutlivesTheMessageContextUntilTheDeadline(t *testing.T) {
 	msg.SetContext(msgCtx)
 
 	var during, after error
+	errDeadline := errors.New("shutdown timeout")
 	h := func(msg *message.Message) ([]*message.Message, error) {
 		cancelMsg() // the router shuts down
 		during = msg.Context().Err()
-		stopDrain(errShutdownTimeout) // SHUTDOWN_TIMEOUT passes
+		stopDrain(errDeadline) // SHUTDOWN_TIMEOUT passes
 		<-msg.Context().Done()
 		after = context.Cause(msg.Context())
 		return nil, nil
@@ -194,8 +195,8 @@ func TestDrainOutlivesTheMessageContextUntilTheDeadline(t *testing.T) {
 	if _, err := e.c.drain(h)(msg); err != nil {
 		t.Fatal(err)
 	}
-	if during != nil || !errors.Is(after, errShutdownTimeout) {
-		t.Fatalf("handler context: %v once the message context ended (want alive), cause %v at the deadline (want %v)", during, after, errShutdownTimeout)
+	if during != nil || !errors.Is(after, errDeadline) {
+		t.Fatalf("handler context: %v once the message context ended (want alive), cause %v at the deadline (want %v)", during, after, errDeadline)
 	}
 	if msg.Context() != msgCtx {
 		t.Fatal("the message context was not restored")

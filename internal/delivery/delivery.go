@@ -1,4 +1,18 @@
-package worker
+// Package delivery is what happens to a stream entry around its handler, at least once: the steps of a
+// consumer's chain, outermost first, each a message.HandlerMiddleware:
+//
+//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ (the handler's own steps: package handlers)
+//
+// trace continues the producer's trace; poison sends what can never succeed to the poison stream and acks it;
+// recoverPanic turns a panic into poison; drain lets an order in flight finish on shutdown; retry hands a
+// failed attempt back to the group (retry.go: which failures count); keepAlive keeps an entry being handled
+// from being claimed by another worker.
+//
+// Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
+// back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
+// a crash), a panic must be poisoned rather than retried, and poisoning must add the entry to the poison
+// stream and ack it in one transaction, keeping its original fields.
+package delivery
 
 import (
 	"context"
@@ -19,20 +33,35 @@ import (
 	"github.com/stockflow/stockflow/internal/stream"
 )
 
-// The per-message chain of a consumer, outermost first; every step is a message.HandlerMiddleware:
-//
-//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ handlers: Decode ▶ Combine ▶ lockmw ▶ Handle
-//
-// The first six are the entry's delivery (this file); the rest decide the order (package handlers, with the
-// lock middleware of package lockmw between Combine and Handle).
-//
-// Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
-// back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
-// a crash), a panic must be poisoned rather than retried, and poisoning must add the entry to the poison
-// stream and ack it in one transaction, keeping its original fields.
+// Config is one consumer's.
+type Config struct {
+	Redis        redis.UniversalClient // acks, poison, hand-backs
+	Partitions   []stream.Partition    // the streams it reads
+	Group, Name  string                // its consumer group and its name in it
+	PoisonMaxLen int                   // approximate bound of the poison streams
+	MaxAttempts  int                   // deliveries of an entry before it is poisoned (MAX_ATTEMPTS)
+	ClaimIdle    time.Duration         // CLAIM_IDLE
+	Logger       *slog.Logger
+	// Drain ends when in-flight orders must stop (SHUTDOWN_TIMEOUT after SIGTERM, or Close).
+	Drain context.Context
+	// RaiseToken raises the fencing counter of a lock key; nil when the locker has none.
+	RaiseToken func(ctx context.Context, key string, token int64) error
+	// Busy is set to since when the consumer has been handling its message (unix ns), 0 when idle.
+	Busy *atomic.Int64
+}
 
-// consumer is one consumer of the group: the one a message was delivered to, and its chain.
-type consumer struct {
+// New returns the consumer of cfg.
+func New(cfg Config) *Consumer {
+	return &Consumer{rdb: cfg.Redis, server: stream.ServerAttributes(cfg.Redis), parts: cfg.Partitions,
+		group: cfg.Group, name: cfg.Name, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
+		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, drainCtx: cfg.Drain, raiseToken: cfg.RaiseToken, busy: cfg.Busy}
+}
+
+// Name is the consumer's name in its group.
+func (c *Consumer) Name() string { return c.name }
+
+// Consumer is one consumer of the group: the one a message was delivered to, and its chain.
+type Consumer struct {
 	rdb          redis.UniversalClient
 	server       []attribute.KeyValue // rdb's address, for the spans (stream.ServerAttributes)
 	parts        []stream.Partition   // the streams it reads
@@ -50,13 +79,13 @@ type consumer struct {
 }
 
 // partition is the partition msg's entry was read from.
-func (c *consumer) partition(msg *message.Message) stream.Partition {
+func (c *Consumer) partition(msg *message.Message) stream.Partition {
 	return c.parts[stream.EntryPartition(msg)]
 }
 
-// chain wraps h, the handler, in the consumer's delivery steps and then inner, the steps between them and h
+// Chain wraps h, the handler, in the consumer's delivery steps and then inner, the steps between them and h
 // (outermost first).
-func (c *consumer) chain(h message.HandlerFunc, inner ...message.HandlerMiddleware) message.HandlerFunc {
+func (c *Consumer) Chain(h message.HandlerFunc, inner ...message.HandlerMiddleware) message.HandlerFunc {
 	steps := append([]message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.drain, c.retry, c.keepAlive},
 		inner...)
 	for i := len(steps) - 1; i >= 0; i-- {
@@ -67,7 +96,7 @@ func (c *consumer) chain(h message.HandlerFunc, inner ...message.HandlerMiddlewa
 
 // trace continues the trace the message carries (W3C traceparent in its metadata, set by the producer)
 // with a consumer span around the whole handling, and counts the messages in flight.
-func (c *consumer) trace(h message.HandlerFunc) message.HandlerFunc {
+func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
 		ctx, span := stream.Consumer{Stream: c.partition(msg).Orders, Group: c.group, Name: c.name,
@@ -93,7 +122,7 @@ func (c *consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 // marked unreadable by the unmarshaller, one the handler rejects as bad input, one whose handling panicked,
 // and one that failed permanently or too often (retry). The poison entry holds the original fields, plus
 // poison_reason, poison_source_stream and poison_source_id. Anything else passes through.
-func (c *consumer) poison(h message.HandlerFunc) message.HandlerFunc {
+func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		reason, kind := msg.Metadata.Get(stream.MetaBadEntry), reasonBadInput
 		if reason == "" {
@@ -118,7 +147,7 @@ func (c *consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 
 // recoverPanic turns a panic of the handler into a *panicError, which poison sends to the poison stream: a
 // message that panics once would panic again.
-func (c *consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
+func (c *Consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (msgs []*message.Message, err error) {
 		defer func() {
 			if v := recover(); v != nil {
@@ -133,7 +162,7 @@ func (c *consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
 
 // drain runs the handler under a context that survives the router's shutdown (which cancels message
 // contexts at once) until drainCtx ends, so in-flight orders finish on SIGTERM.
-func (c *consumer) drain(h message.HandlerFunc) message.HandlerFunc {
+func (c *Consumer) drain(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
 		ctx, cancel := context.WithCancelCause(context.WithoutCancel(orig))
@@ -151,7 +180,7 @@ func (c *consumer) drain(h message.HandlerFunc) message.HandlerFunc {
 // retry runs the handler once per delivery and hands a failed attempt back to the group (see attempts.go:
 // which failures count, and MaxAttempts). When Redis cannot take the entry back, the handler is retried
 // here with backoff, as long as the message context lives.
-func (c *consumer) retry(h message.HandlerFunc) message.HandlerFunc {
+func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		deliveries := max(stream.Deliveries(msg), 1)
 		if deliveries > c.maxAttempts {
@@ -191,7 +220,7 @@ func sleep(ctx context.Context, d time.Duration, err error) error {
 // attempt was handed back would delay the retry by a whole claim idle time. The resets read what they
 // need of the message before the handler runs: the steps after it replace the message's context as they
 // go (Message.SetContext is not safe to race with Message.Context).
-func (c *consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
+func (c *Consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		done := make(chan struct{})
 		var wg sync.WaitGroup
@@ -203,7 +232,7 @@ func (c *consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-func (c *consumer) touchUntil(ctx context.Context, part stream.Partition, id string, done <-chan struct{}) {
+func (c *Consumer) touchUntil(ctx context.Context, part stream.Partition, id string, done <-chan struct{}) {
 	tick := time.NewTicker(c.claimIdle / 3)
 	defer tick.Stop()
 	for {

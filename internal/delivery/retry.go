@@ -1,4 +1,4 @@
-package worker
+package delivery
 
 import (
 	"context"
@@ -41,7 +41,7 @@ const replicaRetryDelay = 5 * time.Second
 
 // failed decides on a failed attempt before it is handed back: a permanent failure on the last allowed
 // delivery becomes a *permanentError, for the poison stream; a stale fence raises the lock's counter.
-func (c *consumer) failed(msg *message.Message, deliveries int, err error) error {
+func (c *Consumer) failed(msg *message.Message, deliveries int, err error) error {
 	if classify(err) == permanent && deliveries >= c.maxAttempts {
 		return &permanentError{err: err, deliveries: deliveries}
 	}
@@ -51,7 +51,7 @@ func (c *consumer) failed(msg *message.Message, deliveries int, err error) error
 
 // handBack leaves the entry pending for a consumer to claim after a retry delay. It reports false when
 // Redis could not be told.
-func (c *consumer) handBack(msg *message.Message, kind failureKind, deliveries int, err error) bool {
+func (c *Consumer) handBack(msg *message.Message, kind failureKind, deliveries int, err error) bool {
 	wait := retryDelay
 	if errors.Is(err, inventory.ErrReplicaAcks) {
 		wait = replicaRetryDelay
@@ -75,7 +75,7 @@ func (c *consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 
 // recoverFence raises the lock's fencing counter when the store refused a token below its stored fence.
 // If the lock was merely taken over, the counter is already past the stored fence and nothing changes.
-func (c *consumer) recoverFence(ctx context.Context, err error) {
+func (c *Consumer) recoverFence(ctx context.Context, err error) {
 	var stale *inventory.StaleFenceError
 	if c.raiseToken == nil || !errors.As(err, &stale) || stale.Current {
 		return // with Current the counter is ahead already

@@ -1,4 +1,4 @@
-package worker
+package delivery
 
 import (
 	"cmp"
@@ -47,7 +47,7 @@ func truncate(s string, n int) string {
 }
 
 // toPoison adds the entry id of partition p to p's poison stream with reason and acks it, in one MULTI.
-func (c *consumer) toPoison(ctx context.Context, p stream.Partition, id, reason string) error {
+func (c *Consumer) toPoison(ctx context.Context, p stream.Partition, id, reason string) error {
 	fields := map[string]any{}
 	entries, err := c.rdb.XRange(ctx, p.Orders, id, id).Result()
 	if err != nil {
@@ -74,7 +74,7 @@ var reclaimLua string
 var reclaimScript = redis.NewScript(reclaimLua)
 
 // reclaim sets the idle time of partition p's entry msgID if this consumer still owns it (reclaim.lua).
-func (c *consumer) reclaim(ctx context.Context, p stream.Partition, msgID string, idle time.Duration, uncount int64) error {
+func (c *Consumer) reclaim(ctx context.Context, p stream.Partition, msgID string, idle time.Duration, uncount int64) error {
 	return reclaimScript.Run(ctx, c.rdb, []string{p.Orders}, c.group, c.name, msgID, idle.Milliseconds(), uncount).Err()
 }
 
@@ -86,9 +86,9 @@ type panicError struct {
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
-// handBackPending gives the entries the consumer still has pending back to the group, uncounted, to be
+// HandBackPending gives the entries the consumer still has pending back to the group, uncounted, to be
 // claimed at the next claim round; it returns how many it handed back.
-func (c *consumer) handBackPending(ctx context.Context) (n int, err error) {
+func (c *Consumer) HandBackPending(ctx context.Context) (n int, err error) {
 	for _, p := range c.parts {
 		pending, perr := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: c.group, Start: "-",
 			End: "+", Count: 100, Consumer: c.name}).Result()
