@@ -44,7 +44,7 @@ func (w *Worker) checkDurability(ctx context.Context) error {
 // fsyncPolicy says why c may lose an acknowledged write in a crash of its process; "" when it fsyncs every
 // write before replying.
 func fsyncPolicy(ctx context.Context, c *redis.Client) (string, error) {
-	conf, err := c.ConfigGet(ctx, "append*").Result()
+	conf, err := configGet(ctx, c, "append*")
 	if err == nil {
 		switch {
 		case conf["appendonly"] != "yes":
@@ -55,7 +55,7 @@ func fsyncPolicy(ctx context.Context, c *redis.Client) (string, error) {
 		return "", nil
 	}
 	var reply redis.Error
-	if !errors.As(err, &reply) {
+	if !errors.Is(err, errConfigRefused) && !errors.As(err, &reply) {
 		return "", err
 	}
 	info, err := c.Info(ctx, "persistence").Result()
@@ -68,4 +68,17 @@ func fsyncPolicy(ctx context.Context, c *redis.Client) (string, error) {
 		return "has the append-only file off", nil
 	}
 	return "has the append-only file on, with an fsync policy the worker may not read (CONFIG GET refused)", nil
+}
+
+// errConfigRefused: the worker's user may not run CONFIG GET.
+var errConfigRefused = errors.New("worker: CONFIG GET is not allowed")
+
+// configGet runs CONFIG GET pattern when the connection's ACL user may (asked first, with the permission
+// probe's script, so that a refusal does not land in the ACL log operators watch).
+func configGet(ctx context.Context, c *redis.Client, pattern string) (map[string]string, error) {
+	refused, err := permissionsScript.Run(ctx, c, nil, "CONFIG\nGET\n"+pattern).Int()
+	if err == nil && refused > 0 {
+		return nil, errConfigRefused
+	}
+	return c.ConfigGet(ctx, pattern).Result()
 }
