@@ -86,15 +86,22 @@ type panicError struct {
 
 func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
-// HandBackPending gives the entries the consumer still has pending back to the group, uncounted, to be
-// claimed at the next claim round; it returns how many it handed back.
+// HandBackPending gives the entries the consumer still has pending back to the group, to be claimed at the
+// next claim round; it returns how many it handed back. The entries it was working on or had read ahead
+// (idle for less than half CLAIM_IDLE: keepAlive resets the idle time of the one being handled) are handed
+// back uncounted; one already handed back after a failed attempt (idle for most of CLAIM_IDLE, retry)
+// keeps its count, so a restart never erases a counted failure.
 func (c *Consumer) HandBackPending(ctx context.Context) (n int, err error) {
 	for _, p := range c.parts {
 		pending, perr := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: c.group, Start: "-",
 			End: "+", Count: 100, Consumer: c.name}).Result()
 		err = cmp.Or(err, perr)
 		for _, e := range pending {
-			if perr := c.reclaim(ctx, p, e.ID, c.claimIdle, e.RetryCount); perr == nil {
+			var uncount int64
+			if e.Idle < c.claimIdle/2 {
+				uncount = e.RetryCount
+			}
+			if perr := c.reclaim(ctx, p, e.ID, c.claimIdle, uncount); perr == nil {
 				n++
 			} else {
 				err = cmp.Or(err, perr)

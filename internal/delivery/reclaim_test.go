@@ -39,3 +39,30 @@ func TestAResentReclaimUncountsOneDelivery(t *testing.T) {
 		t.Fatalf("pending %+v, want c1's entry with 1 delivery (2, one uncounted) and 20 s idle", p)
 	}
 }
+
+// At shutdown a consumer hands back what it still owns: the entries it was working on or had read ahead
+// uncounted, but an entry it had already handed back after a counted failure keeps its count (a restart
+// must not erase a counted attempt, or an order that always fails would never reach MAX_ATTEMPTS).
+func TestHandBackPendingKeepsTheCountOfAFailedAttempt(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	fresh := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "x"}}).Val()
+	failed := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "y"}}).Val()
+	rdb.XGroupCreate(ctx, "orders", "g", "0")
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 2})
+	c := testConsumer(rdb)
+	// failed's attempt failed permanently: handed back counted, to be claimed after about a second.
+	if err := c.reclaim(ctx, testParts[0], failed, c.claimIdle-time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.HandBackPending(ctx); err != nil || n != 2 {
+		t.Fatalf("handed back %d, %v; want 2", n, err)
+	}
+	counts := map[string]int64{}
+	for _, p := range rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: "-", End: "+", Count: 10}).Val() {
+		counts[p.ID] = p.RetryCount
+	}
+	if counts[fresh] != 0 || counts[failed] != 1 {
+		t.Fatalf("delivery counts %v; want %s uncounted (0) and %s's failed attempt still counted (1)", counts, fresh, failed)
+	}
+}
