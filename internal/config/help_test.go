@@ -2,9 +2,11 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
+	"log/slog"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -121,8 +123,8 @@ func TestVersionDescribesTheBuild(t *testing.T) {
 
 func TestJSONLogsWriteDurationsAsStrings(t *testing.T) {
 	var out bytes.Buffer
-	Logger(&out).Info("retrying", "in", 3*time.Second, "n", 3, "group", map[string]any{"x": 1})
-	Logger(&out).WithGroup("lock").Info("waited", "for", 1500*time.Microsecond)
+	Logger(&out, slog.LevelInfo).Info("retrying", "in", 3*time.Second, "n", 3, "group", map[string]any{"x": 1})
+	Logger(&out, slog.LevelInfo).WithGroup("lock").Info("waited", "for", 1500*time.Microsecond)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var first, second map[string]any
 	if err := errors.Join(json.Unmarshal([]byte(lines[0]), &first), json.Unmarshal([]byte(lines[1]), &second)); err != nil {
@@ -133,5 +135,30 @@ func TestJSONLogsWriteDurationsAsStrings(t *testing.T) {
 	}
 	if lock, _ := second["lock"].(map[string]any); lock["for"] != "1.5ms" {
 		t.Errorf("second line %v: want lock.for \"1.5ms\"", second)
+	}
+}
+
+// LOG_LEVEL keeps records below it out, and go-redis's own lines become records of the same JSON log.
+func TestLogLevelAndGoRedisLinesAreRecords(t *testing.T) {
+	var out bytes.Buffer
+	l, err := ParseLogLevel("warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := Logger(&out, l)
+	logger.Info("left out")
+	RedisLogger{L: logger}.Printf(context.Background(), "redis: %s: dial tcp: connection refused", "pool.go:770")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var rec map[string]any
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil {
+		t.Fatalf("log %q: want one JSON record (the info one left out)", out.String())
+	}
+	if rec["level"] != "WARN" || rec["component"] != "go-redis" || !strings.Contains(rec["msg"].(string), "connection refused") {
+		t.Fatalf("record %v: want go-redis's line as a warning", rec)
+	}
+	for _, bad := range []string{"verbose", "info+2", ""} {
+		if _, err := ParseLogLevel(bad); err == nil {
+			t.Errorf("LOG_LEVEL %q accepted", bad)
+		}
 	}
 }

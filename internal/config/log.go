@@ -1,15 +1,19 @@
 package config
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 )
 
-// Logger logs text to a terminal and JSON otherwise (to a log collector). Durations are written as Go
-// writes them ("3s", "1.5ms") in both: slog's JSON handler would write nanoseconds (3000000000).
-func Logger(w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{ReplaceAttr: durationAsString}
+// Logger logs text to a terminal and JSON otherwise (to a log collector), records of level and above.
+// Durations are written as Go writes them ("3s", "1.5ms") in both: slog's JSON handler would write
+// nanoseconds (3000000000).
+func Logger(w io.Writer, level slog.Leveler) *slog.Logger {
+	opts := &slog.HandlerOptions{ReplaceAttr: durationAsString, Level: level}
 	if IsTerminal(w) {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
@@ -40,4 +44,22 @@ func Progress() io.Writer {
 		return os.Stderr
 	}
 	return nil
+}
+
+// ParseLogLevel reads LOG_LEVEL: debug, info, warn or error.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil || strings.ContainsAny(s, "+-") {
+		return 0, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// RedisLogger is a go-redis logger (redis.SetLogger) that writes go-redis's lines (a pool that cannot
+// dial, a connection given up) as warnings of l, so a process's output stays one record a line.
+type RedisLogger struct{ L *slog.Logger }
+
+// Printf logs one go-redis line.
+func (r RedisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.L.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }

@@ -71,6 +71,8 @@ type Config struct {
 	MaxAttempts int
 	// AllowEviction lets the worker run on a Redis whose maxmemory-policy may evict keys.
 	AllowEviction bool
+	// LogLevel is the least level logged: debug, info (the default), warn or error.
+	LogLevel string
 	// RequireDurable refuses a stock Redis that may lose acknowledged writes in a crash (neither
 	// appendfsync always nor REPLICA_ACKS); default false: the worker warns (checkDurability).
 	RequireDurable bool
@@ -95,6 +97,7 @@ func DefaultConfig() Config {
 		OutcomeTTL:      inventory.DefaultOutcomeTTL,
 		StreamRetention: DefaultStreamRetention,
 		GroupStart:      "$",
+		LogLevel:        "info",
 		ResultsMaxLen:   DefaultResultsMaxLen,
 		PoisonMaxLen:    DefaultPoisonMaxLen,
 		MaxAttempts:     DefaultMaxAttempts,
@@ -126,6 +129,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.PoisonMaxLen, "POISON_MAXLEN", d.PoisonMaxLen, "approximate number of entries kept in the poison stream")
 	s.Int(&c.MaxAttempts, "MAX_ATTEMPTS", d.MaxAttempts, "deliveries of an order that fails permanently (or whose worker dies) before it goes to the poison stream")
 	stream.ReplicaFlags(s, &c.Replicas, "each stock write (reservation and outcome record)")
+	s.String(&c.LogLevel, "LOG_LEVEL", "info", "the least level of the log lines written: debug, info, warn or error")
 	s.Bool(&c.RequireDurable, "REQUIRE_DURABLE", "refuse to start when the stock Redis may lose acknowledged writes in a crash (neither appendonly with appendfsync always nor REPLICA_ACKS); without it the worker warns")
 	s.Bool(&c.AllowEviction, "ALLOW_EVICTION", "run even when Redis may evict keys (maxmemory-policy other than noeviction): evicted outcome records mean double reservations")
 }
@@ -147,7 +151,17 @@ func (c Config) Validate() error {
 		c.validateLifetime(),
 		c.validateEndpoints(),
 		config.Check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, "must be positive"),
+		c.validateLogLevel(),
 	)
+}
+
+// validateLogLevel checks LOG_LEVEL ("" is info).
+func (c Config) validateLogLevel() error {
+	if c.LogLevel == "" {
+		return nil
+	}
+	_, err := config.ParseLogLevel(c.LogLevel)
+	return err
 }
 
 func (c Config) validateRedlock() error {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
@@ -53,7 +56,11 @@ func runMain(name string, args []string, ext Extension) error {
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
-	logger := config.Logger(os.Stderr)
+	level, _ := config.ParseLogLevel(cmp.Or(cfg.LogLevel, "info")) // validated with the settings
+	logger := config.Logger(os.Stderr, level)
+	// go-redis's own lines (a pool that cannot dial, say) become records of the same log: one JSON
+	// object a line, whatever writes it.
+	redis.SetLogger(config.RedisLogger{L: logger})
 	defer flush(tel, logger.Error)
 	opts.Metrics, opts.Tracing = tel.Metrics, tel.Tracing
 	w, err := New(cfg, logger, opts)
