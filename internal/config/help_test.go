@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // helpOf defines settings of every kind on a set and returns its -h output.
@@ -160,5 +162,26 @@ func TestLogLevelAndGoRedisLinesAreRecords(t *testing.T) {
 		if _, err := ParseLogLevel(bad); err == nil {
 			t.Errorf("LOG_LEVEL %q accepted", bad)
 		}
+	}
+}
+
+// A line logged with the context of a traced order names the order's trace and span.
+func TestALineLoggedInATraceNamesIt(t *testing.T) {
+	var out bytes.Buffer
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5},
+		TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	Logger(&out, slog.LevelInfo).WarnContext(ctx, "order failed", "id", "1-0")
+	Logger(&out, slog.LevelInfo).Warn("no order")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var first, second map[string]any
+	if err := errors.Join(json.Unmarshal([]byte(lines[0]), &first), json.Unmarshal([]byte(lines[1]), &second)); err != nil {
+		t.Fatal(err)
+	}
+	if first["trace_id"] != sc.TraceID().String() || first["span_id"] != sc.SpanID().String() {
+		t.Fatalf("line %v: want the trace and span ids of its context", first)
+	}
+	if _, ok := second["trace_id"]; ok {
+		t.Fatalf("line %v: a line without a trace names one", second)
 	}
 }

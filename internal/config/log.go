@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Logger logs text to a terminal and JSON otherwise (to a log collector), records of level and above.
@@ -15,10 +17,25 @@ import (
 func Logger(w io.Writer, level slog.Leveler) *slog.Logger {
 	opts := &slog.HandlerOptions{ReplaceAttr: durationAsString, Level: level}
 	if IsTerminal(w) {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(traced{slog.NewTextHandler(w, opts)})
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(traced{slog.NewJSONHandler(w, opts)})
 }
+
+// traced adds the trace_id and span_id of a record's context (a log line written while an order is
+// handled, with the *Context methods) to the record, so a log line leads to the order's trace.
+type traced struct{ slog.Handler }
+
+func (h traced) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traced) WithAttrs(attrs []slog.Attr) slog.Handler { return traced{h.Handler.WithAttrs(attrs)} }
+
+func (h traced) WithGroup(name string) slog.Handler { return traced{h.Handler.WithGroup(name)} }
 
 // durationAsString is a slog ReplaceAttr that writes a time.Duration as its String ("3s").
 func durationAsString(_ []string, a slog.Attr) slog.Attr {

@@ -138,7 +138,7 @@ func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 		if err := c.toPoison(ctx, p, msg.UUID, reason); err != nil {
 			return nil, fmt.Errorf("poison entry %s: %w", msg.UUID, err)
 		}
-		c.logger.Warn("poisoned entry", "stream", p.Orders, "id", msg.UUID, "reason", reason)
+		c.logger.WarnContext(msg.Context(), "poisoned entry", "stream", p.Orders, "id", msg.UUID, "reason", reason)
 		stream.Poisoned.Add(ctx, 1, kind)
 		trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
 		return nil, nil
@@ -152,7 +152,7 @@ func (c *Consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
 		defer func() {
 			if v := recover(); v != nil {
 				p := &panicError{value: v, stack: debug.Stack()}
-				c.logger.Error("handler panicked", "id", msg.UUID, "panic", v, "stack", string(p.stack))
+				c.logger.ErrorContext(msg.Context(), "handler panicked", "id", msg.UUID, "panic", v, "stack", string(p.stack))
 				err = p
 			}
 		}()

@@ -64,10 +64,10 @@ func (c *Consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 		uncount = int64(stream.Deliveries(msg))
 	}
 	if herr := c.reclaim(ctx, c.partition(msg), msg.UUID, c.claimIdle-delay, uncount); herr != nil {
-		c.logger.Warn("order failed, retrying here", "id", msg.UUID, "in", retryMin, "err", err, "hand_back_err", herr)
+		c.logger.WarnContext(msg.Context(), "order failed, retrying here", "id", msg.UUID, "in", retryMin, "err", err, "hand_back_err", herr)
 		return false
 	}
-	c.logger.Warn("order failed, handed back for a retry", "id", msg.UUID, "in", delay.String(),
+	c.logger.WarnContext(msg.Context(), "order failed, handed back for a retry", "id", msg.UUID, "in", delay.String(),
 		"failure", kind.String(), "attempt", deliveries, "err", err)
 	retried.Add(ctx, 1, kind.attr())
 	return true
@@ -83,7 +83,7 @@ func (c *Consumer) recoverFence(ctx context.Context, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if rerr := c.raiseToken(ctx, stale.SKU, stale.Stored); rerr != nil {
-		c.logger.Warn("could not raise the fencing counter to the stored fence", "sku", stale.SKU, "fence", stale.Stored, "err", rerr)
+		c.logger.WarnContext(ctx, "could not raise the fencing counter to the stored fence", "sku", stale.SKU, "fence", stale.Stored, "err", rerr)
 	}
 }
 
