@@ -28,6 +28,8 @@ var commands = []*command{
 	{name: "stock set", args: "SKU N", summary: "set the available stock of SKU to N (0..10^15)", run: runStockSet},
 	{name: "stock add", args: "SKU N", summary: "add N (1..10^15) to the available stock of SKU", run: runStockAdd},
 	{name: "stock", args: "SKU...", summary: "available, reserved and fence of each SKU", run: runStockGet},
+	{name: "order", args: "ORDER_ID --sku SKU", summary: "the outcome recorded for an order: status, reason, quantity or lines, fence, how long it is kept",
+		flags: []string{"sku"}, run: runOrder},
 	{name: "lock", args: "SKU", summary: "lock:{SKU} holder and lease, fencing counter, stored fence", run: runLock},
 	{name: "pending", args: "[--limit N]", summary: "consumer group, its consumers and pending entries", flags: []string{"limit", "partition"},
 		noArgs: true, run: runPending},

@@ -38,6 +38,7 @@ type options struct {
 	force          bool
 	idle           time.Duration
 	partition      int
+	sku            string
 	given          map[string]bool // flags given on the command line
 }
 
@@ -59,6 +60,7 @@ func defineFlags(set *config.Set, o *options) {
 	set.Duration(&o.outcomeTTL, "OUTCOME_TTL", inventory.DefaultOutcomeTTL, "poison replay: the workers' OUTCOME_TTL; an entry whose order was first published longer ago (less a margin) is not replayed")
 	set.Bool(&o.force, "force", "poison replay: replay entries too old for their outcome records all the same (an order that reached the stock may be reserved again)")
 	set.Duration(&o.idle, "idle", DefaultPruneIdle, "consumers prune: delete consumers idle longer than this (and without pending entries)")
+	set.String(&o.sku, "sku", "", "order: the `SKU` of the order whose record is read (any SKU of a basket)")
 	set.Int(&o.partition, "partition", 0, "pending, poison, consumers: the partition whose streams they look at (with ORDERS_PARTITIONS or REDIS_CLUSTER)")
 }
 
