@@ -129,7 +129,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Int(&c.PoisonMaxLen, "POISON_MAXLEN", d.PoisonMaxLen, "approximate number of entries kept in the poison stream")
 	s.Int(&c.MaxAttempts, "MAX_ATTEMPTS", d.MaxAttempts, "deliveries of an order that fails permanently (or whose worker dies) before it goes to the poison stream")
 	stream.ReplicaFlags(s, &c.Replicas, "each stock write (reservation and outcome record)")
-	s.String(&c.LogLevel, "LOG_LEVEL", "info", "the least level of the log lines written: debug, info, warn or error")
+	s.String(&c.LogLevel, "LOG_LEVEL", "info", "the least `level` of the log lines written: debug, info, warn or error")
 	s.Bool(&c.RequireDurable, "REQUIRE_DURABLE", "refuse to start when the stock Redis may lose acknowledged writes in a crash (neither appendonly with appendfsync always nor REPLICA_ACKS); without it the worker warns")
 	s.Bool(&c.AllowEviction, "ALLOW_EVICTION", "run even when Redis may evict keys (maxmemory-policy other than noeviction): evicted outcome records mean double reservations")
 }
