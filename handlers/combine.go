@@ -36,6 +36,10 @@ const leadFor = rlock.DefaultHandOffHold
 // errGaveUp: a follower waited for its outcome as long as it may wait for the lock.
 var errGaveUp = errors.New("handlers: waited the lock wait for a batch to decide the order")
 
+// ErrPanicked is what the orders of a batch whose decision panicked get: a failure that counts towards
+// MAX_ATTEMPTS, so an order whose data makes the decision panic ends in the poison stream.
+var ErrPanicked = errors.New("handlers: deciding the order's batch panicked")
+
 // errTakeLock: an elided batch decided nothing and goes back to be decided under the lock.
 var errTakeLock = errors.New("handlers: the batch is to be decided under the lock")
 
@@ -253,13 +257,17 @@ func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done 
 
 // decideEach decides batch and hands each order its outcome. A batch that failed permanently (one order's
 // corrupt record, say) is decided again one order at a time, so that only the orders that fail on their own
-// count the failure. A panic is handed to every follower of the batch before it goes on up: they would wait
-// for it forever.
+// count the failure. A panic is handed to every follower of the batch as ErrPanicked (they would wait for it
+// forever). It goes on up only when the leader's own order is in the batch: a later batch's panic must not
+// poison the leader's entry, already decided and acked; the lead ends with that batch's error instead.
 func (c *combiner) decideEach(leader *message.Message, batch []*queued, fence int64) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			c.decided(leader, batch, fmt.Errorf("the order deciding its batch panicked: %v", v))
-			panic(v)
+			err = fmt.Errorf("%w: %v", ErrPanicked, v)
+			c.decided(leader, batch, err)
+			if slices.ContainsFunc(batch, func(q *queued) bool { return q.msg == leader }) {
+				panic(v)
+			}
 		}
 	}()
 	stamp(batch)

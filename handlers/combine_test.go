@@ -314,7 +314,7 @@ func TestLeaderPanicFailsItsFollowers(t *testing.T) {
 	if v := <-panicked; v != "boom" {
 		t.Fatalf("the leader's panic %v did not go on up", v)
 	}
-	if errs[1] == nil || errs[2] == nil || !strings.Contains(errs[1].Error(), "panicked") {
+	if !errors.Is(errs[1], ErrPanicked) || !errors.Is(errs[2], ErrPanicked) {
 		t.Fatalf("followers got %v, %v; want the leader's panic as an error", errs[1], errs[2])
 	}
 }
@@ -443,5 +443,35 @@ func TestABatchThatFoundTheLockHeldKeepsItsPlaceInTheQueue(t *testing.T) {
 	}
 	if !slices.Equal(e.store.batches, []int{1, 3}) {
 		t.Fatalf("batches %v; want the leader's elided batch of 1 (refused: locked), then one of 3", e.store.batches)
+	}
+}
+
+// A panic in a later batch of a lead (the leader's own order decided and acked in its first) does not go
+// up the leader's chain, which would poison the leader's entry: the lead ends, and the later batch's orders
+// get ErrPanicked, a failure that counts towards MAX_ATTEMPTS.
+func TestAPanicInALaterBatchDoesNotPoisonTheLeader(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	close(e.gate)
+	h := e.handler()
+	leader, later := e.order(t, "o-1"), e.order(t, "o-2")
+	laterErr := make(chan error, 1)
+	e.store.before = func(batch int) {
+		switch batch {
+		case 1: // the leader's batch: another order joins meanwhile
+			go func() { _, err := h(later); laterErr <- err }()
+			e.waitWaiting(t, 1)
+		case 2:
+			panic("boom")
+		}
+	}
+	e.c.leadFor = time.Minute
+	if _, err := h(leader); err != nil {
+		t.Fatalf("leader: %v, want its own order's outcome (nil)", err)
+	}
+	if err := <-laterErr; !errors.Is(err, ErrPanicked) {
+		t.Fatalf("the later order: %v, want ErrPanicked", err)
+	}
+	if r := e.results(t); len(r) != 1 || r["o-1"].Status != inventory.StatusReserved {
+		t.Fatalf("outcomes %v; want o-1 reserved only", r)
 	}
 }

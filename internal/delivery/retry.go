@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -109,9 +110,10 @@ func (k failureKind) attr() metric.MeasurementOption {
 	return failureTransient
 }
 
-// classify sorts an attempt's error (inventory.IsPermanent).
+// classify sorts an attempt's error: broken data (inventory.IsPermanent) and a decision that panicked
+// (handlers.ErrPanicked) are permanent.
 func classify(err error) failureKind {
-	if inventory.IsPermanent(err) {
+	if inventory.IsPermanent(err) || errors.Is(err, handlers.ErrPanicked) {
 		return permanent
 	}
 	return transient

@@ -73,6 +73,7 @@ func TestClassify(t *testing.T) {
 		{"a corrupt stock hash is permanent", fmt.Errorf("reserve: %w", inventory.ErrCorrupt), permanent},
 		{"a WRONGTYPE reply is permanent", redisReply("WRONGTYPE Operation against a key holding the wrong kind of value"), permanent},
 		{"a script runtime error is permanent", redisReply("ERR user_script:14: Expected value but found invalid token"), permanent},
+		{"a decision that panicked is permanent", fmt.Errorf("reserve: %w: boom", handlers.ErrPanicked), permanent},
 		{"a stale fence is transient", &inventory.StaleFenceError{Stored: 3}, transient},
 		{"a lock wait over is transient", errors.Join(rlock.ErrNotObtained, context.DeadlineExceeded), transient},
 		{"a lost lease is transient", rlock.ErrLockLost, transient},
