@@ -59,30 +59,33 @@ type Middleware struct {
 // write found the lock held by somebody else and wrote nothing: the middleware then takes the lock.
 var ErrLocked = errors.New("lockmw: the lock is held")
 
-type leaseKey struct{}
-
 // LeaseFrom returns the lease the middleware holds for the message whose context is ctx, when it took one
-// key's lock.
+// key's lock (its Section's).
 func LeaseFrom(ctx context.Context) (rlock.Lease, bool) {
-	lease, ok := ctx.Value(leaseKey{}).(rlock.Lease)
+	sec, ok := SectionFrom(ctx)
+	if !ok {
+		return nil, false
+	}
+	lease, ok := sec.lease.(rlock.Lease)
 	return lease, ok
 }
 
 // MultiLeaseFrom returns the leases the middleware holds for the message whose context is ctx, when it took
 // several keys' locks.
 func MultiLeaseFrom(ctx context.Context) (*rlock.MultiLease, bool) {
-	m, ok := ctx.Value(leaseKey{}).(*rlock.MultiLease)
+	sec, ok := SectionFrom(ctx)
+	if !ok {
+		return nil, false
+	}
+	m, ok := sec.lease.(*rlock.MultiLease)
 	return m, ok
 }
 
 // LeasesFrom returns every lease the middleware holds for the message whose context is ctx, sorted by key:
-// one, several, or none.
+// one, several, or none (Section.Leases).
 func LeasesFrom(ctx context.Context) []rlock.Lease {
-	if m, ok := MultiLeaseFrom(ctx); ok {
-		return m.Leases()
-	}
-	if lease, ok := LeaseFrom(ctx); ok {
-		return []rlock.Lease{lease}
+	if sec, ok := SectionFrom(ctx); ok {
+		return sec.Leases()
 	}
 	return nil
 }
@@ -171,8 +174,7 @@ func (m *Middleware) runLocked(h message.HandlerFunc, msg *message.Message, keys
 	if err := m.fence(orig, sec); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
-	ctx := context.WithValue(lease.Context(), leaseKey{}, lease)
-	msg.SetContext(WithSection(ctx, sec))
+	msg.SetContext(WithSection(lease.Context(), sec))
 	msgs, err := h(msg)
 	if err == nil {
 		RecordWait(orig, sec.wait())

@@ -17,6 +17,7 @@ import (
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/internal/testing/streamtest"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
@@ -34,34 +35,9 @@ func testConsumer(rdb redis.UniversalClient) *Consumer {
 // 10 ms; a lost group is created again from the start); it stops with the test.
 func subscribe(t *testing.T, rdb redis.UniversalClient, claimIdle time.Duration, name string) (*stream.Subscriber, <-chan *message.Message) {
 	t.Helper()
-	sub, err := stream.NewSubscriber(rdb, stream.SubscriberConfig{Partitions: testParts, Group: "g", Consumer: name,
+	return streamtest.Subscribe(t, rdb, stream.SubscriberConfig{Partitions: testParts, Group: "g", Consumer: name,
 		PoisonMaxLen: 1000, ClaimIdle: claimIdle, ClaimInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReplayFrom: func(time.Time) string { return "0" }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(context.Background(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sub, msgs
-}
-
-// receive returns the next message of msgs, acked (the subscriber sends the next), or nil when none comes
-// within wait.
-func receive(t *testing.T, msgs <-chan *message.Message, wait time.Duration) *message.Message {
-	t.Helper()
-	select {
-	case msg, ok := <-msgs:
-		if !ok {
-			t.Fatal("the subscription ended")
-		}
-		msg.Ack()
-		return msg
-	case <-time.After(wait):
-		return nil
-	}
 }
 
 func TestClassify(t *testing.T) {
@@ -112,20 +88,20 @@ func TestFetchAndReclaim(t *testing.T) {
 	s := testConsumer(rdb)
 	c1, msgs := subscribe(t, rdb, 30*time.Second, "c1")
 
-	if got := receive(t, msgs, 300*time.Millisecond); got != nil || rdb.Exists(ctx, "orders").Val() != 0 {
+	if got := streamtest.Receive(t, msgs, 300*time.Millisecond); got != nil || rdb.Exists(ctx, "orders").Val() != 0 {
 		t.Fatalf("read without a stream: %v; want nothing, and no stream created (nothing to lose yet)", got)
 	}
 	small := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "small"}}).Val()
 	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", stream.MaxEntryBytes)}}).Val()
 	after := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "after"}}).Val()
 	// The first read finds no group and creates it again.
-	if got := receive(t, msgs, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 1 {
+	if got := streamtest.Receive(t, msgs, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 1 {
 		t.Fatalf("first message %v, want %s delivered once", got, small)
 	}
 	if groups := rdb.XInfoGroups(ctx, "orders").Val(); len(groups) != 1 || groups[0].Name != "g" {
 		t.Fatalf("groups %v after a read found none, want g created again", groups)
 	}
-	if got := receive(t, msgs, 5*time.Second); got == nil || got.UUID != after {
+	if got := streamtest.Receive(t, msgs, 5*time.Second); got == nil || got.UUID != after {
 		t.Fatalf("second message %v, want %s: the oversized entry %s is skipped", got, after, big)
 	}
 	if rdb.XLen(ctx, "orders-poison").Val() != 1 || len(rdb.XRange(ctx, "orders", big, big).Val()) != 0 {
@@ -138,10 +114,10 @@ func TestFetchAndReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2, msgs2 := subscribe(t, rdb, 30*time.Second, "c2")
-	if got := receive(t, msgs2, 700*time.Millisecond); got != nil {
+	if got := streamtest.Receive(t, msgs2, 700*time.Millisecond); got != nil {
 		t.Fatalf("claimed %s before the retry delay passed", got.UUID)
 	}
-	if got := receive(t, msgs2, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 1 {
+	if got := streamtest.Receive(t, msgs2, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 1 {
 		t.Fatalf("claim after the delay: %v, want %s with 1 delivery (the handed-back one not counted)", got, small)
 	}
 	_ = c2.Close()
@@ -158,7 +134,7 @@ func TestFetchAndReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, msgs3 := subscribe(t, rdb, 30*time.Second, "c3")
-	if got := receive(t, msgs3, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 2 {
+	if got := streamtest.Receive(t, msgs3, 5*time.Second); got == nil || got.UUID != small || stream.Deliveries(got) != 2 {
 		t.Fatalf("claim after a counted hand-back: %v, want %s with 2 deliveries", got, small)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/testing/redisproc"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/internal/testing/streamtest"
 )
 
 func TestLifetimeSettingsValidate(t *testing.T) {
@@ -49,34 +50,9 @@ var testParts = []stream.Partition{{Orders: "orders", Results: "order-results", 
 // every 10 ms); it stops with the test.
 func subscribe(t *testing.T, rdb redis.UniversalClient, cfg Config, name string) (*stream.Subscriber, <-chan *message.Message) {
 	t.Helper()
-	sub, err := stream.NewSubscriber(rdb, stream.SubscriberConfig{Partitions: testParts, Group: "g", Consumer: name,
+	return streamtest.Subscribe(t, rdb, stream.SubscriberConfig{Partitions: testParts, Group: "g", Consumer: name,
 		PoisonMaxLen: 1000, ClaimIdle: cfg.ClaimIdle, ClaimInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReplayFrom: cfg.replayFrom})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Close() })
-	msgs, err := sub.Subscribe(context.Background(), "orders")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sub, msgs
-}
-
-// receive returns the next message of msgs, acked (the subscriber sends the next), or nil when none comes
-// within wait.
-func receive(t *testing.T, msgs <-chan *message.Message, wait time.Duration) *message.Message {
-	t.Helper()
-	select {
-	case msg, ok := <-msgs:
-		if !ok {
-			t.Fatal("the subscription ended")
-		}
-		msg.Ack()
-		return msg
-	case <-time.After(wait):
-		return nil
-	}
 }
 
 func TestTrimKeepsWhatAGroupNeeds(t *testing.T) {
@@ -134,7 +110,7 @@ func TestLostGroupIsNotRecreatedPastTheOutcomeTTL(t *testing.T) {
 	recent := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old+2*time.Minute.Milliseconds()),
 		Values: []string{"payload", "recent"}}).Val()
 	_, msgs := subscribe(t, rdb, cfg, "c1") // its first read finds no group and creates it
-	if got := receive(t, msgs, 5*time.Second); got == nil || got.UUID != recent {
+	if got := streamtest.Receive(t, msgs, 5*time.Second); got == nil || got.UUID != recent {
 		t.Fatalf("first entry after the group was recreated: %v, want %s (the one older than OUTCOME_TTL skipped)", got, recent)
 	}
 }

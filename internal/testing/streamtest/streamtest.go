@@ -1,0 +1,44 @@
+// Package streamtest runs stream.Subscribers in tests.
+package streamtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/stream"
+)
+
+// Subscribe starts the subscriber of cfg on rdb and subscribes; it stops with the test.
+func Subscribe(t testing.TB, rdb redis.UniversalClient, cfg stream.SubscriberConfig) (*stream.Subscriber, <-chan *message.Message) {
+	t.Helper()
+	sub, err := stream.NewSubscriber(rdb, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub, msgs
+}
+
+// Receive returns the next message of msgs, acked (the subscriber sends the next), or nil when none comes
+// within wait.
+func Receive(t testing.TB, msgs <-chan *message.Message, wait time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-msgs:
+		if !ok {
+			t.Fatal("the subscription ended")
+		}
+		msg.Ack()
+		return msg
+	case <-time.After(wait):
+		return nil
+	}
+}
