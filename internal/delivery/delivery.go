@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -46,15 +45,14 @@ type Config struct {
 	Drain context.Context
 	// RaiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	RaiseToken func(ctx context.Context, key string, token int64) error
-	// Busy is set to since when the consumer has been handling its message (unix ns), 0 when idle.
-	Busy *atomic.Int64
 }
 
 // New returns the consumer of cfg.
 func New(cfg Config) *Consumer {
 	return &Consumer{rdb: cfg.Redis, server: stream.ServerAttributes(cfg.Redis), parts: cfg.Partitions,
 		group: cfg.Group, name: cfg.Name, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
-		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, drainCtx: cfg.Drain, raiseToken: cfg.RaiseToken, busy: cfg.Busy}
+		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, drainCtx: cfg.Drain, raiseToken: cfg.RaiseToken,
+		handling: make(map[*message.Message]time.Time)}
 }
 
 // Name is the consumer's name in its group.
@@ -75,7 +73,32 @@ type Consumer struct {
 	drainCtx context.Context
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
-	busy       *atomic.Int64 // since when the consumer has been handling its message (unix ns), 0 when idle
+
+	mu       sync.Mutex
+	handling map[*message.Message]time.Time // the messages being handled, and since when
+}
+
+// Longest is how long the message handled longest has been handled so far; 0 when none is.
+func (c *Consumer) Longest() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var longest time.Duration
+	for _, since := range c.handling {
+		longest = max(longest, time.Since(since))
+	}
+	return longest
+}
+
+// handle notes that msg is being handled, until the returned function is called.
+func (c *Consumer) handle(msg *message.Message) (done func()) {
+	c.mu.Lock()
+	c.handling[msg] = time.Now()
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.handling, msg)
+		c.mu.Unlock()
+	}
 }
 
 // partition is the partition msg's entry was read from.
@@ -102,9 +125,9 @@ func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 		ctx, span := stream.Consumer{Stream: c.partition(msg).Orders, Group: c.group, Name: c.name,
 			Server: c.server}.StartProcess(orig, msg)
 		inFlight.Add(ctx, 1)
-		c.busy.Store(time.Now().UnixNano())
+		handled := c.handle(msg)
 		defer func() {
-			c.busy.Store(0)
+			handled()
 			inFlight.Add(context.WithoutCancel(ctx), -1)
 			span.End()
 			msg.SetContext(orig)

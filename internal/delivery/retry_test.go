@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +27,7 @@ var testParts = []stream.Partition{{Orders: "orders", Results: "order-results", 
 func testConsumer(rdb redis.UniversalClient) *Consumer {
 	return &Consumer{rdb: rdb, server: stream.ServerAttributes(rdb), parts: testParts, group: "g", name: "c1",
 		poisonMaxLen: 1000, maxAttempts: 3, claimIdle: 30 * time.Second, drainCtx: context.Background(),
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), busy: new(atomic.Int64)}
+		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), handling: map[*message.Message]time.Time{}}
 }
 
 // subscribe starts consumer name of group g on testParts (claim idle time claimIdle, claim rounds every
@@ -128,7 +127,7 @@ func TestFetchAndReclaim(t *testing.T) {
 	if p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: small, End: small, Count: 1}).Val(); p[0].Consumer != "c2" {
 		t.Fatalf("entry owned by %s after c1's reclaim, want c2 (a consumer must not take back what it lost)", p[0].Consumer)
 	}
-	s2 := *s
+	s2 := testConsumer(rdb)
 	s2.name = "c2"
 	if err := s2.reclaim(ctx, testParts[0], small, 30*time.Second, 0); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -11,63 +12,48 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// claimBatch bounds the idle entries one claim round finds (XPENDING COUNT).
-const claimBatch = 100
-
 // claims is the state of the claim rounds; only the read loop (readLoop) touches it.
 type claims struct {
-	due  time.Time // when the next round starts; zero: at once (a subscriber's first round)
-	next int       // the partition the next round looks at
-	part Partition // the partition of the round under way
-	ids  []string  // the idle entries the round under way found and has not claimed yet
+	due     time.Time // when the next round starts; zero: at once (a subscriber's first round)
+	next    int       // the partition the next round looks at
+	cursors []string  // by partition: where its scan of the pending entries goes on (XAUTOCLAIM's cursor)
 }
 
-// claim claims the next idle entry of the claim round under way, starting a round (on the next partition
-// in turn) when one is due. It claims one entry per call, as a read reads one, so that a claimed entry
-// waits no longer to be handled than one read; it returns nothing when there is none to claim.
-func (s *Subscriber) claim(ctx context.Context) []*message.Message {
+func newClaims(partitions int) claims {
+	c := claims{next: rand.IntN(partitions), cursors: make([]string, partitions)}
+	for i := range c.cursors {
+		c.cursors[i] = "0-0"
+	}
+	return c
+}
+
+// claim claims up to count entries idle longer than ClaimIdle on the next partition in turn, when a round
+// is due (every ClaimInterval); a partition's scan goes on from where its last round stopped. It returns
+// nothing when no round is due or none was idle.
+func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 	c := &s.claims
-	if len(c.ids) == 0 {
-		if time.Now().Before(c.due) {
-			return nil
-		}
-		c.due = time.Now().Add(s.cfg.ClaimInterval)
-		c.part, c.next = s.cfg.Partitions[c.next], (c.next+1)%len(s.cfg.Partitions)
-		if s.skipped(c.part) {
-			return nil // its reads fail: so would the claims
-		}
-		c.ids = s.idle(ctx, c.part)
+	if time.Now().Before(c.due) {
+		return nil
 	}
-	for len(c.ids) > 0 {
-		id := c.ids[0]
-		c.ids = c.ids[1:]
-		// Claimed only if still idle that long: another consumer may have claimed it since.
-		msgs, err := s.fetch(ctx, c.part, "claim", s.cfg.ClaimIdle.Milliseconds(), id)
-		if err != nil {
-			s.logClaimFailure(ctx, c.part, err)
-			c.ids = nil
-			return nil
-		}
-		if len(msgs) > 0 {
-			return msgs
-		}
+	c.due = time.Now().Add(s.cfg.ClaimInterval)
+	p := s.cfg.Partitions[c.next]
+	c.next = (c.next + 1) % len(s.cfg.Partitions)
+	if s.skipped(p) {
+		return nil // its reads fail: so would the claims
 	}
-	return nil
-}
-
-// idle lists the entries of partition p pending longer than ClaimIdle, at most claimBatch of them.
-func (s *Subscriber) idle(ctx context.Context, p Partition) []string {
-	pending, err := s.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: s.cfg.Group,
-		Idle: s.cfg.ClaimIdle, Start: "-", End: "+", Count: claimBatch}).Result()
+	// Claimed only if still idle that long: another consumer may have claimed it since.
+	msgs, reply, err := s.fetch(ctx, p, "claim", count, s.cfg.ClaimIdle.Milliseconds(), c.cursors[p.Index])
 	if err != nil {
 		s.logClaimFailure(ctx, p, err)
 		return nil
 	}
-	ids := make([]string, len(pending))
-	for i, e := range pending {
-		ids[i] = e.ID
+	c.cursors[p.Index] = cmp.Or(reply.cursor, "0-0")
+	if len(reply.deleted) > 0 {
+		s.cfg.Logger.Error("entries were deleted from the stream before they were decided: their orders are lost",
+			"stream", p.Orders, "ids", reply.deleted)
+		Deleted.Add(ctx, int64(len(reply.deleted)))
 	}
-	return ids
+	return msgs
 }
 
 func (s *Subscriber) logClaimFailure(ctx context.Context, p Partition, err error) {

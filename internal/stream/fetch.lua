@@ -1,4 +1,4 @@
--- Hand a consumer its next entry (XREADGROUP ... >) or the idle entries it claims (XCLAIM), with each
+-- Hand a consumer its next entries (XREADGROUP ... >) or the idle entries it claims (XAUTOCLAIM), with each
 -- entry's delivery count, and never an oversized entry: that one is poisoned here, inside Redis, as its id,
 -- size, field names and a prefix of its payload, then acked and deleted, so no worker ever has to hold it.
 -- KEYS[1] stream
@@ -8,12 +8,16 @@
 -- ARGV[3] consumer
 -- ARGV[4] largest entry accepted, in bytes (field names and values)
 -- ARGV[5] approximate MAXLEN of the poison stream
--- ARGV[6..] claim: the minimum idle time in milliseconds, then the ids to claim
--- Returns {entries, poisoned}: entries = {{id, deliveries, {field, value, ...}}, ...},
--- poisoned = {{id, bytes}, ...}. Errors: NOGROUP when the group (or the stream) is missing.
+-- ARGV[6] how many entries at most
+-- ARGV[7] claim: the minimum idle time in milliseconds
+-- ARGV[8] claim: the cursor (the id the scan of the pending entries goes on from; 0-0 at first)
+-- Returns {entries, poisoned, cursor, deleted}: entries = {{id, deliveries, {field, value, ...}}, ...},
+-- poisoned = {{id, bytes}, ...}; claim: the next cursor (0-0: the scan is complete) and the ids of the
+-- pending entries found deleted from the stream (XAUTOCLAIM drops them from the pending list).
+-- Errors: NOGROUP when the group (or the stream) is missing.
 local stream, poison = KEYS[1], KEYS[2]
 local mode, group, consumer = ARGV[1], ARGV[2], ARGV[3]
-local limit = tonumber(ARGV[4])
+local limit, count = tonumber(ARGV[4]), tonumber(ARGV[6])
 
 local function size(fields)
   local n = 0
@@ -37,33 +41,30 @@ local function poisonEntry(id, fields, bytes)
 end
 
 local entries, poisoned = {}, {}
--- keep checks one entry: poisons it if oversized, else returns it with its delivery count.
+-- keep poisons an oversized entry, and keeps any other with its delivery count.
 local function keep(id, fields, deliveries)
   local bytes = size(fields)
   if bytes > limit then
     poisonEntry(id, fields, bytes)
     poisoned[#poisoned + 1] = {id, bytes}
-    return false
+    return
   end
   entries[#entries + 1] = {id, deliveries, fields}
-  return true
 end
 
 if mode == 'read' then
-  -- A few oversized entries in a row are poisoned in one call; then the next call goes on.
-  for _ = 1, 8 do
-    local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', 1, 'STREAMS', stream, '>')
-    if not r then break end
-    local e = r[1][2][1]
-    if keep(e[1], e[2], 1) then break end
+  local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
+  if r then
+    for _, e in ipairs(r[1][2]) do keep(e[1], e[2], 1) end
   end
-else
-  local claimed = redis.call('XCLAIM', stream, group, consumer, unpack(ARGV, 6))
-  for _, e in ipairs(claimed) do
-    if e and e[2] then -- an entry deleted while pending has no fields
-      local p = redis.call('XPENDING', stream, group, e[1], e[1], 1)
-      keep(e[1], e[2], p[1][4])
-    end
+  return {entries, poisoned, '0-0', {}}
+end
+
+local r = redis.call('XAUTOCLAIM', stream, group, consumer, ARGV[7], ARGV[8], 'COUNT', count)
+for _, e in ipairs(r[2]) do
+  if e and e[2] then -- Redis 6.2 lists an entry deleted while pending with no fields (7.0 in r[3])
+    local p = redis.call('XPENDING', stream, group, e[1], e[1], 1)
+    keep(e[1], e[2], p[1][4])
   end
 end
-return {entries, poisoned}
+return {entries, poisoned, r[1], r[3] or {}}

@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -18,7 +17,8 @@ import (
 // ones are poisoned in Redis.
 const MaxEntryBytes = 64<<10 + 16<<10
 
-// Reading when the stream is empty: the pause between two reads, doubling up to the maximum.
+// Reading when the stream is empty without keyspace events: the pause between two reads, doubling up to
+// the maximum.
 const (
 	minReadPause = 10 * time.Millisecond
 	maxReadPause = 100 * time.Millisecond
@@ -43,38 +43,102 @@ type failure struct {
 	until time.Time
 }
 
-// read returns the next entry of the first partition that has one, as a message. A partition whose read
-// failed is skipped for a while (failure.pause); read fails only when every partition it tried failed.
-// When no partition has an entry, it pauses before returning nothing (wait).
-func (s *Subscriber) read(ctx context.Context) ([]*message.Message, error) {
-	n, now := len(s.cfg.Partitions), time.Now()
-	var failed error
-	tried, failures := 0, 0
-	for k := range n {
-		p := s.cfg.Partitions[(s.next+k)%n]
-		if now.Before(s.failed[p.Index].until) {
-			continue
+// read takes up to count entries from the partitions whose reads work, starting after the one read last,
+// in one pipeline: count split evenly over them, or one each from the next count of them. When none has
+// an entry it waits for one (idle) and returns nothing.
+func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
+	parts := s.readable()
+	if len(parts) == 0 {
+		pauseFor(ctx, minFailedPause)
+		return nil
+	}
+	parts = parts[:min(len(parts), count)]
+	pipe := s.rdb.Pipeline()
+	reads := make([]partitionRead, len(parts))
+	for i, p := range parts {
+		reads[i] = partitionRead{Partition: p, count: count / len(parts)}
+		if i < count%len(parts) {
+			reads[i].count++
 		}
-		tried++
-		msgs, err := s.readPartition(ctx, p)
+		reads[i].cmd = s.queueFetch(ctx, pipe, p, "read", reads[i].count)
+	}
+	_, _ = pipe.Exec(ctx) // each partition's error is its own
+	s.next = (parts[len(parts)-1].Index + 1) % len(s.cfg.Partitions)
+	msgs, failures := s.readReplies(ctx, reads)
+	if len(msgs) > 0 {
+		s.pause = 0
+	}
+	switch {
+	case ctx.Err() != nil:
+	case failures == len(parts):
+		pauseFor(ctx, readErrorPause)
+	case len(msgs) == 0:
+		s.idle(ctx)
+	case len(msgs) == count && s.bell != nil:
+		s.bell.disarm(ctx) // busy: no events needed until the partitions run dry
+	}
+	return msgs
+}
+
+// readable lists the partitions whose reads are not skipped after a failure, from s.next on.
+func (s *Subscriber) readable() []Partition {
+	n := len(s.cfg.Partitions)
+	parts := make([]Partition, 0, n)
+	for k := range n {
+		if p := s.cfg.Partitions[(s.next+k)%n]; !s.skipped(p) {
+			parts = append(parts, p)
+		}
+	}
+	return parts
+}
+
+// partitionRead is the read of one partition in a pipeline.
+type partitionRead struct {
+	Partition
+	count int
+	cmd   *redis.Cmd
+}
+
+// readReplies reads the fetch replies of a pipeline's reads, creating a lost group again; it returns the
+// messages and how many partitions failed.
+func (s *Subscriber) readReplies(ctx context.Context, reads []partitionRead) (msgs []*message.Message, failures int) {
+	for _, r := range reads {
+		p := r.Partition
+		got, _, err := s.fetchReply(ctx, p, r.cmd)
+		if redis.HasErrorPrefix(err, "NOSCRIPT") { // the script was flushed, or this node never saw it
+			got, _, err = s.fetch(ctx, p, "read", r.count)
+		}
+		if redis.HasErrorPrefix(err, "NOGROUP") {
+			if err = s.recreateGroup(ctx, p); errors.Is(err, errNoStream) {
+				err = nil
+			}
+		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err() // closing: no partition failed
+			return msgs, 0 // closing: no partition failed
 		}
 		s.noteRead(p, err)
 		if err != nil {
-			failed, failures = cmp.Or(failed, err), failures+1
-			continue
+			failures++
 		}
-		if len(msgs) > 0 {
-			s.next, s.pause = (p.Index+1)%n, 0
-			return msgs, nil
-		}
+		msgs = append(msgs, got...)
 	}
-	if failures > 0 && failures == tried {
-		return nil, failed
+	return msgs, failures
+}
+
+// idle waits for an entry: for a keyspace event when Redis sends them (the first time it subscribes, and
+// returns at once for a last read: an entry may have come meanwhile), or a poll pause, 10 ms doubling up
+// to 100 ms. It returns by the next claim round at the latest.
+func (s *Subscriber) idle(ctx context.Context) {
+	untilClaims := max(time.Until(s.claims.due), time.Millisecond)
+	if s.bell == nil || s.bell.off {
+		s.pause = min(max(2*s.pause, minReadPause), maxReadPause)
+		pauseFor(ctx, min(s.pause, untilClaims))
+		return
 	}
-	s.wait(ctx)
-	return nil, nil
+	if s.bell.arm(ctx) {
+		return
+	}
+	s.bell.wait(ctx, min(idlePoll, untilClaims))
 }
 
 // noteRead records how a read of partition p went: a failure skips the partition for a while, longer
@@ -105,23 +169,6 @@ func (s *Subscriber) noteRead(p Partition, err error) {
 // skipped: reads of partition p are skipped after a failure.
 func (s *Subscriber) skipped(p Partition) bool { return time.Now().Before(s.failed[p.Index].until) }
 
-// readPartition fetches the next entry of partition p, creating its group again when it was lost.
-func (s *Subscriber) readPartition(ctx context.Context, p Partition) ([]*message.Message, error) {
-	msgs, err := s.fetch(ctx, p, "read")
-	if redis.HasErrorPrefix(err, "NOGROUP") {
-		if err = s.recreateGroup(ctx, p); errors.Is(err, errNoStream) {
-			err = nil
-		}
-	}
-	return msgs, err
-}
-
-// wait pauses the read loop after an empty read, 10 ms doubling up to 100 ms.
-func (s *Subscriber) wait(ctx context.Context) {
-	s.pause = min(max(2*s.pause, minReadPause), maxReadPause)
-	pauseFor(ctx, s.pause)
-}
-
 // errNoStream: the orders stream does not exist (Redis lost its data, or the key was deleted).
 var errNoStream = errors.New("stream: the orders stream does not exist")
 
@@ -147,15 +194,31 @@ func (s *Subscriber) recreateGroup(ctx context.Context, p Partition) error {
 	return nil
 }
 
-// fetch runs fetch.lua on partition p for the subscriber's consumer ("read", or "claim" with its
-// arguments) and returns the entries it handed over as messages.
-func (s *Subscriber) fetch(ctx context.Context, p Partition, mode string, args ...any) ([]*message.Message, error) {
-	argv := append([]any{mode, s.cfg.Group, s.cfg.Consumer, MaxEntryBytes, s.cfg.PoisonMaxLen}, args...)
-	reply, err := fetchScript.Run(ctx, s.rdb, []string{p.Orders, p.Poison}, argv...).Slice()
+// queueFetch queues a run of fetch.lua on partition p for the subscriber's consumer ("read", or "claim"
+// with its arguments) on pipe, taking up to count entries.
+func (s *Subscriber) queueFetch(ctx context.Context, pipe redis.Pipeliner, p Partition, mode string, count int, args ...any) *redis.Cmd {
+	return pipe.EvalSha(ctx, fetchScript.Hash(), []string{p.Orders, p.Poison}, s.fetchArgs(mode, count, args)...)
+}
+
+func (s *Subscriber) fetchArgs(mode string, count int, args []any) []any {
+	return append([]any{mode, s.cfg.Group, s.cfg.Consumer, MaxEntryBytes, s.cfg.PoisonMaxLen, count}, args...)
+}
+
+// fetch runs fetch.lua on partition p alone (loading the script when Redis lacks it) and returns the
+// entries it handed over as messages, and the claim's reply.
+func (s *Subscriber) fetch(ctx context.Context, p Partition, mode string, count int, args ...any) ([]*message.Message, claimReply, error) {
+	cmd := fetchScript.Run(ctx, s.rdb, []string{p.Orders, p.Poison}, s.fetchArgs(mode, count, args)...)
+	return s.fetchReply(ctx, p, cmd)
+}
+
+// fetchReply reads a fetch.lua reply on partition p: the entries as messages, and what a claim reports.
+// The oversized entries the script poisoned are logged and counted.
+func (s *Subscriber) fetchReply(ctx context.Context, p Partition, cmd *redis.Cmd) ([]*message.Message, claimReply, error) {
+	reply, err := cmd.Slice()
 	if err != nil {
-		return nil, err
+		return nil, claimReply{}, err
 	}
-	entries, poisonedIDs, err := parseFetch(reply, p)
+	entries, poisonedIDs, claim, err := parseFetch(reply, p)
 	for id, bytes := range poisonedIDs {
 		s.cfg.Logger.Warn("poisoned oversized entry", "stream", p.Orders, "id", id, "bytes", bytes, "limit", MaxEntryBytes)
 		Poisoned.Add(ctx, 1, reasonOversized)
@@ -164,31 +227,45 @@ func (s *Subscriber) fetch(ctx context.Context, p Partition, mode string, args .
 	for i, e := range entries {
 		msgs[i] = e.Message()
 	}
-	return msgs, err
+	return msgs, claim, err
 }
 
-// parseFetch reads fetch.lua's reply {{{id, deliveries, {field, value, ...}}, ...}, {{id, bytes}, ...}}
-// on partition p.
-func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]int64, err error) {
+// claimReply is what a claim reports besides its entries: where the next claim goes on, and the pending
+// entries found deleted from the stream.
+type claimReply struct {
+	cursor  string
+	deleted []string
+}
+
+// parseFetch reads fetch.lua's reply {{{id, deliveries, {field, value, ...}}, ...}, {{id, bytes}, ...},
+// cursor, {deleted id, ...}} on partition p.
+func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]int64, claim claimReply, err error) {
 	bad := fmt.Errorf("stream: unexpected fetch reply %.200v", reply)
-	if len(reply) != 2 {
-		return nil, nil, bad
+	if len(reply) != 4 {
+		return nil, nil, claim, bad
 	}
 	list, ok1 := reply[0].([]any)
 	oversized, ok2 := reply[1].([]any)
-	if !ok1 || !ok2 {
-		return nil, nil, bad
+	claim.cursor, _ = reply[2].(string)
+	deleted, ok3 := reply[3].([]any)
+	if !ok1 || !ok2 || !ok3 {
+		return nil, nil, claim, bad
+	}
+	for _, id := range deleted {
+		if id, ok := id.(string); ok {
+			claim.deleted = append(claim.deleted, id)
+		}
 	}
 	poisoned = parseOversized(oversized)
 	for _, e := range list {
 		entry, ok := parseEntry(e)
 		if !ok {
-			return nil, poisoned, bad
+			return nil, poisoned, claim, bad
 		}
 		entry.Partition = p.Index
 		entries = append(entries, entry)
 	}
-	return entries, poisoned, nil
+	return entries, poisoned, claim, nil
 }
 
 // parseOversized reads {{id, bytes}, ...}: the entries fetch.lua poisoned.

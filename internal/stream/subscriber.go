@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,6 +16,10 @@ import (
 
 // Defaults of SubscriberConfig.
 const (
+	// DefaultMaxInFlight is how many messages a subscriber has out to the router at once: 128.
+	DefaultMaxInFlight = 128
+	// DefaultReadCount is the most entries one read takes from the partitions: 100.
+	DefaultReadCount = 100
 	// DefaultClaimInterval is how often a subscriber looks for idle entries to claim: 1 s.
 	DefaultClaimInterval = time.Second
 	// DefaultPruneInterval is how often a subscriber looks for consumers of the group to delete: 5 min.
@@ -22,26 +27,30 @@ const (
 	// DefaultConsumerTimeout is how long a consumer with nothing pending must have been idle before it is
 	// deleted from the group: 10 min.
 	DefaultConsumerTimeout = 10 * time.Minute
-	// DefaultNackPause is how long a subscriber waits after a Nack before it sends the next message: 500 ms.
+	// DefaultNackPause is how long a nacked message keeps its place among those in flight: 500 ms.
 	DefaultNackPause = 500 * time.Millisecond
 )
 
-// SubscriberConfig is what a Subscriber needs; a worker's subscribers share all of it but Consumer and
-// First.
+// SubscriberConfig is what a Subscriber needs.
 type SubscriberConfig struct {
 	// Partitions are the streams read: every partition of the orders (Config.Partitions).
 	Partitions []Partition
 	Group      string // the consumer group; it exists before Subscribe (see ReplayFrom when it is lost)
 	Consumer   string // the subscriber's name in the group
-	// First is the partition read first. A worker's consumer i starts at partition i, so that its
-	// consumers do not all start at the same one.
-	First        int
+	// MaxInFlight bounds the messages out to the router at once (each handled by a goroutine of its own),
+	// hence the entries read and not yet acked or nacked; 0 means DefaultMaxInFlight.
+	MaxInFlight int
+	// ReadCount bounds the entries one read (or claim) takes; 0 means DefaultReadCount.
+	ReadCount    int
 	PoisonMaxLen int // approximate bound of the poison streams (oversized entries go there)
+	// Events says how an idle subscriber learns of new entries: by polling (EventsOff, the default) or by
+	// waiting for a keyspace event (EventsOn, EventsAuto).
+	Events Events
 	// ClaimIdle is how long an entry must have been pending, untouched, before the subscriber claims it:
 	// its consumer died, or handed a failed attempt back. Required.
 	ClaimIdle time.Duration
-	// ClaimInterval is how often the subscriber looks for idle entries, one partition per look, in turn
-	// from a random one; 0 means DefaultClaimInterval.
+	// ClaimInterval is how often the subscriber claims idle entries, one partition per look, in turn from a
+	// random one; 0 means DefaultClaimInterval.
 	ClaimInterval time.Duration
 	// PruneInterval is how often the subscriber looks for consumers to delete, one partition per look, in
 	// turn from a random one; 0 means DefaultPruneInterval.
@@ -49,12 +58,11 @@ type SubscriberConfig struct {
 	// ConsumerTimeout: a consumer idle longer than this with nothing pending is deleted from the group
 	// (Group.PruneConsumer); 0 means DefaultConsumerTimeout.
 	ConsumerTimeout time.Duration
-	// NackPause is how long the subscriber waits after a Nack before it sends the next message; 0 means
+	// NackPause is how long a nacked message keeps its place among those in flight; 0 means
 	// DefaultNackPause.
 	NackPause time.Duration
 	Logger    *slog.Logger // nil: slog.Default()
-	// Failing is when reads started failing (unix ns), 0 while they succeed; a worker's subscribers share
-	// it. nil: not recorded.
+	// Failing is when reads started failing (unix ns), 0 while they succeed. nil: not recorded.
 	Failing *atomic.Int64
 	// ReplayFrom is where a lost group is created again: the first entry whose outcome record may still
 	// exist (see the worker's OUTCOME_TTL). Required.
@@ -62,18 +70,12 @@ type SubscriberConfig struct {
 }
 
 func (c *SubscriberConfig) setDefaults() {
-	if c.ClaimInterval == 0 {
-		c.ClaimInterval = DefaultClaimInterval
-	}
-	if c.PruneInterval == 0 {
-		c.PruneInterval = DefaultPruneInterval
-	}
-	if c.ConsumerTimeout == 0 {
-		c.ConsumerTimeout = DefaultConsumerTimeout
-	}
-	if c.NackPause == 0 {
-		c.NackPause = DefaultNackPause
-	}
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
+	c.ReadCount = cmp.Or(c.ReadCount, DefaultReadCount)
+	c.ClaimInterval = cmp.Or(c.ClaimInterval, DefaultClaimInterval)
+	c.PruneInterval = cmp.Or(c.PruneInterval, DefaultPruneInterval)
+	c.ConsumerTimeout = cmp.Or(c.ConsumerTimeout, DefaultConsumerTimeout)
+	c.NackPause = cmp.Or(c.NackPause, DefaultNackPause)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -93,46 +95,50 @@ func (c SubscriberConfig) Validate() error {
 	check(len(c.Partitions) > 0, "no partitions")
 	check(c.Group != "", "no consumer group")
 	check(c.Consumer != "", "no consumer name")
-	check(c.First >= 0, "First is negative")
+	check(c.MaxInFlight >= 0 && c.ReadCount >= 0, "MaxInFlight or ReadCount is negative")
 	check(c.ClaimIdle > 0, "ClaimIdle is not positive")
 	check(c.ReplayFrom != nil, "no ReplayFrom")
 	return errors.Join(errs...)
 }
 
-// Subscriber is one consumer of the orders' consumer group: a Watermill message.Subscriber that feeds a
-// Router one message at a time.
+// Subscriber is a worker's consumer of the orders' consumer group: a Watermill message.Subscriber that
+// feeds a Router many messages at once, read in batches.
 //
-//   - Subscribe's topic stands for every partition of the orders (SubscriberConfig.Partitions). Each read
-//     takes the next entry of the first partition that has one, starting after the partition read last.
-//     A partition whose reads fail (its cluster node is down) is skipped for a while, 100 ms doubling to
-//     5 s, while the others are read; a read fails only when every partition tried failed, and
-//     SubscriberConfig.Failing says since when some partition fails.
+//   - Subscribe's topic stands for every partition of the orders (SubscriberConfig.Partitions). A read takes
+//     up to ReadCount entries, split over the partitions whose reads work, in one pipeline (one round trip
+//     per Redis node). A partition whose reads fail (its cluster node is down) is skipped for a while, 100
+//     ms doubling to 5 s, while the others are read; SubscriberConfig.Failing says since when some
+//     partition fails.
+//   - Up to MaxInFlight messages are out to the router at once, each handled by a goroutine of the
+//     router's; a read waits until half of them are back (acked or nacked), or all when fewer were out, so
+//     reads stay large under load and come at once when the worker is idle.
 //   - Entries are read and claimed by fetch.lua, which poisons oversized entries (MaxEntryBytes) inside
-//     Redis, so a worker never holds one, and returns each entry's delivery count (Deliveries). The price
-//     is polling: an idle subscriber reads every 10-100 ms.
+//     Redis, so a worker never holds one, and returns each entry's delivery count (Deliveries).
+//   - When no partition has an entry, the subscriber waits for a keyspace event of a partition's stream
+//     (an XADD: it carries no payload) unless SubscriberConfig.Events is off, and then reads with the script
+//     again; it still looks every idlePoll in case an event was missed. Without keyspace events it polls,
+//     every 10 ms doubling to 100 ms.
 //   - A message's UUID is its entry id, stable across redeliveries; EntryPartition says where it came
 //     from; its metadata and trace context are the entry's (Entry.Message). An entry that cannot be read
 //     is marked with MetaBadEntry, for the poison stream.
-//   - While the handler has a message, the subscriber reads up to two more (readAhead), so the next is at
-//     hand when the handler is done. The entries read ahead are pending for this consumer: the worker
-//     hands them back when it stops.
-//   - Every ClaimInterval it claims the entries of one partition (in turn) that have been idle longer than
-//     ClaimIdle: those of dead consumers, and failed attempts handed back. It claims them one at a time, as
-//     it reads, so a claimed entry waits behind no more than the two read ahead.
+//   - Every ClaimInterval it claims, on one partition in turn, the entries idle longer than ClaimIdle
+//     (XAUTOCLAIM): those of dead consumers, and failed attempts handed back. Entries found deleted from
+//     the stream while pending (trimmed, or deleted by a producer's XADD MAXLEN) are counted in
+//     stockflow.messages.deleted and logged: their orders were never decided.
 //   - Every PruneInterval it deletes, on one partition in turn, the consumers idle longer than
 //     ConsumerTimeout with nothing pending (Group.PruneConsumer).
 //   - A missing consumer group (Redis restarted without its data, the stream deleted) is created again,
 //     from ReplayFrom.
 //
 // Ack and Nack do not touch Redis: the worker acks an entry itself, in the transaction that records its
-// outcome (or poisons it), and hands a failed attempt back itself. Ack means "done: send the next". Nack
-// leaves the entry pending in Redis, where it is claimed again once idle for ClaimIdle (by any consumer,
-// this one too), and the subscriber sends the next message after NackPause; it never sends a nacked
-// message again.
+// outcome (or poisons it), and hands a failed attempt back itself. Ack frees the message's place among
+// those in flight. Nack leaves the entry pending in Redis, where it is claimed again once idle for
+// ClaimIdle (by any consumer, this one too), and frees its place after NackPause; a nacked message is
+// never sent again.
 //
 // A message's context ends when it is acked or nacked, or when the subscription ends. Close ends the
-// subscription and waits for its goroutines; it does not wait for a message being handled, and does not
-// close the Redis client, which the subscribers share.
+// subscription and waits for its goroutines; it does not wait for the messages being handled, and does not
+// close the Redis client.
 type Subscriber struct {
 	rdb redis.UniversalClient
 	cfg SubscriberConfig
@@ -143,12 +149,18 @@ type Subscriber struct {
 	cancel     context.CancelFunc // ends the subscription; nil before Subscribe
 	running    sync.WaitGroup
 
+	// slots holds a token per message in flight; a token is taken before a read and given back when the
+	// message is acked or nacked.
+	slots chan struct{}
+	freed chan struct{} // a place was freed
+
 	// The read loop's state; only the read loop (readLoop) touches it.
 	next    int           // the partition the next read starts at
-	pause   time.Duration // the current pause after an empty read
+	pause   time.Duration // the current pause after an empty read, when polling
 	failed  []failure     // by partition: how long its reads are skipped after a failure, and until when
 	failing int           // partitions in failed with a pause
 	claims  claims
+	bell    *doorbell // nil: polling
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -166,8 +178,8 @@ func NewSubscriber(rdb redis.UniversalClient, cfg SubscriberConfig) (*Subscriber
 		return nil, err
 	}
 	n := len(cfg.Partitions)
-	return &Subscriber{rdb: rdb, cfg: cfg, next: cfg.First % n, failed: make([]failure, n),
-		claims: claims{next: rand.IntN(n)}}, nil
+	return &Subscriber{rdb: rdb, cfg: cfg, next: rand.IntN(n), failed: make([]failure, n),
+		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n)}, nil
 }
 
 // Subscribe starts reading; topic is a name for the orders, whose partitions the config lists. The
@@ -183,19 +195,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 	}
 	s.subscribed = true
 	ctx, s.cancel = context.WithCancel(ctx)
-	ahead := make(chan *message.Message, readAhead)
+	if s.cfg.Events != EventsOff {
+		s.bell = newDoorbell(ctx, s.rdb, s.cfg.Partitions, s.cfg.Events, s.cfg.Logger)
+	}
 	out := make(chan *message.Message)
-	s.running.Add(3)
+	s.running.Add(2)
 	go func() {
 		defer s.running.Done()
-		defer close(ahead)
-		s.readLoop(ctx, ahead)
-	}()
-	go func() {
-		defer s.running.Done()
-		defer s.cancel() // the other loops end with this one (ctx ended)
 		defer close(out)
-		s.sendLoop(ctx, ahead, out)
+		s.readLoop(ctx, out)
 	}()
 	go func() {
 		defer s.running.Done()
@@ -213,64 +221,76 @@ func (s *Subscriber) Close() error {
 	}
 	s.mu.Unlock()
 	s.running.Wait()
+	if s.bell != nil {
+		s.bell.close()
+	}
 	return nil
 }
 
-// readAhead is how many messages the read loop keeps ready besides the one it holds: while the handler
-// has one message, up to two more are read (pending for this consumer), so the next is at hand when the
-// handler is done, as with Watermill's redisstream subscriber.
-const readAhead = 1
-
-// readLoop claims and reads the subscriber's entries and hands them on to ahead, until ctx ends.
-func (s *Subscriber) readLoop(ctx context.Context, ahead chan<- *message.Message) {
-	for ctx.Err() == nil {
-		var err error
-		msgs := s.claim(ctx)
+// readLoop claims and reads entries and sends them to out, as many as there are free places in flight,
+// until ctx ends.
+func (s *Subscriber) readLoop(ctx context.Context, out chan<- *message.Message) {
+	for s.awaitRoom(ctx) {
+		room := cap(s.slots) - len(s.slots)
+		msgs := s.claim(ctx, min(room, s.cfg.ReadCount))
 		if len(msgs) == 0 {
-			msgs, err = s.read(ctx)
-		}
-		if err != nil {
-			pauseFor(ctx, readErrorPause)
-			continue
+			msgs = s.read(ctx, min(room, s.cfg.ReadCount))
 		}
 		for _, msg := range msgs {
-			select {
-			case ahead <- msg:
-			case <-ctx.Done():
+			if !s.send(ctx, out, msg) {
 				return
 			}
 		}
 	}
 }
 
-// sendLoop sends the messages of ahead to out, one at a time, until ctx ends.
-func (s *Subscriber) sendLoop(ctx context.Context, ahead <-chan *message.Message, out chan<- *message.Message) {
-	for msg := range ahead {
-		if ctx.Err() != nil || !s.send(ctx, out, msg) {
-			return
+// awaitRoom waits until half the places in flight are free, or all of them are when fewer are taken; it
+// reports false when ctx ended first.
+func (s *Subscriber) awaitRoom(ctx context.Context) bool {
+	low := max(cap(s.slots)/2, 1)
+	for n := len(s.slots); n > 0 && cap(s.slots)-n < low; n = len(s.slots) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.freed:
 		}
 	}
+	return ctx.Err() == nil
 }
 
-// send hands msg to out and waits for its Ack or Nack; it reports false when ctx ended first.
+// send hands msg to out, taking a place in flight until the router acks or nacks it; it reports false when
+// ctx ended first.
 func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg *message.Message) bool {
 	msgCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	msg.SetContext(msgCtx)
+	s.slots <- struct{}{} // never blocks: the read took no more than the free places
 	select {
 	case out <- msg:
 	case <-ctx.Done():
+		cancel()
+		<-s.slots
 		return false
 	}
+	go s.awaitAck(ctx, msg, cancel)
+	return true
+}
+
+// awaitAck frees msg's place in flight once it is acked, or NackPause after it is nacked (which keeps a
+// failing handler from racing through the stream), or when the subscription ends.
+func (s *Subscriber) awaitAck(ctx context.Context, msg *message.Message, cancel context.CancelFunc) {
+	defer func() {
+		cancel()
+		<-s.slots
+		select { // awaitRoom looks again
+		case s.freed <- struct{}{}:
+		default:
+		}
+	}()
 	select {
 	case <-msg.Acked():
-		return true
 	case <-msg.Nacked():
-		// The entry stays pending; a claim brings it back. The pause keeps a failing handler (Redis
-		// refusing the poison stream, say) from racing through the stream.
-		return pauseFor(ctx, s.cfg.NackPause)
+		pauseFor(ctx, s.cfg.NackPause)
 	case <-ctx.Done():
-		return false
 	}
 }
 

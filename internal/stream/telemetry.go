@@ -26,6 +26,10 @@ var (
 	// Poisoned counts the entries sent to the poison stream, by poison.reason (PoisonReason).
 	Poisoned, _ = meter.Int64Counter("stockflow.messages.poisoned",
 		metric.WithDescription("Entries sent to the poison stream, by poison.reason."))
+	// Deleted counts the entries found deleted from a stream while pending: never decided (a producer's
+	// XADD MAXLEN or MINID, an XDEL or XTRIM by hand).
+	Deleted, _ = meter.Int64Counter("stockflow.messages.deleted",
+		metric.WithDescription("Entries deleted from the orders stream while pending, before their orders were decided."))
 	groupsRecreated, _ = meter.Int64Counter("stockflow.group.recreated",
 		metric.WithDescription("Times the consumer group was found missing and created again."))
 	reasonOversized = PoisonReason("oversized")

@@ -21,7 +21,7 @@ import (
 
 // Defaults of the settings.
 const (
-	DefaultConcurrency     = 16
+	DefaultConcurrency     = 128
 	DefaultLockWait        = 5 * time.Second
 	DefaultClaimIdle       = 30 * time.Second
 	DefaultShutdownTimeout = 20 * time.Second
@@ -36,9 +36,11 @@ type Config struct {
 	stream.Config
 	// RedlockURLs, when set, switches the locks to Redlock over these independent masters.
 	RedlockURLs string
-	// Name names this worker: its consumers are <Name>-0 .. <Name>-(Concurrency-1).
+	// Name names this worker, and its consumer in the group.
 	Name        string
 	Concurrency int
+	// KeyspaceEvents: how an idle worker learns of new orders (KEYSPACE_EVENTS): auto, on or off.
+	KeyspaceEvents string
 	LockLease   time.Duration
 	LockWait    time.Duration
 	// LockElision lets a batch of orders take its SKU's lock inside the stock script when nobody holds it
@@ -98,6 +100,7 @@ func DefaultConfig() Config {
 		StreamRetention: DefaultStreamRetention,
 		GroupStart:      "$",
 		LogLevel:        "info",
+		KeyspaceEvents:  "auto",
 		ResultsMaxLen:   DefaultResultsMaxLen,
 		PoisonMaxLen:    DefaultPoisonMaxLen,
 		MaxAttempts:     DefaultMaxAttempts,
@@ -110,8 +113,9 @@ func Flags(s *config.Set, c *Config) {
 	d := DefaultConfig()
 	stream.Flags(s, &c.Config)
 	s.URLList(&c.RedlockURLs, "REDLOCK_URLS", d.RedlockURLs, "comma-separated Redis URLs of independent masters: take locks with Redlock on them (stock stays on REDIS_URL)")
-	s.String(&c.Name, "WORKER_NAME", d.Name, "name of this worker; its consumers are <name>-<i>")
-	s.Int(&c.Concurrency, "WORKER_CONCURRENCY", d.Concurrency, "consumers (messages in flight) per process")
+	s.String(&c.Name, "WORKER_NAME", d.Name, "name of this worker, and of its consumer in the group")
+	s.Int(&c.Concurrency, "WORKER_CONCURRENCY", d.Concurrency, "orders a process handles at once: entries read and not yet decided (reads take up to 100 at a time)")
+	s.String(&c.KeyspaceEvents, "KEYSPACE_EVENTS", d.KeyspaceEvents, "how an idle worker learns of new orders: auto (turn Redis's keyspace events on with CONFIG SET and wait for them; poll if refused), on (notify-keyspace-events already has K and t: wait for them), off (poll every 10-100 ms)")
 	s.Duration(&c.LockLease, "LOCK_LEASE", d.LockLease, "lease of a SKU lock; the watchdog renews it every third of it while held")
 	s.Duration(&c.LockWait, "LOCK_WAIT", d.LockWait, "longest wait for a SKU lock before the order is retried")
 	c.LockElision = d.LockElision
@@ -152,6 +156,8 @@ func (c Config) Validate() error {
 		c.validateEndpoints(),
 		config.Check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, "must be positive"),
 		c.validateLogLevel(),
+		config.Check(keyspaceEvents[c.KeyspaceEvents] != 0 || c.KeyspaceEvents == "off", "KEYSPACE_EVENTS", c.KeyspaceEvents,
+			"want auto, on or off"),
 	)
 }
 
@@ -224,3 +230,6 @@ func (c Config) replayFrom(now time.Time) string {
 	ms := max(now.Add(-c.OutcomeTTL+min(c.OutcomeTTL/10, time.Minute)).UnixMilli(), 0)
 	return strconv.FormatInt(ms, 10) + "-0"
 }
+
+// keyspaceEvents are the values of KEYSPACE_EVENTS ("off" is the zero Events).
+var keyspaceEvents = map[string]stream.Events{"off": stream.EventsOff, "on": stream.EventsOn, "auto": stream.EventsAuto}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -151,18 +150,4 @@ func (b *backlog) oldestAge() float64 {
 		return 0
 	}
 	return time.Since(b.oldest).Seconds()
-}
-
-// busyClock records, per consumer, since when it has been handling its current message (0: idle).
-type busyClock []atomic.Int64
-
-// oldest returns the consumer that has been busy longest and for how long.
-func (c busyClock) oldest() (consumer int, d time.Duration) {
-	now := time.Now().UnixNano()
-	for i := range c {
-		if since := c[i].Load(); since != 0 && time.Duration(now-since) > d {
-			consumer, d = i, time.Duration(now-since)
-		}
-	}
-	return consumer, d
 }

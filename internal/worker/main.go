@@ -67,7 +67,7 @@ func runMain(name string, args []string, ext Extension) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("worker started", "name", cfg.Name, "consumers", cfg.Concurrency, "orders", cfg.OrdersStream,
+	logger.Info("worker started", "name", cfg.Name, "concurrency", cfg.Concurrency, "orders", cfg.OrdersStream,
 		"partitions", cfg.OrdersPartitions, "cluster", cfg.Cluster,
 		"group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != "")
 	return w.Run(ctx)

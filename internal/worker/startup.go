@@ -204,8 +204,8 @@ func (w *Worker) consuming() error {
 	if since := w.readsFailing.Load(); since != 0 && time.Since(time.Unix(0, since)) > readFailureGrace {
 		return fmt.Errorf("reading the orders stream has failed for %v", time.Since(time.Unix(0, since)).Round(time.Second))
 	}
-	if i, d := w.busy.oldest(); d > w.cfg.ClaimIdle {
-		return fmt.Errorf("consumer %s-%d has been handling one message for %v", w.cfg.Name, i, d.Round(time.Second))
+	if d := w.consumer.Longest(); d > w.cfg.ClaimIdle {
+		return fmt.Errorf("an order has been handled for %v", d.Round(time.Second))
 	}
 	return nil
 }

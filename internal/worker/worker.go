@@ -6,7 +6,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -52,8 +51,7 @@ type Worker struct {
 	drain      context.Context
 	stopDrain  context.CancelCauseFunc
 	metrics    http.Handler
-	busy       busyClock
-	consumers  []*delivery.Consumer
+	consumer   *delivery.Consumer
 	backlog    atomic.Pointer[backlog]
 	holder     atomic.Pointer[string] // the other group that holds trimming back, as last warned about
 	// readsFailing is since when the consumers' reads have been failing (unix ns), 0 while they succeed.
@@ -128,7 +126,7 @@ func (w *Worker) build(opts Options) error {
 	if err != nil {
 		return err
 	}
-	return w.addConsumers(opts.Faults)
+	return w.addConsumer(opts.Faults)
 }
 
 // connect creates the clients: one for the handlers, one for the subscribers' reads.
@@ -137,8 +135,9 @@ func (w *Worker) connect(tracing bool) (err error) {
 	if w.rdb, err = w.cfg.Client(0); err != nil {
 		return err
 	}
-	// A read loop per consumer, and the claims and prunes it makes now and then (per node, on a cluster).
-	if w.subRDB, err = w.cfg.Client(2*w.cfg.Concurrency + 4); err != nil {
+	// The subscriber's reads, claims and prunes (per node, on a cluster); its keyspace event subscriptions
+	// have connections of their own.
+	if w.subRDB, err = w.cfg.Client(4); err != nil {
 		return err
 	}
 	if !tracing || !w.cfg.TraceRedis {
@@ -248,8 +247,9 @@ func (w *Worker) storeOptions() []inventory.Option {
 	return opts
 }
 
-// addConsumers adds one subscriber (stream.Subscriber) and handler per consumer to the router.
-func (w *Worker) addConsumers(faults *Faults) error {
+// addConsumer adds the worker's consumer to the router: a subscriber (stream.Subscriber) that reads the
+// orders in batches and has up to WORKER_CONCURRENCY of them handled at once, and its chain of steps.
+func (w *Worker) addConsumer(faults *Faults) error {
 	steps := []message.HandlerMiddleware{w.handler.Decode, w.handler.Combine}
 	if w.lockMW != nil {
 		steps = append(steps, w.lockMW.Middleware)
@@ -258,29 +258,23 @@ func (w *Worker) addConsumers(faults *Faults) error {
 		steps = append(steps, faults.Handler)
 	}
 	cfg := w.cfg
-	w.busy = make(busyClock, cfg.Concurrency)
-	subs := stream.SubscriberConfig{Partitions: w.parts, Group: cfg.ConsumerGroup, PoisonMaxLen: cfg.PoisonMaxLen,
-		ClaimIdle: cfg.ClaimIdle,
+	w.consumer = delivery.New(delivery.Config{Redis: w.rdb, Partitions: w.parts, Group: cfg.ConsumerGroup, Name: cfg.Name,
+		PoisonMaxLen: cfg.PoisonMaxLen, MaxAttempts: cfg.MaxAttempts, ClaimIdle: cfg.ClaimIdle, Logger: w.logger,
+		Drain: w.drain, RaiseToken: w.raiseToken})
+	sub, err := stream.NewSubscriber(w.subRDB, stream.SubscriberConfig{Partitions: w.parts, Group: cfg.ConsumerGroup,
+		Consumer: cfg.Name, MaxInFlight: cfg.Concurrency, PoisonMaxLen: cfg.PoisonMaxLen,
+		Events: keyspaceEvents[cfg.KeyspaceEvents], ClaimIdle: cfg.ClaimIdle,
 		// Failed attempts are handed back to be claimed after about a second (attempts).
 		ClaimInterval: min(cfg.ClaimIdle/4, time.Second),
-		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom}
-	for i := range cfg.Concurrency {
-		name := fmt.Sprintf("%s-%d", cfg.Name, i)
-		c := delivery.New(delivery.Config{Redis: w.rdb, Partitions: w.parts, Group: cfg.ConsumerGroup, Name: name,
-			PoisonMaxLen: cfg.PoisonMaxLen, MaxAttempts: cfg.MaxAttempts, ClaimIdle: cfg.ClaimIdle, Logger: w.logger,
-			Drain: w.drain, RaiseToken: w.raiseToken, Busy: &w.busy[i]})
-		subs.Consumer, subs.First = name, i
-		sub, err := stream.NewSubscriber(w.subRDB, subs)
-		if err != nil {
-			return err
-		}
-		w.consumers = append(w.consumers, c)
-		chain := c.Chain(w.handler.Handle, steps...)
-		w.router.AddConsumerHandler(name, cfg.OrdersStream, sub, func(msg *message.Message) error {
-			_, err := chain(msg)
-			return err
-		})
+		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom})
+	if err != nil {
+		return err
 	}
+	chain := w.consumer.Chain(w.handler.Handle, steps...)
+	w.router.AddConsumerHandler(cfg.Name, cfg.OrdersStream, sub, func(msg *message.Message) error {
+		_, err := chain(msg)
+		return err
+	})
 	return nil
 }
 
@@ -343,13 +337,9 @@ func (w *Worker) shutDownWhenDone(ctx context.Context, stopped <-chan struct{}) 
 func (w *Worker) handBackUnfinished(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	n := 0
-	for _, c := range w.consumers {
-		handed, err := c.HandBackPending(ctx)
-		if err != nil {
-			w.logger.Warn("could not hand back unfinished entries", "consumer", c.Name(), "err", err)
-		}
-		n += handed
+	n, err := w.consumer.HandBackPending(ctx)
+	if err != nil {
+		w.logger.Warn("could not hand back unfinished entries", "consumer", w.consumer.Name(), "err", err)
 	}
 	if n > 0 {
 		w.logger.Info("handed back entries read but not finished", "entries", n)

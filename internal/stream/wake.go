@@ -1,0 +1,223 @@
+package stream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Events says how an idle subscriber learns of new entries.
+type Events int
+
+const (
+	// EventsOff: it polls, every 10 ms doubling to 100 ms.
+	EventsOff Events = iota
+	// EventsOn: Redis publishes keyspace events of streams (notify-keyspace-events has K and t, or K and
+	// A): it waits for one.
+	EventsOn
+	// EventsAuto: it turns the events on (EnableKeyspaceEvents, which needs CONFIG GET and SET) and waits
+	// for one; when Redis refuses, it polls.
+	EventsAuto
+)
+
+// idlePoll is how often a subscriber waiting for keyspace events reads anyway: an event is lost when its
+// connection breaks, and none is sent when a lost group is created again.
+const idlePoll = 2 * time.Second
+
+// subscribeTimeout bounds the wait for Redis to confirm a subscription.
+const subscribeTimeout = time.Second
+
+// A doorbell tells an idle subscriber that an entry was added to a partition: Redis publishes a keyspace
+// event "xadd" on __keyspace@<db>__:<stream> for every XADD (notify-keyspace-events K and t), a message that
+// carries no payload, so the subscriber then fetches the entries with fetch.lua, which keeps oversized ones
+// from it. It is subscribed only while the subscriber is idle (arm), and not while the partitions have
+// entries (disarm), when every XADD would cost Redis a message to each worker for nothing.
+type doorbell struct {
+	rdb    redis.UniversalClient
+	ring   chan struct{} // an event came, or a subscription broke
+	subs   []*bellSub
+	logger *slog.Logger
+	armed  bool
+	stop   context.CancelFunc
+	// manage: the doorbell turns the events on itself (EventsAuto), at first and after a broken
+	// connection (Redis may have restarted without them); enabled says they were turned on since.
+	manage  bool
+	enabled atomic.Bool
+	off     bool // they could not be turned on: the subscriber polls
+}
+
+// bellSub is one subscription: of every partition on one Redis; on a cluster one per partition, on the
+// node of its stream (the channel has the stream's hash tag, hence its slot).
+type bellSub struct {
+	ps        *redis.PubSub
+	channels  []string
+	receiving sync.Once
+	confirmed chan struct{} // every channel is subscribed
+}
+
+// KeyspaceChannel is the channel of the keyspace events of key in database db.
+func KeyspaceChannel(db int, key string) string { return fmt.Sprintf("__keyspace@%d__:%s", db, key) }
+
+func newDoorbell(ctx context.Context, rdb redis.UniversalClient, parts []Partition, mode Events, logger *slog.Logger) *doorbell {
+	ctx, stop := context.WithCancel(ctx)
+	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: logger, stop: stop, manage: mode == EventsAuto}
+	db := 0
+	if c, ok := rdb.(*redis.Client); ok {
+		db = c.Options().DB
+	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	for i, p := range parts {
+		if i == 0 || cluster {
+			b.subs = append(b.subs, &bellSub{ps: rdb.Subscribe(ctx), confirmed: make(chan struct{}, 1)})
+		}
+		sub := b.subs[len(b.subs)-1]
+		sub.channels = append(sub.channels, KeyspaceChannel(db, p.Orders))
+	}
+	go func() { <-ctx.Done(); b.closeSubs() }()
+	return b
+}
+
+// arm subscribes to the partitions' events unless it is subscribed, and reports whether it just did: the
+// caller then reads once more, for the entries added before the subscription. A subscription that fails
+// leaves the doorbell unarmed (the wait then polls every idlePoll) and is tried again next time.
+func (b *doorbell) arm(ctx context.Context) bool {
+	if b.armed || !b.turnOn(ctx) {
+		return false
+	}
+	for _, sub := range b.subs {
+		if err := sub.subscribe(ctx, b.ring, &b.enabled); err != nil {
+			if ctx.Err() == nil {
+				b.logger.Warn("subscribing to keyspace events failed: polling", "err", err)
+			}
+			return false
+		}
+	}
+	b.armed = true
+	return true
+}
+
+// turnOn turns the keyspace events on when the doorbell manages them and they were not turned on since
+// the last broken connection (EnableKeyspaceEvents); it reports whether the subscriber can wait for them.
+// When Redis refuses (no CONFIG permission), the subscriber polls from then on.
+func (b *doorbell) turnOn(ctx context.Context) bool {
+	if b.off || !b.manage || b.enabled.Load() {
+		return !b.off
+	}
+	if err := EnableKeyspaceEvents(ctx, b.rdb); err != nil {
+		if ctx.Err() == nil {
+			b.off = true
+			b.logger.Warn("keyspace events could not be turned on: idle consumers poll; set notify-keyspace-events to Kt "+
+				"in the Redis configuration and KEYSPACE_EVENTS=on to let them wait instead", "err", err)
+		}
+		return false
+	}
+	b.enabled.Store(true)
+	return true
+}
+
+// EnableKeyspaceEvents makes Redis publish the keyspace events of streams (notify-keyspace-events gains K
+// and t, keeping the flags it has), on every master of a cluster.
+func EnableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) error {
+	enable := func(ctx context.Context, c *redis.Client) error {
+		cfg, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
+		if err != nil {
+			return err
+		}
+		flags := cfg["notify-keyspace-events"]
+		if strings.Contains(flags, "K") && strings.ContainsAny(flags, "tA") {
+			return nil
+		}
+		return c.ConfigSet(ctx, "notify-keyspace-events", flags+"Kt").Err()
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, enable)
+	case *redis.Client:
+		return enable(ctx, c)
+	}
+	return fmt.Errorf("stream: keyspace events: unsupported client %T", rdb)
+}
+
+// disarm unsubscribes, when armed.
+func (b *doorbell) disarm(ctx context.Context) {
+	if !b.armed {
+		return
+	}
+	b.armed = false
+	for _, sub := range b.subs {
+		_ = sub.ps.Unsubscribe(ctx, sub.channels...)
+	}
+}
+
+// wait waits for a ring, at most d.
+func (b *doorbell) wait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-b.ring:
+	case <-t.C:
+	}
+}
+
+func (b *doorbell) close() { b.stop() }
+
+func (b *doorbell) closeSubs() {
+	for _, sub := range b.subs {
+		_ = sub.ps.Close()
+	}
+}
+
+// subscribe subscribes to the channels and waits until Redis confirmed it.
+func (sub *bellSub) subscribe(ctx context.Context, ring chan<- struct{}, enabled *atomic.Bool) error {
+	select { // a confirmation left from an earlier subscription, or a reconnection's
+	case <-sub.confirmed:
+	default:
+	}
+	if err := sub.ps.Subscribe(ctx, sub.channels...); err != nil {
+		return err
+	}
+	// The receiver starts after the first subscription: on a cluster, the connection it would open
+	// without one would go to any node.
+	sub.receiving.Do(func() { go sub.receive(ctx, ring, enabled) })
+	select {
+	case <-sub.confirmed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(subscribeTimeout):
+		return fmt.Errorf("no confirmation of the subscription to %s within %v", strings.Join(sub.channels, " "), subscribeTimeout)
+	}
+}
+
+// receive rings on every event, and after a broken connection (events may have been lost; go-redis
+// reconnects and subscribes again), until the subscription is closed.
+func (sub *bellSub) receive(ctx context.Context, ring chan<- struct{}, enabled *atomic.Bool) {
+	for ctx.Err() == nil {
+		m, err := sub.ps.Receive(ctx)
+		if s, ok := m.(*redis.Subscription); ok && s.Kind == "subscribe" && s.Count == len(sub.channels) {
+			select {
+			case sub.confirmed <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		if _, ok := m.(*redis.Message); !ok && err == nil {
+			continue // an unsubscribe's confirmation, a pong
+		}
+		select {
+		case ring <- struct{}{}:
+		default:
+		}
+		if err != nil {
+			enabled.Store(false) // Redis may have restarted without them
+			pauseFor(ctx, minFailedPause)
+		}
+	}
+}
