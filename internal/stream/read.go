@@ -60,7 +60,7 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 		if i < count%len(parts) {
 			reads[i].count++
 		}
-		reads[i].cmd = s.queueFetch(ctx, pipe, p, "read", reads[i].count)
+		reads[i].cmd = s.queueRead(ctx, pipe, p, reads[i].count)
 	}
 	_, _ = pipe.Exec(ctx) // each partition's error is its own
 	s.next = (parts[len(parts)-1].Index + 1) % len(s.cfg.Partitions)
@@ -194,10 +194,9 @@ func (s *Subscriber) recreateGroup(ctx context.Context, p Partition) error {
 	return nil
 }
 
-// queueFetch queues a run of fetch.lua on partition p for the subscriber's consumer ("read", or "claim"
-// with its arguments) on pipe, taking up to count entries.
-func (s *Subscriber) queueFetch(ctx context.Context, pipe redis.Pipeliner, p Partition, mode string, count int, args ...any) *redis.Cmd {
-	return pipe.EvalSha(ctx, fetchScript.Hash(), []string{p.Orders, p.Poison}, s.fetchArgs(mode, count, args)...)
+// queueRead queues a read of up to count entries of partition p with fetch.lua on pipe.
+func (s *Subscriber) queueRead(ctx context.Context, pipe redis.Pipeliner, p Partition, count int) *redis.Cmd {
+	return pipe.EvalSha(ctx, fetchScript.Hash(), []string{p.Orders, p.Poison}, s.fetchArgs("read", count, nil)...)
 }
 
 func (s *Subscriber) fetchArgs(mode string, count int, args []any) []any {

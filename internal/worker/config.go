@@ -41,8 +41,8 @@ type Config struct {
 	Concurrency int
 	// KeyspaceEvents: how an idle worker learns of new orders (KEYSPACE_EVENTS): auto, on or off.
 	KeyspaceEvents string
-	LockLease   time.Duration
-	LockWait    time.Duration
+	LockLease      time.Duration
+	LockWait       time.Duration
 	// LockElision lets a batch of orders take its SKU's lock inside the stock script when nobody holds it
 	// (inventory.ElideLock), rather than acquiring and releasing it around the script: the same exclusion
 	// and fencing for two fewer scripts and one round trip less. Only with the reentrant lock on the stock's
