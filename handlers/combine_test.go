@@ -34,7 +34,15 @@ type countingStore struct {
 	panics  bool
 }
 
-func (s *countingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
+func (s *countingStore) ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult {
+	results := make([]inventory.BatchResult, len(batches))
+	for i, b := range batches {
+		results[i].Outcomes, results[i].Err = s.reserveBatch(b.Ctx, b.Orders, b.Fence)
+	}
+	return results
+}
+
+func (s *countingStore) reserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
 	s.mu.Lock()
 	s.batches = append(s.batches, len(orders))
 	n := len(s.batches)

@@ -13,28 +13,6 @@ import (
 	"github.com/stockflow/stockflow/lockmw"
 )
 
-// decideBatch reserves batch (1..inventory.MaxBatch orders of one SKU, oldest first) in one stock script
-// call under fence, then publishes their outcome events and acks their entries in one transaction
-// (publish). An error decides nothing that a retry would not decide the same way: the reservation is
-// idempotent per order.
-func (h *Handler) decideBatch(ctx context.Context, batch []*queued, fence int64) error {
-	orders := make([]inventory.Order, len(batch))
-	for i, q := range batch {
-		orders[i] = inventory.Order{ID: q.order.OrderID, SKU: q.order.SKU, Quantity: q.order.Quantity}
-	}
-	outs, err := h.cfg.Store.ReserveBatch(ctx, orders, fence)
-	if err != nil {
-		return fmt.Errorf("reserve %s: %w", orderIDs(batch), asHandlerError(err))
-	}
-	results := make([]*message.Message, len(batch))
-	for i, out := range outs {
-		if results[i], err = h.resultMessage(batch[i].msg.Context(), newResult(out, h.cfg.Worker, batch[i].waited)); err != nil {
-			return err
-		}
-	}
-	return h.publish(ctx, batch, results)
-}
-
 // orderIDs names the orders of batch for an error: "order o-1", or "3 orders of SKU-1 (o-1 ...)".
 func orderIDs(batch []*queued) string {
 	if len(batch) == 1 {

@@ -17,7 +17,7 @@ import (
 
 // Store decides orders: *inventory.Store, or a wrapper around it (the fault tests' history recorder).
 type Store interface {
-	ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error)
+	ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult
 	ReserveLines(ctx context.Context, orderID string, lines []inventory.Line, fences inventory.Fences) (inventory.OrderOutcome, error)
 	Cancel(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)
 	Fulfil(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)
@@ -58,15 +58,17 @@ var ErrEarlierPending = errors.New("handlers: the order is not known yet and an 
 // Handler decides orders. Its steps are Decode and Combine (middlewares, ahead of the lock middleware)
 // and Handle (the handler, inside the lock).
 type Handler struct {
-	cfg      Config
-	combiner *combiner
+	cfg       Config
+	combiner  *combiner
+	committer *committer
 	server   []attribute.KeyValue // the Redis's address, for the spans of the outcome events
 }
 
 // New returns the handler of cfg.
 func New(cfg Config) *Handler {
 	h := &Handler{cfg: cfg, server: stream.ServerAttributes(cfg.Redis)}
-	h.combiner = newCombiner(cfg.MaxWait, h.decideBatch)
+	h.committer = &committer{round: h.decideRound}
+	h.combiner = newCombiner(cfg.MaxWait, h.committer.decide)
 	return h
 }
 

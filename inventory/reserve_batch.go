@@ -42,12 +42,68 @@ func (s *Store) ReserveBatch(ctx context.Context, orders []Order, fence int64) (
 		return nil, err
 	}
 	return traceReserveBatch(ctx, orders, fence, func(ctx context.Context) ([]Outcome, error) {
-		reply, err := s.eval(ctx, reserveBatchScript, s.batchKeys(orders, fence), s.batchArgs(orders, fence)...).Slice()
-		if err != nil {
-			return nil, scriptError(fmt.Sprintf("reserve %d orders of", len(orders)), "", orders[0].SKU, fence, err)
-		}
-		return decodeOutcomes(orders, reply)
+		cmd := s.eval(ctx, reserveBatchScript, s.batchKeys(orders, fence), s.batchArgs(orders, fence)...)
+		return batchOutcomes(orders, fence, cmd)
 	})
+}
+
+// Batch is one batch of ReserveBatches: what ReserveBatch takes, and the context of its trace.
+type Batch struct {
+	Ctx    context.Context
+	Orders []Order
+	Fence  int64
+}
+
+// BatchResult is what ReserveBatch returns for one Batch.
+type BatchResult struct {
+	Outcomes []Outcome
+	Err      error
+}
+
+// ReserveBatches decides several batches, of different SKUs, as ReserveBatch decides each, with their
+// script calls in one pipeline: one round trip (per node of a cluster) for all of them (group commit).
+// Each batch succeeds or fails on its own, as alone; ctx bounds the round trip. With WithReplicaAcks,
+// whose WAIT must follow each write on its connection, or on a client without pipelines, the batches are
+// decided one after the other.
+func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResult {
+	results := make([]BatchResult, len(batches))
+	p, pipelines := s.rdb.(interface{ Pipeline() redis.Pipeliner })
+	if !pipelines || s.replicaAcks != 0 || len(batches) == 1 {
+		for i, b := range batches {
+			results[i].Outcomes, results[i].Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
+		}
+		return results
+	}
+	pipe := p.Pipeline()
+	cmds := make([]*redis.Cmd, len(batches))
+	for i, b := range batches {
+		if results[i].Err = s.validateBatch(b.Orders, b.Fence); results[i].Err == nil {
+			cmds[i] = pipe.EvalSha(ctx, reserveBatchScript.Hash(), s.batchKeys(b.Orders, b.Fence), s.batchArgs(b.Orders, b.Fence)...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // each batch's error is its own
+	for i, b := range batches {
+		if cmds[i] == nil {
+			continue
+		}
+		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") { // Redis restarted, or a node never ran it
+			results[i].Outcomes, results[i].Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
+			continue
+		}
+		results[i].Outcomes, results[i].Err = traceReserveBatch(b.Ctx, b.Orders, b.Fence, func(context.Context) ([]Outcome, error) {
+			return batchOutcomes(b.Orders, b.Fence, cmds[i])
+		})
+	}
+	return results
+}
+
+// batchOutcomes reads the reply of reserve_batch.lua for orders.
+func batchOutcomes(orders []Order, fence int64, cmd *redis.Cmd) ([]Outcome, error) {
+	reply, err := cmd.Slice()
+	if err != nil {
+		return nil, scriptError(fmt.Sprintf("reserve %d orders of", len(orders)), "", orders[0].SKU, fence, err)
+	}
+	return decodeOutcomes(orders, reply)
 }
 
 // validateBatch checks a batch as Reserve checks each of its orders, and that they share one SKU.

@@ -288,3 +288,36 @@ func TestReserveBatchOfAnUnknownSKURejectsEveryOrder(t *testing.T) {
 		t.Fatalf("the batch again: %+v, %v; want both replayed", again, err)
 	}
 }
+
+// ReserveBatches decides each batch as ReserveBatch would alone, in one pipeline: a batch that is invalid, or
+// whose SKU's stock is corrupt, fails alone; it also works after Redis forgot its scripts (NOSCRIPT).
+func TestReserveBatchesDecidesEachBatchAsAlone(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	for _, sku := range []string{"A", "B"} {
+		if err := store.SetStock(ctx, sku, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.HSet(ctx, inventory.StockKey("BAD"), "available", "many")
+	rdb.ScriptFlush(ctx)
+	results := store.ReserveBatches(ctx, []inventory.Batch{
+		{Ctx: ctx, Orders: batchOf("A", inventory.Order{ID: "a1", Quantity: 2}, inventory.Order{ID: "a2", Quantity: 2})},
+		{Ctx: ctx, Orders: batchOf("BAD", inventory.Order{ID: "x1", Quantity: 1})},
+		{Ctx: ctx, Orders: []inventory.Order{{ID: "m1", SKU: "A", Quantity: 1}, {ID: "m2", SKU: "B", Quantity: 1}}},
+		{Ctx: ctx, Orders: batchOf("B", inventory.Order{ID: "b1", Quantity: 3})},
+	})
+	if r := results[0]; r.Err != nil || r.Outcomes[0].Status != inventory.StatusReserved || r.Outcomes[1].Reason != inventory.ReasonInsufficientStock {
+		t.Errorf("batch of A: %+v, want a1 reserved and a2 rejected for stock", r)
+	}
+	if r := results[1]; !inventory.IsPermanent(r.Err) {
+		t.Errorf("batch of the corrupt SKU: %v, want a permanent error", r.Err)
+	}
+	if r := results[2]; !errors.Is(r.Err, inventory.ErrInvalid) {
+		t.Errorf("batch of two SKUs: %v, want ErrInvalid", r.Err)
+	}
+	if r := results[3]; r.Err != nil || r.Outcomes[0].Status != inventory.StatusReserved || r.Outcomes[0].AvailableAfter != 0 {
+		t.Errorf("batch of B: %+v, want b1 reserved, nothing left", r)
+	}
+}

@@ -30,27 +30,34 @@ type recordingStore struct {
 	fenceCheckOff bool
 }
 
-func (s recordingStore) ReserveBatch(ctx context.Context, orders []inventory.Order, fence int64) ([]inventory.Outcome, error) {
+func (s recordingStore) ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult {
 	// An elided batch (inventory.ElideLock) is invoked without a token; its fresh writes return with the
 	// token the script drew, inside a hold of that token acquired and released around the call, so the
 	// fencing checks cover them, and a later stale write is refused against them.
-	calls := make([]*history.Call, len(orders))
-	for i, o := range orders {
-		calls[i] = s.rec.Invoke(history.Reserve, o.SKU, o.ID, o.Quantity, max(fence, 0))
+	calls := make([][]*history.Call, len(batches))
+	sent := make([]inventory.Batch, len(batches))
+	for i, b := range batches {
+		for _, o := range b.Orders {
+			calls[i] = append(calls[i], s.rec.Invoke(history.Reserve, o.SKU, o.ID, o.Quantity, max(b.Fence, 0)))
+		}
+		sent[i] = b
+		sent[i].Fence = s.sentFence(b.Fence)
 	}
 	invoked := time.Now()
-	outs, err := s.Store.ReserveBatch(ctx, orders, s.sentFence(fence))
-	if err == nil && fence == inventory.ElideLock {
-		s.recordElided(orders, outs, invoked)
-	}
-	for i, call := range calls {
-		if err != nil {
-			call.Fail(err)
-		} else {
-			call.Return(outs[i])
+	results := s.Store.ReserveBatches(ctx, sent)
+	for i, r := range results {
+		if r.Err == nil && batches[i].Fence == inventory.ElideLock {
+			s.recordElided(batches[i].Orders, r.Outcomes, invoked)
+		}
+		for k, call := range calls[i] {
+			if r.Err != nil {
+				call.Fail(r.Err)
+			} else {
+				call.Return(r.Outcomes[k])
+			}
 		}
 	}
-	return outs, err
+	return results
 }
 
 // sentFence is the fence a write is sent with: its own, or in the deliberately broken worker none, while

@@ -1,0 +1,148 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// The batches that the SKUs' leaders in this process want decided at one moment are decided together
+// (group commit): their stock script calls go in one pipeline, then the outcome events and acks of all their
+// orders in one transaction (per partition on a cluster, publish). Flat combining once more: the first
+// leader to arrive commits a round; the leaders that arrive meanwhile wait and go into the next round
+// together, committed by the first of them once the round before is done. So a worker whose consumers hold
+// the orders of 50 SKUs decides them in two round trips rather than a hundred, and one leader alone
+// commits at once, without waiting for company.
+//
+// Every batch gets the outcome it would get alone: the scripts are separate calls (each atomic), and a
+// batch whose script fails fails alone. A failed transaction fails every batch of the round, which are all
+// retried, and decide again the same way (their reservations are recorded per order).
+
+// committer queues the batches waiting for a round.
+type committer struct {
+	mu      sync.Mutex
+	waiting []*commit
+	running bool // a round is being committed
+	// round commits the batches of a round (decideRound), each commit getting its outcome.
+	round func(ctx context.Context, commits []*commit)
+}
+
+// commit is one batch in a round: its orders, oldest first, and the fence they are decided under.
+type commit struct {
+	ctx   context.Context // the batch leader's
+	batch []*queued
+	fence int64
+	err   error
+	done  chan struct{} // closed when err is set
+	lead  chan struct{} // this batch's leader commits the next round
+}
+
+// decide decides batch under fence in the next round and returns its outcome.
+func (c *committer) decide(ctx context.Context, batch []*queued, fence int64) error {
+	b := &commit{ctx: ctx, batch: batch, fence: fence, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.waiting = append(c.waiting, b)
+	leads := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if !leads {
+		select {
+		case <-b.done:
+			return b.err
+		case <-b.lead:
+		}
+	}
+	c.commitRounds(b)
+	return b.err
+}
+
+// commitRounds commits the waiting batches, round after round, until own's round is done; then the oldest
+// batch still waiting (if any) leads the next round.
+func (c *committer) commitRounds(own *commit) {
+	for {
+		c.mu.Lock()
+		round := c.waiting
+		c.waiting = nil
+		c.mu.Unlock()
+		c.round(own.ctx, round)
+		for _, b := range round {
+			close(b.done)
+		}
+		select {
+		case <-own.done:
+			c.handOn()
+			return
+		default: // own came after this round was taken: it is in the next
+		}
+	}
+}
+
+// handOn makes the oldest waiting batch's leader commit the next round, or ends the running.
+func (c *committer) handOn() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiting) == 0 {
+		c.running = false
+		return
+	}
+	c.waiting[0].lead <- struct{}{}
+}
+
+// decideRound reserves the batches of a round in one pipeline (Store.ReserveBatches), then publishes the
+// outcome events and acks the entries of every batch that succeeded in one transaction (publish).
+func (h *Handler) decideRound(ctx context.Context, round []*commit) {
+	batches := make([]inventory.Batch, len(round))
+	for i, b := range round {
+		batches[i] = inventory.Batch{Ctx: b.ctx, Orders: storeOrders(b.batch), Fence: b.fence}
+	}
+	reserved := h.cfg.Store.ReserveBatches(ctx, batches)
+	var (
+		decided []*commit
+		orders  []*queued
+		results []*message.Message
+	)
+	for i, b := range round {
+		if b.err = reserved[i].Err; b.err != nil {
+			b.err = fmt.Errorf("reserve %s: %w", orderIDs(b.batch), asHandlerError(b.err))
+			continue
+		}
+		msgs, err := h.resultMessages(b.batch, reserved[i].Outcomes)
+		if b.err = err; err != nil {
+			continue
+		}
+		decided, orders, results = append(decided, b), append(orders, b.batch...), append(results, msgs...)
+	}
+	if len(decided) == 0 {
+		return
+	}
+	if err := h.publish(ctx, orders, results); err != nil {
+		for _, b := range decided {
+			b.err = err
+		}
+	}
+}
+
+// storeOrders are the store's orders of batch.
+func storeOrders(batch []*queued) []inventory.Order {
+	orders := make([]inventory.Order, len(batch))
+	for i, q := range batch {
+		orders[i] = inventory.Order{ID: q.order.OrderID, SKU: q.order.SKU, Quantity: q.order.Quantity}
+	}
+	return orders
+}
+
+// resultMessages are the outcome events of batch's orders, decided as outs.
+func (h *Handler) resultMessages(batch []*queued, outs []inventory.Outcome) ([]*message.Message, error) {
+	msgs := make([]*message.Message, len(batch))
+	for i, out := range outs {
+		var err error
+		if msgs[i], err = h.resultMessage(batch[i].msg.Context(), newResult(out, h.cfg.Worker, batch[i].waited)); err != nil {
+			return nil, err
+		}
+	}
+	return msgs, nil
+}

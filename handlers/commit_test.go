@@ -1,0 +1,189 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/inventory"
+)
+
+// roundEnv is a handler whose store counts the batches of each ReserveBatches call (a round), on a Redis
+// of its own with two partitions of orders.
+type roundEnv struct {
+	rdb   *redis.Client
+	parts []stream.Partition
+	h     *Handler
+	store *roundStore
+}
+
+type roundStore struct {
+	*inventory.Store
+	mu     sync.Mutex
+	rounds []int
+	gate   chan struct{} // the first round waits here until it is closed; nil: none
+}
+
+func (s *roundStore) ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult {
+	s.mu.Lock()
+	s.rounds = append(s.rounds, len(batches))
+	first := len(s.rounds) == 1
+	s.mu.Unlock()
+	if first && s.gate != nil {
+		<-s.gate
+	}
+	return s.Store.ReserveBatches(ctx, batches)
+}
+
+func newRoundEnv(t *testing.T) *roundEnv {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	e := &roundEnv{rdb: rdb, parts: stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison",
+		OrdersPartitions: 2}.Partitions()}
+	for _, p := range e.parts {
+		if err := rdb.XGroupCreateMkStream(ctx, p.Orders, "g", "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.store = &roundStore{Store: inventory.New(rdb)}
+	for _, sku := range []string{"SKU-A", "SKU-B", "SKU-C"} {
+		if err := e.store.SetStock(ctx, sku, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: e.parts, Group: "g", ResultsMaxLen: 1000, Worker: "w"})
+	return e
+}
+
+// batch delivers one order of sku per partition index given, as entries pending for the group.
+func (e *roundEnv) batch(t *testing.T, sku string, partitions ...int) []*queued {
+	t.Helper()
+	ctx := context.Background()
+	var batch []*queued
+	for _, i := range partitions {
+		p := e.parts[i]
+		id := fmt.Sprintf("%s-%d-%d", sku, i, len(batch))
+		entry := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", id}}).Val()
+		if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		msg := stream.Entry{ID: entry, Partition: i, Deliveries: 1, Values: map[string]any{"payload": id}}.Message()
+		batch = append(batch, &queued{msg: msg, order: Order{OrderID: id, SKU: sku, Quantity: 1}, since: time.Now()})
+	}
+	return batch
+}
+
+// outcomes are the outcome events of the results streams, by order id.
+func (e *roundEnv) outcomes(t *testing.T) map[string]Result {
+	t.Helper()
+	got := map[string]Result{}
+	for _, p := range e.parts {
+		for _, x := range e.rdb.XRange(context.Background(), p.Results, "-", "+").Val() {
+			var r Result
+			if err := json.Unmarshal([]byte(x.Values["payload"].(string)), &r); err != nil {
+				t.Fatal(err)
+			}
+			got[r.OrderID] = r
+		}
+	}
+	return got
+}
+
+func (e *roundEnv) pending(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	for _, p := range e.parts {
+		n += e.rdb.XPending(context.Background(), p.Orders, "g").Val().Count
+	}
+	return n
+}
+
+// A round decides the batches of several SKUs, read from two partitions, together: one pipeline of stock
+// scripts, then one transaction of outcomes and acks. A batch that fails (here a SKU whose stock hash is
+// corrupt) fails alone: its entry stays pending for a retry, while the others are decided and acked.
+func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
+	e := newRoundEnv(t)
+	ctx := context.Background()
+	e.rdb.HSet(ctx, inventory.StockKey("SKU-BAD"), "available", "many")
+	round := []*commit{
+		{ctx: ctx, batch: e.batch(t, "SKU-A", 0, 1, 0)},
+		{ctx: ctx, batch: e.batch(t, "SKU-BAD", 1)},
+		{ctx: ctx, batch: e.batch(t, "SKU-B", 1)},
+	}
+	e.h.decideRound(ctx, round)
+	if round[0].err != nil || round[2].err != nil || round[1].err == nil || !inventory.IsPermanent(round[1].err) {
+		t.Fatalf("round errors %v, %v, %v: want only SKU-BAD's batch failed, permanently", round[0].err, round[1].err, round[2].err)
+	}
+	got := e.outcomes(t)
+	for _, b := range []*commit{round[0], round[2]} {
+		for _, q := range b.batch {
+			if r := got[q.order.OrderID]; r.Status != inventory.StatusReserved {
+				t.Errorf("order %s: outcome %+v, want reserved", q.order.OrderID, r)
+			}
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("%d outcomes, want the 4 of SKU-A and SKU-B", len(got))
+	}
+	if n := e.pending(t); n != 1 {
+		t.Errorf("%d entries pending, want 1: SKU-BAD's, for its retry", n)
+	}
+	if st, _ := e.store.Get(ctx, "SKU-A"); st.Available != 2 {
+		t.Errorf("SKU-A available %d after 3 orders of 1, want 2", st.Available)
+	}
+}
+
+// Leaders that come while a round is being committed wait, and go into the next round together, which the
+// first of them commits: three batches, one round.
+func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
+	e := newRoundEnv(t)
+	ctx := context.Background()
+	e.store.gate = make(chan struct{})
+	first := make(chan error, 1)
+	go func() { first <- e.h.committer.decide(ctx, e.batch(t, "SKU-A", 0), 0) }()
+	for e.roundCount() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, sku := range []string{"SKU-A", "SKU-B", "SKU-C"} {
+		batch := e.batch(t, sku, i%2)
+		wg.Go(func() { errs[i] = e.h.committer.decide(ctx, batch, 0) })
+	}
+	for e.waiting() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	close(e.store.gate)
+	wg.Wait()
+	if err := <-first; err != nil || errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("errors %v %v, want none", err, errs)
+	}
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	if want := []int{1, 3}; fmt.Sprint(e.store.rounds) != fmt.Sprint(want) {
+		t.Errorf("rounds of %v batches, want %v: the three that came during the first round share the second", e.store.rounds, want)
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d entries pending, want every one acked", n)
+	}
+}
+
+func (e *roundEnv) roundCount() int {
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	return len(e.store.rounds)
+}
+
+func (e *roundEnv) waiting() int {
+	c := e.h.committer
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
+}
