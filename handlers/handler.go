@@ -61,7 +61,7 @@ type Handler struct {
 	cfg       Config
 	combiner  *combiner
 	committer *committer
-	server   []attribute.KeyValue // the Redis's address, for the spans of the outcome events
+	server    []attribute.KeyValue // the Redis's address, for the spans of the outcome events
 }
 
 // New returns the handler of cfg.
