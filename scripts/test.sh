@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 source "$scripts/ensure-redis.sh"
 
-marker=stockflow-redistest # internal/testing/redistest.ProcessMarker
+marker=stockflow-redistest # internal/testing/redistest.ProcessMarker (and lockmw/rlock/internal/redistest.ProcessMarker)
 # The servers of this run carry its id in their title (internal/testing/redisproc), so a run that overlaps another
 # one counts only its own leftovers, and never kills the other run's servers.
 export STOCKFLOW_TEST_RUN=$$

@@ -212,7 +212,7 @@ func TestOneTracePerOrder(t *testing.T) {
 		case "lock acquire":
 			acquires = append(acquires, sp)
 			checkParent(t, sp, byID, "process orders")
-			for _, k := range []string{"stockflow.lock.key", "stockflow.lock.mode", "stockflow.lock.wait.seconds", "stockflow.lock.attempts", "stockflow.lock.reentry", "stockflow.lock.fencing_token", "stockflow.lock.result"} {
+			for _, k := range []string{"rlock.key", "rlock.mode", "rlock.wait.seconds", "rlock.attempts", "rlock.reentry", "rlock.fencing_token", "rlock.result"} {
 				if _, ok := attr(sp, k); !ok {
 					t.Fatalf("lock acquire span lacks %s: %v", k, sp.Attributes())
 				}

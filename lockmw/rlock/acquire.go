@@ -43,7 +43,7 @@ func (e *engine) acquire(ctx context.Context, key string, wait bool) (Lease, err
 
 // begin starts the acquisition of key by the owner in ctx, and its span.
 func (e *engine) begin(ctx context.Context, key string, wait bool) *acquisition {
-	a := &acquisition{e: e, ctx: ctx, key: key, names: namesFor(key), wait: wait, start: time.Now()}
+	a := &acquisition{e: e, ctx: ctx, key: key, names: e.cfg.names(key), wait: wait, start: time.Now()}
 	a.spanCtx, a.span = e.startAcquire(ctx, key)
 	a.owner = e.owner(ctx)
 	a.waitCtx, a.cancel = e.boundWait(a.spanCtx, wait)

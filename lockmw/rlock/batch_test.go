@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 // stat returns a counter of INFO stats.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 // On a Redis Cluster (sharded unlock messages by default), a waiter is woken by the holder's SPUBLISH on
@@ -301,7 +301,7 @@ func wakeUpAfter(t *testing.T, holder, waiter Locker, we *engine, key string, fr
 // every notifier, and has had the time to find the lock held.
 func waitSleeping(t *testing.T, e *engine, key string) {
 	t.Helper()
-	channel := namesFor(key).channel
+	channel := e.cfg.names(key).channel
 	waiting := func() bool {
 		e.queue.mu.Lock()
 		queued := e.queue.keys[channel] != nil

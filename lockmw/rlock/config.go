@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,6 +18,9 @@ const DefaultLease = 30 * time.Second
 
 // MinLease is the shortest lease accepted: the watchdog must renew within a third of it.
 const MinLease = 10 * time.Millisecond
+
+// DefaultKeyPrefix is the default Config.KeyPrefix: the lock of "SKU-1" is "lock:{SKU-1}".
+const DefaultKeyPrefix = "lock:"
 
 // DefaultNodeTimeout is the default Config.NodeTimeout.
 const DefaultNodeTimeout = 50 * time.Millisecond
@@ -84,9 +88,18 @@ type Config struct {
 	NodeTimeout time.Duration
 	// Logger receives renewal failures and lost leases. Default slog.Default().
 	Logger *slog.Logger
+	// KeyPrefix begins the name of every lock in Redis: the lock of key K is KeyPrefix + "{K}", and its
+	// unlock channel, fencing counter and latches follow from that name by Redisson's rule
+	// ("redisson_lock__channel:" + name, "redisson_lock_token:" + name), so a Redisson client shares a lock
+	// by calling getLock with the same name (Config.LockKey). It may not contain braces: {K} must stay the
+	// hash tag that keeps a lock's keys in one Redis Cluster slot. Default DefaultKeyPrefix ("lock:").
+	KeyPrefix string
+	// TelemetryPrefix names the metrics (<prefix>.wait, <prefix>.hold and <prefix>.lost) and the attributes
+	// of spans and metrics (<prefix>.key, <prefix>.mode, ...). Default DefaultTelemetryPrefix ("rlock").
+	TelemetryPrefix string
 	// TokenTTL, when positive, makes a key's fencing counter expire after this long without a fresh
 	// acquisition, so keys that are locked once (a typo, a retired SKU) leave nothing behind for good.
-	// Default 0: counters are kept forever, as Redisson keeps them. A counter that expired restarts at 1;
+	// Default 0: counters are kept forever, as Redisson keeps them (one small string per key ever locked). A counter that expired restarts at 1;
 	// a store that refuses the lower token (a stale fence) recovers with RaiseToken. Fencing then only
 	// protects against holders paused for less than TokenTTL.
 	TokenTTL time.Duration
@@ -101,7 +114,7 @@ type Config struct {
 	// a newer token, so the fence orders cohorts. A lost lease ends the cohort: the current holder's
 	// context is cancelled and its waiters go back to Redis.
 	HandOff HandOff
-	// MeterProvider makes the metrics rlock.wait, rlock.hold and rlock.lost.
+	// MeterProvider makes the metrics rlock.wait, rlock.hold and rlock.lost (under TelemetryPrefix).
 	// Default otel.GetMeterProvider(): the global provider, a no-op until one is installed.
 	MeterProvider metric.MeterProvider
 	// ShardedPubSub chooses how unlock messages travel. Sharded (ShardedOn), the release script sends them
@@ -117,6 +130,8 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.NodeTimeout = cmp.Or(c.NodeTimeout, DefaultNodeTimeout)
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
+	c.TelemetryPrefix = cmp.Or(c.TelemetryPrefix, DefaultTelemetryPrefix)
 	c.HandOff.Max = cmp.Or(c.HandOff.Max, DefaultHandOffs)
 	c.HandOff.Hold = cmp.Or(c.HandOff.Hold, DefaultHandOffHold)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
@@ -140,6 +155,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShardedPubSub < ShardedAuto || c.ShardedPubSub > ShardedOff {
 		return fmt.Errorf("rlock: ShardedPubSub must be ShardedAuto, ShardedOn or ShardedOff, got %d", c.ShardedPubSub)
+	}
+	if strings.ContainsAny(c.KeyPrefix, "{}") {
+		return fmt.Errorf("rlock: KeyPrefix must not contain braces (they would move the hash tag), got %q", c.KeyPrefix)
 	}
 	if c.TokenTTL < 0 {
 		return fmt.Errorf("rlock: TokenTTL must not be negative, got %v", c.TokenTTL)

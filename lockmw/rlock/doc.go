@@ -1,6 +1,7 @@
 // Package rlock provides per-key distributed locks on Redis, with no messaging framework attached: import it
-// to lock anything; the Watermill middleware that takes these locks around handlers is the parent package,
-// lockmw.
+// to lock anything. It is a Go module of its own (Go 1.25+, Redis 6.2+; sharded pub/sub needs Redis 7) that
+// requires only go-redis and the OpenTelemetry API; the Watermill middleware that takes these locks around
+// handlers in stockflow is the parent package, lockmw, which is not part of this module.
 //
 // The name is Redisson's RLock, whose layout both lockers keep, so Java services using Redisson and Go
 // services using rlock exclude each other: Reentrant on a single Redis, and Redlock on a majority of
@@ -11,6 +12,13 @@
 //	redisson_lock__channel:lock:{KEY}   pub/sub: "0" is published when the lock is freed (SPUBLISH if sharded)
 //	redisson_lock_token:lock:{KEY}      string: fencing counter, INCR on every fresh acquisition
 //	redisson_unlock_latch:lock:{KEY}:R  string: the outcome of request R, for 10 s (see Resent calls)
+//
+// Config.KeyPrefix replaces "lock:" (the other names follow from the lock's name, by Redisson's rule;
+// Config.LockKey, TokenKey and ChannelKey spell them). A key may not contain braces: {KEY} is the Redis
+// Cluster hash tag that keeps a lock's keys in one slot, and a brace in KEY would move it (ErrInvalidKey).
+// A store on the same slot, for example "stock:{KEY}", can then read the lock and the counter in its own
+// scripts. The fencing counter outlives the lock: it is kept forever by default, as Redisson keeps it (one
+// small string per key ever locked); Config.TokenTTL makes it expire after a time without acquisitions.
 //
 // AcquireAll takes the locks of several keys all or none, in sorted order so that callers whose key sets
 // overlap never deadlock (Redisson's MultiLock); WithWaitDeadline bounds one wait shared by the set. All
@@ -66,6 +74,7 @@
 // with errors.Is and errors.As: ErrNotObtained with ctx.Err(), ErrQuorum with each master's *NodeError.
 //
 // Telemetry: a span per acquisition ("lock acquire") and the metrics rlock.wait, rlock.hold and rlock.lost,
-// with attributes under stockflow.lock.*, from Config.TracerProvider and Config.MeterProvider (the global
-// providers by default).
+// with attributes under rlock.* (rlock.key, rlock.mode, rlock.result, ...; Config.TelemetryPrefix renames
+// metrics and attributes alike), from Config.TracerProvider and Config.MeterProvider (the global providers
+// by default), under the instrumentation scope github.com/stockflow/stockflow/lockmw/rlock.
 package rlock

@@ -131,7 +131,7 @@ func (e *engine) raiseToken(ctx context.Context, key string, token int64) error 
 	if err := validateKey(key); err != nil {
 		return err
 	}
-	if err := e.be.raiseToken(ctx, namesFor(key), token); err != nil {
+	if err := e.be.raiseToken(ctx, e.cfg.names(key), token); err != nil {
 		return join(fmt.Errorf("rlock: raise fencing counter of %s", key), err)
 	}
 	return nil

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 // A failed acquisition reads as one line, says each cause once, and still matches each of them.

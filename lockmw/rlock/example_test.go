@@ -10,13 +10,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 func Example() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr(), ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	locker, err := rlock.NewReentrant(rdb, rlock.Config{})
 	if err != nil {
@@ -37,15 +37,21 @@ func Example() {
 
 func ExampleReentrant_Acquire_nested() {
 	ctx := context.Background()
-	locker := newReentrant(rlock.Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker, err := rlock.NewReentrant(rdb, rlock.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
 
-	outer, err := locker.Acquire(ctx, "SKU-1")
+	outer, err := locker.Acquire(ctx, "SKU-2")
 	if err != nil {
 		panic(err)
 	}
 	// The lease's context carries its owner: a nested call under it re-enters at once instead of waiting for
 	// itself, and keeps the token.
-	inner, err := locker.Acquire(outer.Context(), "SKU-1")
+	inner, err := locker.Acquire(outer.Context(), "SKU-2")
 	if err != nil {
 		panic(err)
 	}
@@ -57,11 +63,17 @@ func ExampleReentrant_Acquire_nested() {
 
 func ExampleAcquireAll() {
 	ctx := context.Background()
-	locker := newReentrant(rlock.Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker, err := rlock.NewReentrant(rdb, rlock.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
 
 	// An order of several SKUs takes all their locks or none, in sorted order, within one wait for the set.
 	wait := rlock.WithWaitDeadline(ctx, time.Now().Add(5*time.Second))
-	basket, err := rlock.AcquireAll(wait, locker, []string{"SKU-9", "SKU-2", "SKU-9"})
+	basket, err := rlock.AcquireAll(wait, locker, []string{"SKU-4", "SKU-3", "SKU-4"})
 	if err != nil {
 		panic(err) // errors.Is(err, rlock.ErrNotObtained): retry the order later
 	}
@@ -71,23 +83,29 @@ func ExampleAcquireAll() {
 		fmt.Println("holding", key, "with fencing token", basket.Token(key))
 	}
 	// Output:
-	// holding SKU-2 with fencing token 1
-	// holding SKU-9 with fencing token 1
+	// holding SKU-3 with fencing token 1
+	// holding SKU-4 with fencing token 1
 }
 
 func ExampleReentrant_TryAcquire() {
 	ctx := context.Background()
-	locker := newReentrant(rlock.Config{})
-
-	holder, err := locker.Acquire(ctx, "SKU-1")
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker, err := rlock.NewReentrant(rdb, rlock.Config{})
 	if err != nil {
 		panic(err)
 	}
-	_, err = locker.TryAcquire(ctx, "SKU-1") // another owner: no owner in ctx
+	defer locker.Close()
+
+	holder, err := locker.Acquire(ctx, "SKU-5")
+	if err != nil {
+		panic(err)
+	}
+	_, err = locker.TryAcquire(ctx, "SKU-5") // another owner: no owner in ctx
 	fmt.Println(err)
 	_ = holder.Release(ctx)
 
-	lease, err := locker.TryAcquire(ctx, "SKU-1")
+	lease, err := locker.TryAcquire(ctx, "SKU-5")
 	if err != nil {
 		panic(err)
 	}
@@ -100,14 +118,20 @@ func ExampleReentrant_TryAcquire() {
 
 func ExampleConfig_maxWait() {
 	ctx := context.Background()
-	locker := newReentrant(rlock.Config{MaxWait: 50 * time.Millisecond})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker, err := rlock.NewReentrant(rdb, rlock.Config{MaxWait: 50 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
 
-	holder, err := locker.Acquire(ctx, "SKU-1")
+	holder, err := locker.Acquire(ctx, "SKU-6")
 	if err != nil {
 		panic(err)
 	}
 	defer holder.Release(ctx)
-	_, err = locker.Acquire(ctx, "SKU-1")
+	_, err = locker.Acquire(ctx, "SKU-6")
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, rlock.ErrNotObtained), errors.Is(err, context.DeadlineExceeded))
 	// Output:
@@ -117,9 +141,15 @@ func ExampleConfig_maxWait() {
 
 func ExampleLease_Extend() {
 	ctx := context.Background()
-	locker := newReentrant(rlock.Config{Lease: 10 * time.Second})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	locker, err := rlock.NewReentrant(rdb, rlock.Config{Lease: 10 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
 
-	lease, err := locker.Acquire(ctx, "SKU-1")
+	lease, err := locker.Acquire(ctx, "SKU-7")
 	if err != nil {
 		panic(err)
 	}
@@ -140,7 +170,7 @@ func ExampleLease_Extend() {
 func ExampleNewRedlock() {
 	ctx := context.Background()
 	var clients []redis.UniversalClient
-	for _, addr := range redisAddrs(3) { // three independent masters, no replication between them
+	for _, addr := range redlockAddrs { // three independent masters, no replication between them
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer c.Close()
 		clients = append(clients, c)
@@ -165,35 +195,32 @@ func ExampleNewRedlock() {
 	// Output: held by a majority of 3 masters, token 1 lease ≤ 30s: true
 }
 
+func ExampleConfig_keyPrefix() {
+	// Locks of another application on the same Redis: its own names, and the same rules for the keys
+	// that follow from a lock's name, so a Redisson client shares the lock with getLock("app:lock:{SKU-1}").
+	cfg := rlock.Config{KeyPrefix: "app:lock:"}
+	fmt.Println(cfg.LockKey("SKU-1"))
+	fmt.Println(cfg.TokenKey("SKU-1"))
+	fmt.Println(rlock.LockKey("SKU-1")) // the default layout
+	// Output:
+	// app:lock:{SKU-1}
+	// redisson_lock_token:app:lock:{SKU-1}
+	// lock:{SKU-1}
+}
+
 // The examples run against redis-servers of their own; in your code, the addresses are where your Redis runs
-// (such as "localhost:6379").
+// (such as "localhost:6379"). Each example locks keys of its own, so that its fencing tokens start at 1
+// whichever examples ran before: examples run once per test binary (whatever -count says).
 var (
-	servers redistest.Examples
-	closers []func() error // of newReentrant
+	addr         string   // one Redis
+	redlockAddrs []string // three independent masters, no replication between them
 )
 
 func TestMain(m *testing.M) {
+	var servers redistest.Examples
+	all := servers.Addrs(4)
+	addr, redlockAddrs = all[0], all[1:]
 	code := m.Run()
-	for _, c := range closers {
-		_ = c()
-	}
 	servers.Stop()
 	os.Exit(code)
-}
-
-// redisAddr is the address of an empty redis-server.
-func redisAddr() string { return servers.Addrs(1)[0] }
-
-// redisAddrs are the addresses of n empty, independent redis-servers.
-func redisAddrs(n int) []string { return servers.Addrs(n) }
-
-// newReentrant is a Reentrant on an empty redis-server, as Example makes one; closed when the tests end.
-func newReentrant(cfg rlock.Config) *rlock.Reentrant {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr(), ContextTimeoutEnabled: true})
-	locker, err := rlock.NewReentrant(rdb, cfg)
-	if err != nil {
-		panic(err)
-	}
-	closers = append(closers, locker.Close, rdb.Close)
-	return locker
 }

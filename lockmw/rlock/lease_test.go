@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 // lockers returns a Reentrant (on the first server) and a Redlock (on all three), each with a second locker

@@ -1,6 +1,7 @@
 package rlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,24 +117,37 @@ func truncate(s string) string {
 
 // names are the Redis keys of one lock, in Redisson's naming: a lock named "lock:{K}" has its unlock
 // channel at "redisson_lock__channel:lock:{K}" and its fencing counter at "redisson_lock_token:lock:{K}".
-// The hash tag {K} keeps them in one Redis Cluster slot.
+// The hash tag {K} keeps them in one Redis Cluster slot (which is why keys may not contain braces).
 type names struct {
 	lock, channel, token string
 }
 
-// TokenKey is the Redis key of the fencing counter of key ("redisson_lock_token:lock:{key}"), in the slot of
-// the lock: a store on the same Redis can compare a writer's token with it (inventory.WithFenceCounter).
-func TokenKey(key string) string { return namesFor(key).token }
+// TokenKey is the Redis key of the fencing counter of key in the default layout
+// ("redisson_lock_token:lock:{key}"), in the slot of the lock: a store on the same Redis can compare a
+// writer's token with it (inventory.WithFenceCounter). Config.TokenKey is the same for a Config's KeyPrefix.
+func TokenKey(key string) string { return Config{}.TokenKey(key) }
 
-// LockKey is the Redis key of the lock of key ("lock:{key}", a hash in Redisson's RLock layout): a store
-// on the same Redis can take the lock inside its own script when nobody holds it (inventory.WithLockElision).
-func LockKey(key string) string { return namesFor(key).lock }
+// LockKey is the Redis key of the lock of key in the default layout ("lock:{key}", a hash in Redisson's
+// RLock layout): a store on the same Redis can take the lock inside its own script when nobody holds it
+// (inventory.WithLockElision). Config.LockKey is the same for a Config's KeyPrefix.
+func LockKey(key string) string { return Config{}.LockKey(key) }
 
-// ChannelKey is the pub/sub channel of key's unlock messages ("redisson_lock__channel:lock:{key}").
-func ChannelKey(key string) string { return namesFor(key).channel }
+// ChannelKey is the pub/sub channel of key's unlock messages in the default layout
+// ("redisson_lock__channel:lock:{key}"). Config.ChannelKey is the same for a Config's KeyPrefix.
+func ChannelKey(key string) string { return Config{}.ChannelKey(key) }
 
-func namesFor(key string) names {
-	lock := "lock:{" + key + "}"
+// TokenKey is the Redis key of the fencing counter of key under c.KeyPrefix.
+func (c Config) TokenKey(key string) string { return c.names(key).token }
+
+// LockKey is the Redis key of the lock of key under c.KeyPrefix (KeyPrefix + "{key}").
+func (c Config) LockKey(key string) string { return c.names(key).lock }
+
+// ChannelKey is the pub/sub channel of key's unlock messages under c.KeyPrefix.
+func (c Config) ChannelKey(key string) string { return c.names(key).channel }
+
+// names are key's lock, channel and counter under c.KeyPrefix, by Redisson's rule from the lock's name.
+func (c Config) names(key string) names {
+	lock := cmp.Or(c.KeyPrefix, DefaultKeyPrefix) + "{" + key + "}"
 	return names{lock: lock, channel: "redisson_lock__channel:" + lock, token: "redisson_lock_token:" + lock}
 }
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 // Two goroutines of one owner wait for a key held elsewhere: when the first gets it, the second must

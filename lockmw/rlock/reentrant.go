@@ -78,7 +78,7 @@ func (r *Reentrant) Inspect(ctx context.Context, key string) (State, error) {
 	if err := validateKey(key); err != nil {
 		return State{}, err
 	}
-	n := namesFor(key)
+	n := r.e.cfg.names(key)
 	pipe := r.node.rdb.TxPipeline() // owner and lease from the same moment
 	all := pipe.HGetAll(ctx, n.lock)
 	ttl := pipe.PTTL(ctx, n.lock)
@@ -102,7 +102,7 @@ func (r *Reentrant) ForceRelease(ctx context.Context, key string) (bool, error) 
 	if err := validateKey(key); err != nil {
 		return false, err
 	}
-	n := namesFor(key)
+	n := r.e.cfg.names(key)
 	deleted, err := r.node.runForceRelease(ctx, r.node.rdb, n, r.e.uniqueID())
 	if err != nil {
 		return false, fmt.Errorf("rlock: force release %s: %w", n.lock, err)

@@ -12,8 +12,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
+
+// namesFor are key's names in the default layout.
+func namesFor(key string) names { return Config{}.names(key) }
 
 // newLocker returns a locker with its own client and pub/sub connection, as a separate process would have.
 func newLocker(t testing.TB, s *redistest.Server, cfg Config) *Reentrant {

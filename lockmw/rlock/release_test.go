@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 // listenForUnlock listens on key's unlock channel with a plain client, as a Redisson waiter does; the channel

@@ -11,19 +11,26 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Span and metric attributes. The key is the one given to Acquire ("SKU-1"), on spans and events alike.
-const (
-	attrKey      = attribute.Key("stockflow.lock.key")
-	attrMode     = attribute.Key("stockflow.lock.mode") // reentrant | redlock
-	attrWait     = attribute.Key("stockflow.lock.wait.seconds")
-	attrAttempts = attribute.Key("stockflow.lock.attempts")
-	attrReentry  = attribute.Key("stockflow.lock.reentry")
-	attrHandOff  = attribute.Key("stockflow.lock.handoff") // passed on by the previous holder in the process
-	attrToken    = attribute.Key("stockflow.lock.fencing_token")
-	attrResult   = attribute.Key("stockflow.lock.result") // acquired | not_obtained | error
-)
+// DefaultTelemetryPrefix is the default Config.TelemetryPrefix.
+const DefaultTelemetryPrefix = "rlock"
 
+// scope is the instrumentation scope of the tracer and the meter: the module path.
 const scope = "github.com/stockflow/stockflow/lockmw/rlock"
+
+// attrKeys are the keys of the span and metric attributes, under Config.TelemetryPrefix. The key is the one
+// given to Acquire ("SKU-1"), on spans and events alike.
+type attrKeys struct {
+	key, mode, wait, attempts, reentry attribute.Key
+	handOff                            attribute.Key // passed on by the previous holder in the process
+	token                              attribute.Key
+	result                             attribute.Key // acquired | not_obtained | error
+}
+
+func newAttrKeys(prefix string) attrKeys {
+	k := func(name string) attribute.Key { return attribute.Key(prefix + "." + name) }
+	return attrKeys{key: k("key"), mode: k("mode"), wait: k("wait.seconds"), attempts: k("attempts"),
+		reentry: k("reentry"), handOff: k("handoff"), token: k("fencing_token"), result: k("result")}
+}
 
 // waitBuckets are the bucket bounds of the wait and hold histograms, in seconds.
 var waitBuckets = []float64{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
@@ -33,20 +40,22 @@ type telemetry struct {
 	tracer     trace.Tracer
 	wait, hold metric.Float64Histogram
 	lost       metric.Int64Counter
+	keys       attrKeys
 	attrs      metricAttrs
 }
 
 func newTelemetry(mode string, cfg Config) (telemetry, error) {
-	meter := cfg.MeterProvider.Meter(scope)
-	t := telemetry{tracer: cfg.TracerProvider.Tracer(scope), attrs: newMetricAttrs(mode)}
+	meter, prefix := cfg.MeterProvider.Meter(scope), cfg.TelemetryPrefix
+	keys := newAttrKeys(prefix)
+	t := telemetry{tracer: cfg.TracerProvider.Tracer(scope), keys: keys, attrs: newMetricAttrs(keys, mode)}
 	var errs [3]error
-	t.wait, errs[0] = meter.Float64Histogram("rlock.wait", metric.WithUnit("s"),
+	t.wait, errs[0] = meter.Float64Histogram(prefix+".wait", metric.WithUnit("s"),
 		metric.WithDescription("Time from asking for a lock until holding it (or giving up)."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
-	t.hold, errs[1] = meter.Float64Histogram("rlock.hold", metric.WithUnit("s"),
+	t.hold, errs[1] = meter.Float64Histogram(prefix+".hold", metric.WithUnit("s"),
 		metric.WithDescription("Time a lease was held, from acquisition to release."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
-	t.lost, errs[2] = meter.Int64Counter("rlock.lost",
+	t.lost, errs[2] = meter.Int64Counter(prefix+".lost",
 		metric.WithDescription("Leases lost: the watchdog found the lock gone or could not renew it in time."))
 	return t, join(errs[:]...)
 }
@@ -58,13 +67,13 @@ type metricAttrs struct {
 	acquired, handOff, notObt, fail metric.MeasurementOption
 }
 
-func newMetricAttrs(mode string) metricAttrs {
+func newMetricAttrs(k attrKeys, mode string) metricAttrs {
 	with := func(result string, handOff bool) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(attrMode.String(mode), attrResult.String(result),
-			attrHandOff.Bool(handOff)))
+		return metric.WithAttributeSet(attribute.NewSet(k.mode.String(mode), k.result.String(result),
+			k.handOff.Bool(handOff)))
 	}
 	return metricAttrs{
-		mode:     metric.WithAttributeSet(attribute.NewSet(attrMode.String(mode))),
+		mode:     metric.WithAttributeSet(attribute.NewSet(k.mode.String(mode))),
 		acquired: with("acquired", false), handOff: with("acquired", true),
 		notObt: with("not_obtained", false), fail: with("error", false),
 	}
@@ -74,7 +83,7 @@ func newMetricAttrs(mode string) metricAttrs {
 func (e *engine) startAcquire(ctx context.Context, key string) (context.Context, trace.Span) {
 	ctx, span := e.tel.tracer.Start(ctx, "lock acquire")
 	if span.IsRecording() {
-		span.SetAttributes(attrKey.String(key), attrMode.String(e.mode))
+		span.SetAttributes(e.tel.keys.key.String(key), e.tel.keys.mode.String(e.mode))
 	}
 	return ctx, span
 }
@@ -94,11 +103,11 @@ func (a *acquisition) endAcquire(l *lease, err error) {
 	default:
 		result, attrs = "error", a.e.tel.attrs.fail
 	}
-	if a.span.IsRecording() {
-		a.span.SetAttributes(attrWait.Float64(wait.Seconds()), attrResult.String(result))
+	if k := a.e.tel.keys; a.span.IsRecording() {
+		a.span.SetAttributes(k.wait.Float64(wait.Seconds()), k.result.String(result))
 		if err == nil {
-			a.span.SetAttributes(attrAttempts.Int(l.stats.Attempts), attrReentry.Bool(l.stats.Reentry),
-				attrHandOff.Bool(l.stats.HandOff), attrToken.Int64(l.h.token))
+			a.span.SetAttributes(k.attempts.Int(l.stats.Attempts), k.reentry.Bool(l.stats.Reentry),
+				k.handOff.Bool(l.stats.HandOff), k.token.Int64(l.h.token))
 		} else {
 			a.span.RecordError(err)
 			a.span.SetStatus(codes.Error, result)
@@ -111,7 +120,7 @@ func (a *acquisition) endAcquire(l *lease, err error) {
 // renewalFailed reports a renewal whose outcome is unknown: in the log and on the holder's span.
 func (e *engine) renewalFailed(h *hold, err error) {
 	e.cfg.Logger.Warn("rlock: renewal failed", "key", h.key, "owner", h.redisOwner, "err", err)
-	h.span.RecordError(fmt.Errorf("lock renewal failed: %w", err), trace.WithAttributes(attrKey.String(h.key)))
+	h.span.RecordError(fmt.Errorf("lock renewal failed: %w", err), trace.WithAttributes(e.tel.keys.key.String(h.key)))
 }
 
 // lockLost reports a lost hold: in the log, on the holder's span and in the lost-lease counter.
@@ -119,6 +128,6 @@ func (e *engine) renewalFailed(h *hold, err error) {
 func (e *engine) lockLost(h *hold, reason error) {
 	e.queue.notify(h.names.channel)
 	e.cfg.Logger.Error("rlock: lock lost", "key", h.key, "owner", h.redisOwner, "reason", reason)
-	h.span.RecordError(join(ErrLockLost, reason), trace.WithAttributes(attrKey.String(h.key)))
+	h.span.RecordError(join(ErrLockLost, reason), trace.WithAttributes(e.tel.keys.key.String(h.key)))
 	e.tel.lost.Add(context.Background(), 1, e.tel.attrs.mode)
 }

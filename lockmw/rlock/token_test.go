@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/lockmw/rlock/internal/redistest"
 )
 
 func TestTokenTTL(t *testing.T) {
