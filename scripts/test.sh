@@ -6,6 +6,9 @@ scripts=$(cd "$(dirname "$0")" && pwd)
 cd "$(dirname "$0")/.."
 
 source "$scripts/ensure-redis.sh"
+# promtool runs the unit tests of the alert rules (internal/e2e TestPromtool...); when it cannot be installed
+# that test skips, saying why (and fails under CI=true), so a missing promtool does not stop the run here.
+"$scripts/ensure-promtool.sh" >/dev/null || true
 
 marker=stockflow-redistest # internal/testing/redistest.ProcessMarker (and lockmw/rlock/internal/redistest.ProcessMarker)
 # The servers of this run carry its id in their title (internal/testing/redisproc), so a run that overlaps another

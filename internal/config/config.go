@@ -68,12 +68,16 @@ func (s *Set) Var(value flag.Value, name, usage string) {
 	env, flagName := name, FlagName(name)
 	s.placeholders[flagName] = placeholder
 	s.params = append(s.params, Param{Env: env, Flag: "--" + flagName, Default: value.String(), Usage: usage, Placeholder: placeholder})
-	if v, ok := s.env(env); ok {
+	source := "env " + env
+	if _, secret := value.(redactor); secret {
+		source += ", or a file named by " + env + FileSuffix
+	}
+	if v, from, ok := s.lookup(value, env); ok {
 		if err := value.Set(v); err != nil {
-			s.errs = append(s.errs, fmt.Errorf("invalid %s %s: %v", env, shown(value, v), err))
+			s.errs = append(s.errs, fmt.Errorf("invalid %s %s: %v", from, shown(value, v), err))
 		}
 	}
-	s.FlagSet.Var(value, flagName, usage+" (env "+env+")")
+	s.FlagSet.Var(value, flagName, usage+" ("+source+")")
 }
 
 // String defines a string setting.

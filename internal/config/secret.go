@@ -2,7 +2,9 @@ package config
 
 import (
 	"flag"
+	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -14,6 +16,39 @@ import (
 
 // Redacted is what stands for a password in a URL that is shown: redis://user:xxxxx@host:6379/0.
 const Redacted = "xxxxx"
+
+// FileSuffix names the variable that gives a secret setting's value in a file: REDIS_URL_FILE holds the path
+// of a file whose content is REDIS_URL (a Docker or Kubernetes secret mounted as a file), so the secret
+// stays out of the environment, which `docker inspect`, /proc/PID/environ and crash reports show. Every
+// setting defined by Secret, URL or URLList has one.
+const FileSuffix = "_FILE"
+
+// lookup returns the environment's value of the setting env, and the variable it came from: env itself,
+// or for a secret (a redactor) the content of the file that env_FILE names, less one trailing newline
+// (what `echo` and editors add). An empty variable counts as unset. Setting both, or a file that cannot
+// be read, is an error of the set; ok is then false.
+func (s *Set) lookup(value flag.Value, env string) (v, from string, ok bool) {
+	v, ok = s.env(env)
+	if _, secret := value.(redactor); !secret {
+		return v, env, ok
+	}
+	fileEnv := env + FileSuffix
+	path, fromFile := s.env(fileEnv)
+	switch {
+	case !fromFile || path == "":
+		return v, env, ok
+	case ok && v != "":
+		s.errs = append(s.errs, fmt.Errorf("both %s and %s are set: set one of them", env, fileEnv))
+		return "", "", false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		s.errs = append(s.errs, fmt.Errorf("%s: cannot read the file of %s: %w", fileEnv, env, err))
+		return "", "", false
+	}
+	content := strings.TrimSuffix(string(b), "\n")
+	return strings.TrimSuffix(content, "\r"), fileEnv + " (" + path + ")", true
+}
 
 // Secret defines a string setting whose value is never shown, in help or in errors (METRICS_TOKEN).
 func (s *Set) Secret(p *string, name, usage string) {

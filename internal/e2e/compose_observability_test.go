@@ -225,29 +225,18 @@ func checkDatasources(t *testing.T, c composeFile) {
 	}
 }
 
-// dashboardDatasources lists every data source reference of the dashboard, panels and targets.
+// dashboardDatasources lists every data source reference of the dashboard (panels, targets and template
+// variables), with the variables they name replaced by their default values.
 func dashboardDatasources(t *testing.T) []datasourceRef {
 	t.Helper()
-	var d struct{ Panels []panel }
+	var d grafanaDashboard
 	if err := json.Unmarshal(readFile(t, dashboardFile), &d); err != nil {
 		t.Fatal(err)
 	}
 	var refs []datasourceRef
-	var walk func([]panel)
-	walk = func(ps []panel) {
-		for _, p := range ps {
-			walk(p.Panels)
-			if p.Datasource != nil {
-				refs = append(refs, *p.Datasource)
-			}
-			for _, tg := range p.Targets {
-				if tg.Datasource != nil {
-					refs = append(refs, *tg.Datasource)
-				}
-			}
-		}
+	for _, ref := range d.datasourceRefs() {
+		refs = append(refs, datasourceRef{Type: ref.Type, UID: d.expand(ref.UID)})
 	}
-	walk(d.Panels)
 	if len(refs) == 0 {
 		t.Fatal("the dashboard names no data source")
 	}

@@ -201,24 +201,89 @@ func keysOf[V any](m map[string]V) map[string]bool {
 }
 
 // dashboardQueries lists the queries of a Grafana dashboard: the PromQL of every Prometheus target and
-// every Jaeger search, in every panel (rows' panels included).
+// every Jaeger search, in every panel (rows' panels included), with the dashboard's template variables
+// replaced by their default values (what Grafana asks when the dashboard opens).
 func dashboardQueries(dashboard []byte) ([]query, error) {
-	var d struct{ Panels []panel }
+	var d grafanaDashboard
 	if err := json.Unmarshal(dashboard, &d); err != nil {
 		return nil, fmt.Errorf("the dashboard is not JSON: %w", err)
 	}
 	var out []query
+	for _, p := range d.allPanels() {
+		for _, t := range p.Targets {
+			q := t.query(p)
+			q.expr, q.service, q.span = d.expand(q.expr), d.expand(q.service), d.expand(q.span)
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// grafanaDashboard is what the tests read of a dashboard: its panels and its template variables.
+type grafanaDashboard struct {
+	Panels     []panel
+	Templating struct{ List []dashboardVariable }
+}
+
+// dashboardVariable is one template variable: a data source (Query is its plugin type), a query of label
+// values, or a text box.
+type dashboardVariable struct {
+	Name, Type, Query, AllValue string
+	Datasource                  *datasourceRef
+	Current                     struct{ Value any } // a string, or a list of a multi-value variable
+}
+
+// value is the variable's default value as a query sees it ("All" becomes its allValue).
+func (v dashboardVariable) value() string {
+	switch c := v.Current.Value.(type) {
+	case string:
+		if c == "$__all" {
+			return v.AllValue
+		}
+		return c
+	case []any:
+		return strings.Trim(fmt.Sprint(c...), "[]")
+	}
+	return ""
+}
+
+// variableRef matches a reference to a template variable: $name, ${name}, ${name:format} or [[name]].
+var variableRef = regexp.MustCompile(`\$\{(\w+)(?::[^}]*)?\}|\$(\w+)|\[\[(\w+)\]\]`)
+
+// referencedVariable is the name of the variable a match of variableRef refers to.
+func referencedVariable(match []string) string { return match[1] + match[2] + match[3] }
+
+// variable returns the template variable named name.
+func (d grafanaDashboard) variable(name string) (dashboardVariable, bool) {
+	i := slices.IndexFunc(d.Templating.List, func(v dashboardVariable) bool { return v.Name == name })
+	if i < 0 {
+		return dashboardVariable{}, false
+	}
+	return d.Templating.List[i], true
+}
+
+// expand replaces the dashboard's variables in s by their default values; Grafana's own ($__range...) stay.
+func (d grafanaDashboard) expand(s string) string {
+	return variableRef.ReplaceAllStringFunc(s, func(ref string) string {
+		if v, ok := d.variable(referencedVariable(variableRef.FindStringSubmatch(ref))); ok {
+			return v.value()
+		}
+		return ref
+	})
+}
+
+// allPanels lists the panels, those inside rows included.
+func (d grafanaDashboard) allPanels() []panel {
+	var out []panel
 	var walk func([]panel)
 	walk = func(ps []panel) {
 		for _, p := range ps {
+			out = append(out, p)
 			walk(p.Panels)
-			for _, t := range p.Targets {
-				out = append(out, t.query(p))
-			}
 		}
 	}
 	walk(d.Panels)
-	return out, nil
+	return out
 }
 
 type datasourceRef struct{ Type, UID string }

@@ -98,9 +98,10 @@ type alertRules struct {
 	Groups []struct {
 		Name  string `yaml:"name"`
 		Rules []struct {
-			Alert  string `yaml:"alert"`
-			Record string `yaml:"record"`
-			Expr   string `yaml:"expr"`
+			Alert       string            `yaml:"alert"`
+			Record      string            `yaml:"record"`
+			Expr        string            `yaml:"expr"`
+			Annotations map[string]string `yaml:"annotations"`
 		} `yaml:"rules"`
 	} `yaml:"groups"`
 }

@@ -195,7 +195,7 @@ func labelsOf(s string) map[string]string {
 // checkSeries fails unless /metrics shows the runtime, process and connection pool series, the pools by name.
 func checkSeries(t *testing.T, body string) {
 	t.Helper()
-	for _, name := range []string{"go_goroutines", "go_goroutine_count", "go_memory_used_bytes", "go_memory_allocated_bytes_total",
+	for _, name := range []string{"go_goroutine_count", "go_memory_used_bytes", "go_memory_allocated_bytes_total",
 		"go_processor_limit", "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"} {
 		if v, ok := sample(body, name); !ok || v <= 0 {
 			t.Errorf("/metrics: %s = %v (found %v), want a positive value", name, v, ok)

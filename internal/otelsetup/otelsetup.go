@@ -138,15 +138,13 @@ func envMetricReader(ctx context.Context) ([]sdkmetric.Option, error) {
 }
 
 // prometheusReader makes a Prometheus exporter on a registry of its own, which Metrics serves, with the
-// process_* series (CPU, memory, file descriptors of the process) and the Prometheus client's go_* series
-// (go_goroutines, go_memstats_*...) that existing Go dashboards query, beside the OTel runtime metrics
-// (go_goroutine_count...), which also reach OTLP.
+// process_* series (CPU, memory, file descriptors of the process). The Go runtime comes once, from the OTel
+// runtime instrumentation (go_goroutine_count, go_memory_used_bytes...), which reaches OTLP too; the
+// Prometheus client's Go collector (go_goroutines, go_memstats_*...) would show the same runtime a second
+// time under other names.
 func (t *Telemetry) prometheusReader() (sdkmetric.Reader, error) {
 	reg := prom.NewRegistry()
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-		return nil, err
-	}
-	if err := reg.Register(collectors.NewGoCollector()); err != nil {
 		return nil, err
 	}
 	exp, err := promexporter.New(promexporter.WithRegisterer(reg))

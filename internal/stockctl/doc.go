@@ -6,6 +6,7 @@
 //	stockctl stock get SKU...                   the same (for a SKU named "set" or "add")
 //	stockctl stock set SKU N                    set the available stock (inventory SetStock)
 //	stockctl stock add SKU N                    add to the available stock (inventory Restock)
+//	stockctl order ORDER_ID --sku SKU           the outcome recorded for an order
 //	stockctl lock SKU                           lock holder, lease, fencing counter and stored fence
 //	stockctl pending [--limit N]                consumer group, its consumers and pending entries
 //	stockctl poison list [--limit N]            poison entries, newest first
@@ -17,7 +18,8 @@
 // Settings are those of the worker (REDIS_URL, REDIS_TLS_CA_FILE, REDIS_TLS_CERT_FILE, REDIS_TLS_KEY_FILE,
 // ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM, CONSUMER_GROUP, REDLOCK_URLS, OUTCOME_TTL), each an environment
 // variable and a flag; the flag wins. --json prints machine output, --timeout bounds the command (default
-// 10s). Flags may come before or after the command.
+// 10s). Flags may come before or after the command. stockctl -h (or help) lists the commands and every flag;
+// stockctl help COMMAND and stockctl COMMAND -h show one command: its arguments, its flags and an example.
 //
 // Exit codes:
 //

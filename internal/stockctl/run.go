@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -73,9 +72,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, config.ErrVersion) { // printed
 		return ExitOK
 	}
-	if errors.Is(err, flag.ErrHelp) || slices.Equal(words, []string{"help"}) {
-		printUsage(stdout, set)
-		return ExitOK
+	if topic, isHelp := helpWords(words, err); isHelp {
+		return printHelp(stdout, stderr, set, topic)
 	}
 	set.Visit(func(f *flag.Flag) { o.given[f.Name] = true })
 	if err == nil {
@@ -83,6 +81,18 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	printError(stderr, err)
 	return exitCode(err)
+}
+
+// helpWords reports whether the command line asks for help (-h anywhere, or the command help), and the
+// words that say about what: "poison replay -h" and "help poison replay" both ask about poison replay.
+func helpWords(words []string, err error) ([]string, bool) {
+	switch {
+	case len(words) > 0 && words[0] == "help" && (err == nil || errors.Is(err, flag.ErrHelp)):
+		return words[1:], true
+	case errors.Is(err, flag.ErrHelp):
+		return words, true
+	}
+	return nil, false
 }
 
 // newFlagSet defines the settings and flags on o; Run reports errors and usage itself.
@@ -127,12 +137,13 @@ func printError(stderr io.Writer, err error) {
 // for an unknown flag; it reaches the command, whose message names it.
 var negativeNumber = regexp.MustCompile(`^-[0-9]+$`)
 
-// splitArgs parses the flags wherever they stand and returns the other words in order.
+// splitArgs parses the flags wherever they stand and returns the other words in order; after an error,
+// the words before the flag that failed (those -h was given after).
 func splitArgs(set *config.Set, args []string) ([]string, error) {
 	var words []string
 	for {
 		if err := set.Parse(args); err != nil {
-			return nil, asUsage(err)
+			return words, asUsage(err)
 		}
 		rest := set.Args()
 		if len(rest) == 0 {

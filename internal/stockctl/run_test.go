@@ -11,7 +11,7 @@ import (
 
 func TestHelpListsCommandsAndExitCodes(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"poison", "replay", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"--json", "help"}} {
 		r := runArgs(t, args...)
 		wantCode(t, r, stockctl.ExitOK)
 		wantContains(t, "help", r.stdout, "stock set SKU N", "poison replay", "consumers prune", "--redis-url",
