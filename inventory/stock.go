@@ -95,21 +95,36 @@ func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
 	return decodeStock(sku, reply)
 }
 
-// decodeStock reads the reply of get_stock.lua: available, reserved, fence and fulfilled, each nil
-// when missing.
+// ReadStock returns the stock of sku as Store.Get does, with a plain HMGET instead of a script: for a
+// client whose Redis user may not run scripts, as the producer's in deploy/users.acl (a user who may run
+// any script may also run one that never ends). One command is as atomic as the script.
+func ReadStock(ctx context.Context, rdb redis.HashCmdable, sku string) (Stock, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Stock{}, err
+	}
+	reply, err := rdb.HMGet(ctx, StockKey(sku), stockFields[:]...).Result()
+	if err != nil {
+		return Stock{}, fmt.Errorf("inventory: get sku %q: %w", sku, err)
+	}
+	return decodeStock(sku, reply)
+}
+
+// stockFields are the fields of the stock hash that Get (get_stock.lua) and ReadStock read, in this order.
+var stockFields = [...]string{"available", "reserved", "fence", "fulfilled"}
+
+// decodeStock reads the stock fields (stockFields), each nil when missing.
 func decodeStock(sku string, reply []any) (Stock, error) {
-	if len(reply) != 4 {
-		return Stock{}, fmt.Errorf("inventory: get sku %q: unexpected script reply %v", sku, reply)
+	if len(reply) != len(stockFields) {
+		return Stock{}, fmt.Errorf("inventory: get sku %q: unexpected reply %v", sku, reply)
 	}
 	if reply[0] == nil {
 		return Stock{}, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
 	}
 	var st Stock
-	names := [...]string{"available", "reserved", "fence", "fulfilled"}
 	for i, dst := range []*int64{&st.Available, &st.Reserved, &st.Fence, &st.Fulfilled} {
 		n, err := stockField(reply[i])
 		if err != nil {
-			return Stock{}, fmt.Errorf("inventory: get sku %q: stock field %s: %w", sku, names[i], err)
+			return Stock{}, fmt.Errorf("inventory: get sku %q: stock field %s: %w", sku, stockFields[i], err)
 		}
 		*dst = n
 	}

@@ -70,3 +70,26 @@ func TestCorruptStockIsRefusedBeforeAnyWrite(t *testing.T) {
 		t.Fatalf("DBSIZE = %d, want 1", n)
 	}
 }
+
+// ReadStock reads what Get reads, with HMGET: a client that may not run scripts reads the same stock.
+func TestReadStockReadsWhatGetReads(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	if _, err := inventory.ReadStock(ctx, rdb, "SKU-1"); !errors.Is(err, inventory.ErrUnknownSKU) {
+		t.Fatalf("ReadStock before stocking: got %v, want ErrUnknownSKU", err)
+	}
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 4}, 9); err != nil {
+		t.Fatal(err)
+	}
+	got, err := inventory.ReadStock(ctx, rdb, "SKU-1")
+	if want, _ := store.Get(ctx, "SKU-1"); err != nil || got != want || got != (inventory.Stock{Available: 6, Reserved: 4, Fence: 9}) {
+		t.Fatalf("ReadStock: %+v, %v; want what Get reads, %+v", got, err, want)
+	}
+	if _, err := inventory.ReadStock(ctx, rdb, "a b"); !errors.Is(err, inventory.ErrInvalid) {
+		t.Errorf("ReadStock of an invalid SKU: %v, want ErrInvalid", err)
+	}
+}

@@ -30,7 +30,7 @@ run() { # mode: off | on | redis
     pids+=($!)
   done
   sleep 0.5
-  "$tmp/producer" --orders "$ORDERS" --skus 200 --seed-stock 1000000 --wait --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["orders_per_second"]))' >>"$tmp/$mode"
+  "$tmp/producer" --orders "$ORDERS" --skus 200 --seed-stock 1000000 --force --wait --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["orders_per_second"]))' >>"$tmp/$mode"
   kill -TERM "${pids[@]}"; wait "${pids[@]}" 2>/dev/null || true
   echo "$mode $(tail -1 "$tmp/$mode") orders/s"
 }

@@ -68,13 +68,16 @@ func parseConfig(args []string) (producer.Config, error) {
 	return cfg, set.Parse(args)
 }
 
-// printSummary prints the summary as JSON, as a table (with --wait), or as the line of what was published.
+// printSummary prints the summary as JSON, the line of what was seeded (with --orders 0), a table (with
+// --wait), or the line of what was published.
 func printSummary(w io.Writer, cfg producer.Config, sum *producer.Summary) {
 	switch {
 	case cfg.JSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(sum)
+	case cfg.Orders == 0:
+		fmt.Fprintf(w, "stock of %d SKUs set to %d\n", sum.Seeded, cfg.SeedStock)
 	case cfg.Wait:
 		sum.Print(w)
 	default:

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +25,7 @@ type Set struct {
 	placeholders map[string]string // by flag name: what -h shows for the value
 	showVersion  bool
 	versionOut   io.Writer
+	required     map[string]string // by environment variable: why it has no default (Require)
 }
 
 // Param describes one setting, for help and documentation.
@@ -123,7 +126,39 @@ func (s *Set) Parse(args []string) error {
 	if len(s.errs) > 0 {
 		return s.errs[0]
 	}
+	return s.checkRequired()
+}
+
+// Require makes the setting env (an environment variable, defined before) one that must be given, by the
+// environment or its flag: Parse fails without it, saying why (a setting whose default would be a guess
+// at where to write, as the producer's REDIS_URL), and help shows "(required)" instead of its default.
+func (s *Set) Require(env, why string) {
+	if s.required == nil {
+		s.required = map[string]string{}
+	}
+	s.required[env] = why
+}
+
+// checkRequired reports a required setting that neither the environment nor the command line gives.
+func (s *Set) checkRequired() error {
+	visited := map[string]bool{}
+	s.Visit(func(f *flag.Flag) { visited[f.Name] = true })
+	for _, env := range slices.Sorted(maps.Keys(s.required)) {
+		if _, ok := s.env(env); !ok && !visited[FlagName(env)] {
+			return fmt.Errorf("%s is not set: give %s or --%s (%s)", env, env, FlagName(env), s.required[env])
+		}
+	}
 	return nil
+}
+
+// unset reports whether flag name is a required setting that the environment does not give, for help.
+func (s *Set) unset(name string) bool {
+	for env := range s.required {
+		if _, ok := s.env(env); !ok && FlagName(env) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // SetVersionOutput sets where --version prints the version; standard output by default.

@@ -61,3 +61,46 @@ func TestRedisOptions(t *testing.T) {
 		t.Fatalf("RedisURLs: %v %v", urls, err)
 	}
 }
+
+func TestRequiredSettingMustBeGiven(t *testing.T) {
+	parse := func(env map[string]string, args ...string) (string, error) {
+		var url string
+		s := NewSet("t", envOf(env))
+		s.URL(&url, "REDIS_URL", "redis://127.0.0.1:6379/0", "")
+		s.Require("REDIS_URL", "no guess")
+		return url, s.Parse(args)
+	}
+	if _, err := parse(nil); err == nil || err.Error() != "REDIS_URL is not set: give REDIS_URL or --redis-url (no guess)" {
+		t.Errorf("neither the environment nor a flag: %v, want an error naming both", err)
+	}
+	if url, err := parse(map[string]string{"REDIS_URL": "redis://env:1/0"}); err != nil || url != "redis://env:1/0" {
+		t.Errorf("from the environment: %q, %v", url, err)
+	}
+	if url, err := parse(nil, "--redis-url", "redis://flag:1/0"); err != nil || url != "redis://flag:1/0" {
+		t.Errorf("from the flag: %q, %v", url, err)
+	}
+	if url, err := parse(nil, "--redis-url", "redis://127.0.0.1:6379/0"); err != nil || url != "redis://127.0.0.1:6379/0" {
+		t.Errorf("the flag with the default's value is given all the same: %q, %v", url, err)
+	}
+}
+
+func TestHelpSaysARequiredSettingIsRequired(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "(required)"},
+		{map[string]string{"REDIS_URL": "redis://u:secret@env:1/0"}, "(default redis://u:xxxxx@env:1/0)"},
+	} {
+		var url string
+		var help strings.Builder
+		s := NewSet("t", envOf(tc.env))
+		s.SetOutput(&help)
+		s.URL(&url, "REDIS_URL", "redis://127.0.0.1:6379/0", "the Redis")
+		s.Require("REDIS_URL", "no guess")
+		s.PrintDefaults()
+		if !strings.Contains(help.String(), tc.want) || strings.Contains(help.String(), "127.0.0.1") {
+			t.Errorf("help with the environment %v:\n%s\nwant %q and not the built-in default", tc.env, help.String(), tc.want)
+		}
+	}
+}

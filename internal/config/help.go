@@ -81,7 +81,8 @@ func (s *Set) usage() {
 
 // PrintDefaults prints every flag as flag.PrintDefaults does, with its placeholder, and its default when
 // that is not the zero value. A default is the flag's value before the command line: the environment's
-// when it is set, shown redacted for a URL and not at all for a secret.
+// when it is set, shown redacted for a URL and not at all for a secret. A required setting that the
+// environment does not give shows "(required)".
 func (s *Set) PrintDefaults() {
 	w := s.Output()
 	s.VisitAll(func(f *flag.Flag) {
@@ -90,7 +91,10 @@ func (s *Set) PrintDefaults() {
 			line += " " + p
 		}
 		line += "\n    \t" + strings.ReplaceAll(f.Usage, "\n", "\n    \t")
-		if !zeroValue(f.DefValue) {
+		switch {
+		case s.unset(f.Name):
+			line += " (required)"
+		case !zeroValue(f.DefValue):
 			line += " (default " + f.DefValue + ")"
 		}
 		fmt.Fprintln(w, line)

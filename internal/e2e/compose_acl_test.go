@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -82,11 +83,14 @@ func TestComposeUsesTheACLUsers(t *testing.T) {
 			}
 		}
 	}
+	// The producer's user may not write stock: the seeding runs as stockctl.
 	role := map[string]string{"worker": "worker", "worker-redlock": "worker", "worker-cluster": "worker",
-		"producer": "producer", "producer-cluster": "producer", "stockctl": "stockctl"}
+		"producer": "producer", "producer-cluster": "producer", "stockctl": "stockctl",
+		"producer-seed": "stockctl", "producer-cluster-seed": "stockctl"}
 	for name, svc := range c.Services {
 		if svc.Image == "redis:7.0" && name != "cluster-init" { // cluster-init runs redis-cli once
 			checkLoadsACL(t, name, svc.Command, svc.Volumes)
+			checkBusyThreshold(t, name, svc.Command)
 			continue
 		}
 		for k, v := range svc.Environment {
@@ -117,6 +121,21 @@ func checkLoadsACL(t *testing.T, name string, command, volumes []string) {
 	}
 	if mount := "./deploy/users.acl:" + command[i+1] + ":ro"; !slices.Contains(volumes, mount) {
 		t.Errorf("%s loads %s but does not mount %s there read-only: %v", name, command[i+1], aclFile, volumes)
+	}
+}
+
+// checkBusyThreshold: a Redis sets busy-reply-threshold (lua-time-limit before Redis 7), after which a
+// running script can be killed (SCRIPT KILL, as the stockctl user), to a second or two: below go-redis's
+// 3 s read timeout.
+func checkBusyThreshold(t *testing.T, name string, command []string) {
+	t.Helper()
+	i := slices.Index(command, "--busy-reply-threshold")
+	if i < 0 || i+1 >= len(command) {
+		t.Errorf("%s does not set busy-reply-threshold: %v", name, command)
+		return
+	}
+	if ms, err := strconv.Atoi(command[i+1]); err != nil || ms < 100 || ms > 2000 {
+		t.Errorf("%s: busy-reply-threshold %s, want 100..2000 (milliseconds)", name, command[i+1])
 	}
 }
 

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,8 +43,9 @@ type Config struct {
 	// Rate is orders per second, 0 (the default): as fast as possible.
 	Rate float64
 	// SeedStock is set as each SKU's available stock before publishing; < 0 (DefaultSeedStock): leave the
-	// stock as it is.
+	// stock as it is. Seeding refuses SKUs that have stock already, unless Force.
 	SeedStock int
+	Force     bool          // with SeedStock: overwrite the stock of SKUs that have some; default off
 	Wait      bool          // wait for every outcome and check consistency; default off
 	Timeout   time.Duration // with Wait: how long to wait; default DefaultWaitTimeout
 	JSON      bool          // print the summary as JSON; default off
@@ -53,7 +55,7 @@ type Config struct {
 }
 
 // DefaultConfig returns the producer's settings when nothing is set: the default streams on a Redis on
-// localhost, DefaultOrders orders of DefaultQuantity spread uniformly over DefaultSKUs SKUs, no waiting.
+// localhost (which Flags never leaves: REDIS_URL is required there), DefaultOrders orders of DefaultQuantity spread uniformly over DefaultSKUs SKUs, no waiting.
 func DefaultConfig() Config {
 	return Config{
 		Config:       stream.DefaultConfig(),
@@ -74,8 +76,9 @@ func DefaultConfig() Config {
 func Flags(s *config.Set, c *Config) {
 	d := DefaultConfig()
 	stream.Flags(s, &c.Config)
+	s.Require("REDIS_URL", "the producer publishes orders and may seed stock: it never guesses where")
 	stream.ReplicaFlags(s, &c.Replicas, "each order's XADD")
-	s.Int(&c.Orders, "orders", d.Orders, "orders to publish")
+	s.Int(&c.Orders, "orders", d.Orders, "orders to publish (0, with --seed-stock: only seed)")
 	s.Int(&c.SKUs, "skus", d.SKUs, "number of SKUs, named SKU-0 .. SKU-<n-1>")
 	s.String(&c.SKUList, "sku-list", d.SKUList, "comma-separated `skus` to use instead of --skus")
 	s.Int(&c.Quantity, "quantity", d.Quantity, "quantity of each order")
@@ -84,7 +87,8 @@ func Flags(s *config.Set, c *Config) {
 	s.Float(&c.Cancel, "cancel", d.Cancel, fmt.Sprintf("`fraction` of the orders (0..1) that a cancel event of the order follows, %d orders later", lifecycleLag))
 	s.Float(&c.Fulfil, "fulfil", d.Fulfil, fmt.Sprintf("`fraction` of the orders (0..1) that a fulfil event of the order follows, %d orders later; --cancel + --fulfil <= 1", lifecycleLag))
 	s.Float(&c.Rate, "rate", d.Rate, "orders per second (0: as fast as possible)")
-	s.Int(&c.SeedStock, "seed-stock", d.SeedStock, "set each SKU's available stock to this first (-1: leave it)")
+	s.Int(&c.SeedStock, "seed-stock", d.SeedStock, "set each SKU's available stock to this first (-1: leave it); refused if a SKU has stock, unless --force")
+	s.Bool(&c.Force, "force", "with --seed-stock: overwrite the stock of SKUs that have some")
 	s.Bool(&c.Wait, "wait", "wait for every outcome, print a summary and check consistency")
 	s.Duration(&c.Timeout, "wait-timeout", d.Timeout, "with --wait: how long to wait for the outcomes")
 	s.Bool(&c.JSON, "json", "print the summary as JSON")
@@ -105,8 +109,11 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) validateOrders() error {
-	if c.Orders < 1 {
-		return fmt.Errorf("invalid --orders %d: want at least 1", c.Orders)
+	switch {
+	case c.Orders < 0:
+		return fmt.Errorf("invalid --orders %d: want at least 0", c.Orders)
+	case c.Orders == 0 && c.SeedStock < 0:
+		return errors.New("invalid --orders 0: publishes nothing; with --seed-stock it only seeds the stock")
 	}
 	return nil
 }

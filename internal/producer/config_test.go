@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 func noEnv(string) (string, bool) { return "", false }
@@ -17,7 +18,7 @@ func TestFlagsDefaultToDefaultConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c != DefaultConfig() {
-		t.Errorf("flags without arguments give\n%+v\nwant DefaultConfig\n%+v", c, DefaultConfig())
+		t.Errorf("flags with only a Redis URL give\n%+v\nwant DefaultConfig\n%+v", c, DefaultConfig())
 	}
 	if err := parseFlags(&c, "--orders", "5", "--wait", "--orders-stream", "o2"); err != nil {
 		t.Fatal(err)
@@ -29,10 +30,28 @@ func TestFlagsDefaultToDefaultConfig(t *testing.T) {
 	}
 }
 
+// The producer writes to the Redis it is given, never to one it guesses: without REDIS_URL or --redis-url
+// it stops before connecting, naming both.
+func TestFlagsRequireTheRedisURL(t *testing.T) {
+	var c Config
+	s := config.NewSet("producer", noEnv)
+	Flags(s, &c)
+	err := s.Parse([]string{"--orders", "5"})
+	if err == nil || !strings.Contains(err.Error(), "REDIS_URL is not set: give REDIS_URL or --redis-url") {
+		t.Errorf("without a Redis URL: %v, want an error naming REDIS_URL and --redis-url", err)
+	}
+	s = config.NewSet("producer", func(k string) (string, bool) { return "redis://env:1/0", k == "REDIS_URL" })
+	Flags(s, &c)
+	if err := s.Parse(nil); err != nil || c.RedisURL != "redis://env:1/0" {
+		t.Errorf("with REDIS_URL: %v, URL %q", err, c.RedisURL)
+	}
+}
+
+// parseFlags parses args after --redis-url with the URL DefaultConfig has.
 func parseFlags(c *Config, args ...string) error {
 	s := config.NewSet("producer", noEnv)
 	Flags(s, c)
-	return s.Parse(args)
+	return s.Parse(append([]string{"--redis-url", stream.DefaultRedisURL}, args...))
 }
 
 func TestValidateNamesTheFirstBadSetting(t *testing.T) {
@@ -41,7 +60,8 @@ func TestValidateNamesTheFirstBadSetting(t *testing.T) {
 		change func(*Config)
 		want   string
 	}{
-		{"no orders", func(c *Config) { c.Orders = 0 }, "invalid --orders 0"},
+		{"no orders", func(c *Config) { c.Orders = 0 }, "invalid --orders 0: publishes nothing; with --seed-stock it only seeds"},
+		{"fewer than no orders", func(c *Config) { c.Orders, c.SeedStock = -1, 5 }, "invalid --orders -1: want at least 0"},
 		{"no orders and no SKUs: the orders come first", func(c *Config) { c.Orders, c.SKUs = 0, 0 }, "invalid --orders 0"},
 		{"no SKUs", func(c *Config) { c.SKUs = 0 }, "invalid --skus 0"},
 		{"a bad SKU in the list", func(c *Config) { c.SKUList = "A,B{1}" }, "invalid --sku-list"},

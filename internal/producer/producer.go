@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -14,7 +15,8 @@ import (
 	"github.com/stockflow/stockflow/inventory"
 )
 
-// Run seeds, publishes and (with Wait) waits and checks. Progress goes to progress (nil: none).
+// Run seeds, publishes and (with Wait) waits and checks; with no Orders it only seeds. Progress goes to
+// progress (nil: none).
 func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -27,6 +29,13 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 	defer rdb.Close()
 	r := &run{cfg: cfg, rdb: rdb, parts: cfg.Partitions(), store: inventory.New(rdb), skus: cfg.skus(), progress: progress,
 		sum: &Summary{RunID: cfg.RunID, Orders: cfg.Orders, SKUs: map[string]*SKUSummary{}}}
+	if err := r.seed(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.Orders == 0 { // seeding only: nothing to wait for, nothing that could not add up
+		r.sum.check()
+		return r.sum, nil
+	}
 	from, err := r.prepare(ctx)
 	if err != nil {
 		return nil, err
@@ -53,12 +62,9 @@ type run struct {
 	sum      *Summary
 }
 
-// prepare seeds the stock, notes the stock before the run and where its outcomes will start, and makes sure
-// the workers' consumer group will see the orders.
+// prepare notes the stock before the run and where its outcomes will start, and makes sure the workers'
+// consumer group will see the orders.
 func (r *run) prepare(ctx context.Context) ([]outcomeCursor, error) {
-	if err := r.seed(ctx); err != nil {
-		return nil, err
-	}
 	if err := r.readStockBefore(ctx); err != nil {
 		return nil, err
 	}
@@ -77,17 +83,50 @@ func (r *run) prepare(ctx context.Context) ([]outcomeCursor, error) {
 	return from, nil
 }
 
-// seed sets each SKU's available stock to SeedStock, unless it is negative.
+// seed sets each SKU's available stock to SeedStock, unless it is negative. Unless Force, it first makes
+// sure that no SKU has stock: a load run must not overwrite a stock count that is in use.
 func (r *run) seed(ctx context.Context) error {
 	if r.cfg.SeedStock < 0 {
 		return nil
 	}
-	for _, sku := range r.skus {
+	if !r.cfg.Force {
+		if err := r.refuseStocked(ctx); err != nil {
+			return err
+		}
+	}
+	for _, sku := range distinct(r.skus) {
 		if err := r.store.SetStock(ctx, sku, int64(r.cfg.SeedStock)); err != nil {
 			return fmt.Errorf("seed stock: %w", err)
 		}
+		r.sum.Seeded++
 	}
 	return nil
+}
+
+// refuseStocked fails, naming them, when some of the SKUs have stock already. A SKU stocked between this
+// check and the seeding is overwritten: the check guards against a mistaken run, not a concurrent one.
+func (r *run) refuseStocked(ctx context.Context) error {
+	var stocked []string
+	for _, sku := range distinct(r.skus) {
+		_, err := inventory.ReadStock(ctx, r.rdb, sku)
+		switch {
+		case errors.Is(err, inventory.ErrUnknownSKU):
+		case err != nil:
+			return fmt.Errorf("seed stock: %w", err)
+		default:
+			stocked = append(stocked, sku)
+		}
+	}
+	if len(stocked) == 0 {
+		return nil
+	}
+	const named = 10
+	list := strings.Join(stocked[:min(len(stocked), named)], ", ")
+	if len(stocked) > named {
+		list += fmt.Sprintf(" and %d more", len(stocked)-named)
+	}
+	return fmt.Errorf("--seed-stock %d would overwrite the stock of %d SKU(s) that have some: %s; "+
+		"give --force to overwrite it, or seed other SKUs", r.cfg.SeedStock, len(stocked), list)
 }
 
 // readStockBefore records each SKU's stock before the first order.
@@ -123,9 +162,10 @@ func (r *run) checkStock(ctx context.Context) error {
 	return nil
 }
 
-// stock reads a SKU's stock; a SKU that was never set has none.
+// stock reads a SKU's stock; a SKU that was never set has none. It runs no script: the producer's Redis
+// user (deploy/users.acl) may not.
 func (r *run) stock(ctx context.Context, sku string) (inventory.Stock, error) {
-	st, err := r.store.Get(ctx, sku)
+	st, err := inventory.ReadStock(ctx, r.rdb, sku)
 	if errors.Is(err, inventory.ErrUnknownSKU) {
 		return st, nil
 	}

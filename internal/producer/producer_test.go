@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func TestRunPublishesEveryOrderOnce(t *testing.T) {
 			}
 			cfg := DefaultConfig()
 			cfg.RedisURL, cfg.Orders, cfg.SKUs, cfg.SeedStock, cfg.RunID, cfg.Rate = s.URL(), 40, 3, tc.seed, "t", tc.rate
+			cfg.Force = true // the SKUs have stock
 			sum, err := Run(context.Background(), cfg, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -185,4 +187,41 @@ func resultEntry(name string, o handlers.Order, status string) *redis.XAddArgs {
 	payload, _ := json.Marshal(map[string]any{"order_id": o.OrderID, "sku": o.SKU, "quantity": o.Quantity,
 		"status": status, "processed_at": time.Now().UTC()})
 	return &redis.XAddArgs{Stream: name, Values: map[string]any{"payload": payload}}
+}
+
+// --seed-stock does not overwrite stock that exists: it names the SKUs that have some and writes and
+// publishes nothing, unless --force. Without orders it only seeds.
+func TestSeedingRefusesToOverwriteStockUnlessForced(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.Start(t)
+	rdb := s.Client()
+	store := inventory.New(rdb)
+	for _, sku := range []string{"SKU-1", "SKU-3"} {
+		if err := store.SetStock(ctx, sku, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.RedisURL, cfg.Orders, cfg.SKUs, cfg.SeedStock, cfg.RunID = s.URL(), 10, 4, 50, "t"
+	_, err := Run(ctx, cfg, nil)
+	if err == nil || !strings.Contains(err.Error(), "--seed-stock 50 would overwrite the stock of 2 SKU(s) that have some: SKU-1, SKU-3; give --force") {
+		t.Fatalf("seeding over stock: %v, want a refusal naming SKU-1 and SKU-3 and --force", err)
+	}
+	if st, _ := store.Get(ctx, "SKU-1"); st.Available != 4 || rdb.Exists(ctx, inventory.StockKey("SKU-0"), cfg.OrdersStream).Val() != 0 {
+		t.Fatalf("the refused run wrote: SKU-1 %+v, or SKU-0's stock or orders exist", st)
+	}
+
+	cfg.Orders, cfg.Force = 0, true
+	sum, err := Run(ctx, cfg, nil)
+	if err != nil || sum.Seeded != 4 || sum.Published != 0 || !sum.Consistent {
+		t.Fatalf("seeding only, forced: %+v, %v; want 4 SKUs seeded and nothing published", sum, err)
+	}
+	for _, sku := range []string{"SKU-0", "SKU-1", "SKU-2", "SKU-3"} {
+		if st, err := store.Get(ctx, sku); err != nil || st.Available != 50 {
+			t.Errorf("stock of %s after a forced seeding: %+v, %v; want 50", sku, st, err)
+		}
+	}
+	if n := rdb.Exists(ctx, cfg.OrdersStream).Val(); n != 0 {
+		t.Errorf("seeding only created the orders stream")
+	}
 }

@@ -16,6 +16,7 @@ import (
 type Summary struct {
 	RunID  string `json:"run_id"`
 	Orders int    `json:"orders"`
+	Seeded int    `json:"seeded_skus"` // SKUs whose stock --seed-stock set
 	// Published counts the events published: the orders, and the cancel and fulfil events of some.
 	Published int `json:"published"`
 	Baskets   int `json:"baskets"`           // orders with lines
