@@ -144,7 +144,11 @@ func (s *Set) checkRequired() error {
 	visited := map[string]bool{}
 	s.Visit(func(f *flag.Flag) { visited[f.Name] = true })
 	for _, env := range slices.Sorted(maps.Keys(s.required)) {
-		if _, ok := s.env(env); !ok && !visited[FlagName(env)] {
+		_, given := s.env(env)
+		if file, ok := s.env(env + FileSuffix); ok && file != "" {
+			given = true // read, or reported, by lookup
+		}
+		if !given && !visited[FlagName(env)] {
 			return fmt.Errorf("%s is not set: give %s or --%s (%s)", env, env, FlagName(env), s.required[env])
 		}
 	}

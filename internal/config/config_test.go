@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +83,13 @@ func TestRequiredSettingMustBeGiven(t *testing.T) {
 	}
 	if url, err := parse(nil, "--redis-url", "redis://127.0.0.1:6379/0"); err != nil || url != "redis://127.0.0.1:6379/0" {
 		t.Errorf("the flag with the default's value is given all the same: %q, %v", url, err)
+	}
+	file := filepath.Join(t.TempDir(), "url")
+	if err := os.WriteFile(file, []byte("redis://file:1/0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if url, err := parse(map[string]string{"REDIS_URL_FILE": file}); err != nil || url != "redis://file:1/0" {
+		t.Errorf("from REDIS_URL_FILE: %q, %v", url, err)
 	}
 }
 

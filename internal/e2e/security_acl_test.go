@@ -22,8 +22,8 @@ func TestACLUsersRunThePipeline(t *testing.T) {
 	admin := s.Client()
 	workerURL, producerURL := userURL(t, s, "worker"), userURL(t, s, "producer")
 	addr := freeAddr(t)
-	survivor := startWorker(t, s, "acl-0", "REDIS_URL="+workerURL, "STREAM_RETENTION=4s", "METRICS_ADDR="+addr)
-	doomed := startWorker(t, s, "acl-1", "REDIS_URL="+workerURL, "STREAM_RETENTION=4s")
+	survivor := startWorker(t, s, "acl-0", "REDIS_URL="+workerURL, "KEYSPACE_EVENTS=on", "STREAM_RETENTION=4s", "METRICS_ADDR="+addr)
+	doomed := startWorker(t, s, "acl-1", "REDIS_URL="+workerURL, "KEYSPACE_EVENTS=on", "STREAM_RETENTION=4s")
 	waitFor(t, 10*time.Second, "the worker is ready", func() bool { c, _ := readyz(addr); return c == 200 })
 
 	producerOpts, _ := redis.ParseURL(producerURL)

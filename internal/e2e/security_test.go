@@ -127,7 +127,12 @@ func startACLServer(t *testing.T) *redistest.Server {
 	if err := os.WriteFile(path, append(b, admin...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return redistest.Start(t, redistest.WithACL(path, "admin", adminPassword))
+	s := redistest.Start(t, redistest.WithACL(path, "admin", adminPassword))
+	// As compose.yaml configures its Redis: the worker's user may not turn keyspace events on itself.
+	if err := s.Client().ConfigSet(context.Background(), "notify-keyspace-events", "Kt").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // userURL is the URL of s for the user of a compose service (its user name and password).
