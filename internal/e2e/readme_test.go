@@ -239,6 +239,7 @@ func TestReadmeAndDocsCommandsRun(t *testing.T) {
 		cmds = append(cmds, m[1])
 	}
 	smaller := strings.NewReplacer("--orders 20000", "--orders 2000")
+	built := t.TempDir() // scripts/build.sh's bin/
 	run := func(name string, args []string, env ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -256,7 +257,16 @@ func TestReadmeAndDocsCommandsRun(t *testing.T) {
 		switch {
 		case c == "scripts/test.sh":
 			// This test is part of it.
-		case strings.HasPrefix(c, "docker compose"):
+		case c == "scripts/build.sh":
+			// The worker alone: the others are built the same way.
+			run("bash", []string{"../../scripts/build.sh", built, "worker"})
+		case c == "bin/worker --version":
+			if out := run(filepath.Join(built, "worker"), []string{"--version"}); !strings.HasPrefix(out, "worker github.com/stockflow/stockflow "+changelogVersion(t)+", commit ") {
+				t.Fatalf("%s printed %q", c, out)
+			}
+		case strings.HasPrefix(c, "kubectl "):
+			// No cluster here: deploy/kubernetes's tests render the base and hold it to the code.
+		case strings.HasPrefix(c, "docker build"), strings.HasPrefix(c, "docker compose"):
 			// No Docker engine here: TestComposeMatchesTheCode holds compose.yaml to the code.
 		case f[0] == "redis-server":
 			// The test's own server stands in for it.
