@@ -240,6 +240,7 @@ func TestReadmeAndDocsCommandsRun(t *testing.T) {
 	}
 	smaller := strings.NewReplacer("--orders 20000", "--orders 2000")
 	built := t.TempDir() // scripts/build.sh's bin/
+	rdb := s.Client()
 	run := func(name string, args []string, env ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -278,6 +279,12 @@ func TestReadmeAndDocsCommandsRun(t *testing.T) {
 		case strings.HasPrefix(c, "go run ./cmd/worker"):
 			checkFlags(t, f[3:], workerFlags())
 			startWorkerArgs(t, s, fmt.Sprintf("readme-%d", len(cmds)), f[3:])
+			// The orders earlier pages published (formats.md) are decided before the next command: the
+			// producer's check fails when they take from the stock it seeds.
+			waitFor(t, time.Minute, "the worker decided the orders already in the stream", func() bool {
+				g := rdb.XInfoGroups(context.Background(), "orders").Val()
+				return len(g) == 1 && g[0].Lag == 0 && g[0].Pending == 0
+			})
 		case strings.HasPrefix(c, "go run ./cmd/stockctl"):
 			run(buildStockctl(t), shellWords(t, strings.Join(f[3:], " ")), "REDIS_URL="+s.URL())
 		case strings.HasPrefix(c, "go run ./cmd/producer"):
