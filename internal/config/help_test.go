@@ -116,6 +116,12 @@ func TestVersionDescribesTheBuild(t *testing.T) {
 		{"a build without VCS information", &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/stockflow/stockflow", Version: "(devel)"}},
 			"worker github.com/stockflow/stockflow (devel), commit unknown, go1.26.0"},
 		{"no build information at all", nil, "worker (unknown module) (devel), commit unknown, go"},
+		{"a Docker build stamped at link time", stamp(&debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/stockflow/stockflow", Version: "(devel)"}}, "0.1.0", "fedcba9876543210"),
+			"worker github.com/stockflow/stockflow 0.1.0, commit fedcba9876543210, go1.26.0"},
+		{"a stamp over recorded VCS information", stamp(stamped, "0.1.0", "fedcba9876543210"),
+			"worker github.com/stockflow/stockflow 0.1.0, commit fedcba9876543210 (2026-11-23T14:00:00Z, modified), go1.26.0"},
+		{"an empty stamp keeps what Go recorded", stamp(stamped, "", ""), "worker github.com/stockflow/stockflow v0.0.0-20261123140000-0123456789ab+dirty, " +
+			"commit 0123456789abcdef (2026-11-23T14:00:00Z, modified), go1.26.0"},
 	} {
 		if got := describeBuild("worker", c.info); !strings.HasPrefix(got, c.want) {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)

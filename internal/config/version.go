@@ -14,15 +14,43 @@ import (
 // that exits 0 after -h does so after --version too.
 var ErrVersion = fmt.Errorf("version shown: %w", flag.ErrHelp)
 
-// Version describes the running binary from the build information Go records in it (runtime/debug):
+// version and commit are stamped at link time by scripts/build.sh (which the Dockerfile runs):
 //
+//	-ldflags "-X github.com/stockflow/stockflow/internal/config.version=0.1.0 -X github.com/stockflow/stockflow/internal/config.commit=<sha>"
+//
+// They take precedence over the build information Go records, which a build from a copy of the sources
+// without .git (a Docker build context) lacks: it would say "(devel)" and "commit unknown".
+var (
+	version string
+	commit  string
+)
+
+// Version describes the running binary: the release and commit stamped at link time, else what Go
+// recorded in it (runtime/debug):
+//
+//	worker github.com/stockflow/stockflow 0.1.0, commit 0123456789ab..., go1.26.0
 //	worker github.com/stockflow/stockflow v0.0.0-20261123140000-0123456789ab+dirty, commit 0123456789ab... (2026-11-23T14:00:00Z, modified), go1.26.0
 //
 // A build that recorded no version says "(devel)", one without VCS information (built outside a git
 // checkout, with -buildvcs=false, or by go run) says "commit unknown".
 func Version(name string) string {
 	info, _ := debug.ReadBuildInfo()
-	return describeBuild(name, info)
+	return describeBuild(name, stamp(info, version, commit))
+}
+
+// stamp is info with the version and commit given at link time, where given, in place of the recorded ones.
+func stamp(info *debug.BuildInfo, version, commit string) *debug.BuildInfo {
+	var out debug.BuildInfo
+	if info != nil {
+		out = *info
+	}
+	out.Main.Version = cmp.Or(version, out.Main.Version)
+	if commit != "" {
+		out.Settings = append(slices.DeleteFunc(slices.Clone(out.Settings), func(s debug.BuildSetting) bool {
+			return s.Key == "vcs.revision"
+		}), debug.BuildSetting{Key: "vcs.revision", Value: commit})
+	}
+	return &out
 }
 
 // describeBuild is Version for the build information info (nil: none).

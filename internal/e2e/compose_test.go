@@ -177,23 +177,3 @@ func checkFlags(t *testing.T, args []string, known map[string]bool) {
 		}
 	}
 }
-
-func TestDockerfileBuildsTheBinaries(t *testing.T) {
-	b, err := os.ReadFile("../../Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	df := string(b)
-	gomod, _ := os.ReadFile("../../go.mod")
-	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(gomod))[1]
-	for _, want := range []string{"FROM golang:" + goVersion, "./cmd/worker", "./cmd/producer", "./cmd/stockctl", "/usr/local/bin/worker", "/out/stockctl", "EXPOSE 9090"} {
-		if !strings.Contains(df, want) {
-			t.Errorf("Dockerfile lacks %q", want)
-		}
-	}
-	for _, dir := range []string{"../../cmd/worker", "../../cmd/producer", "../../cmd/stockctl"} {
-		if _, err := os.Stat(dir); err != nil {
-			t.Errorf("Dockerfile builds %s: %v", dir, err)
-		}
-	}
-}
