@@ -36,8 +36,8 @@ const leadFor = rlock.DefaultHandOffHold
 // errGaveUp: a follower waited for its outcome as long as it may wait for the lock.
 var errGaveUp = errors.New("handlers: waited the lock wait for a batch to decide the order")
 
-// ErrPanicked is what the orders of a batch whose decision panicked get: a failure that counts towards
-// MAX_ATTEMPTS, so an order whose data makes the decision panic ends in the poison stream.
+// ErrPanicked is what the orders of a batch whose decision panicked get (commit.go): a failure that counts
+// towards MAX_ATTEMPTS, so an order whose data makes the decision panic ends in the poison stream.
 var ErrPanicked = errors.New("handlers: deciding the order's batch panicked")
 
 // errTakeLock: an elided batch decided nothing and goes back to be decided under the lock.
@@ -47,9 +47,10 @@ var errTakeLock = errors.New("handlers: the batch is to be decided under the loc
 type combiner struct {
 	mu   sync.Mutex
 	skus map[string]*skuQueue // a SKU is here while one of its orders leads
-	// decide decides one batch in the leader's section (fence; ctx is the leader's): stock, outcome events
-	// and acks.
-	decide func(ctx context.Context, batch []*queued, fence int64) error
+	// decide decides the batch that take returns, taken when its round of the group commit starts
+	// (commit.go), in the leader's section (fence; ctx is the leader's): stock, outcome events and acks.
+	// It returns the batch.
+	decide func(ctx context.Context, take func() []*queued, fence int64) ([]*queued, error)
 	// maxWait bounds a follower's wait, as LOCK_WAIT bounds a leader's; 0: none.
 	maxWait time.Duration
 	// leadFor bounds one consumer's lead of a SKU: leadFor by default.
@@ -75,7 +76,7 @@ type queued struct {
 	lead   chan struct{} // this order's consumer leads now
 }
 
-func newCombiner(maxWait time.Duration, decide func(context.Context, []*queued, int64) error) *combiner {
+func newCombiner(maxWait time.Duration, decide func(context.Context, func() []*queued, int64) ([]*queued, error)) *combiner {
 	return &combiner{skus: make(map[string]*skuQueue), maxWait: maxWait, decide: decide, leadFor: leadFor}
 }
 
@@ -233,11 +234,10 @@ func (c *combiner) lead(msg *message.Message, sku string, sec *lockmw.Section) e
 func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done bool, own error) {
 	start := time.Now()
 	for first := true; first || time.Since(start) < c.leadFor; first = false { // the first batch always runs
-		batch := c.take(sku)
+		batch, err := c.decideEach(msg, func() []*queued { return c.take(sku) }, fence)
 		if len(batch) == 0 {
 			break
 		}
-		err := c.decideEach(msg, batch, fence)
 		if errors.Is(err, errTakeLock) {
 			c.putBack(sku, batch)
 			if !done {
@@ -255,40 +255,32 @@ func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done 
 	return done, own
 }
 
-// decideEach decides batch and hands each order its outcome. A batch that failed permanently (one order's
-// corrupt record, say) is decided again one order at a time, so that only the orders that fail on their own
-// count the failure. A panic is handed to every follower of the batch as ErrPanicked (they would wait for it
-// forever). It goes on up only when the leader's own order is in the batch: a later batch's panic must not
-// poison the leader's entry, already decided and acked; the lead ends with that batch's error instead.
-func (c *combiner) decideEach(leader *message.Message, batch []*queued, fence int64) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%w: %v", ErrPanicked, v)
-			c.decided(leader, batch, err)
-			if slices.ContainsFunc(batch, func(q *queued) bool { return q.msg == leader }) {
-				panic(v)
-			}
-		}
-	}()
-	stamp(batch)
-	err = c.decide(leader.Context(), batch, fence)
+// decideEach decides the batch take returns (taken when the group commit's round starts, so that it holds
+// every order of the SKU waiting by then) and hands each order its outcome. A batch that failed permanently
+// (one order's corrupt record, say) is decided again one order at a time, so that only the orders that
+// fail on their own count the failure. A batch whose decision panicked fails with ErrPanicked (the
+// committer recovers), every order of it, the leader's too.
+func (c *combiner) decideEach(leader *message.Message, take func() []*queued, fence int64) ([]*queued, error) {
+	batch, err := c.decide(leader.Context(), take, fence)
 	switch oneByOne := len(batch) > 1 && inventory.IsPermanent(err); {
+	case len(batch) == 0:
+		return nil, nil
 	case errors.Is(err, lockmw.ErrLocked) || oneByOne && fence == inventory.ElideLock:
 		// Decided nothing: the batch goes back to be decided under the lock, where a batch that fails
 		// permanently is decided order by order (an elided order could meet the lock taken meanwhile).
-		return fmt.Errorf("%w: %w", errTakeLock, err)
+		return batch, fmt.Errorf("%w: %w", errTakeLock, err)
 	case !oneByOne:
 		c.decided(leader, batch, err)
-		return err
+		return batch, err
 	}
-	return c.decideOneByOne(leader, batch, fence)
+	return batch, c.decideOneByOne(leader, batch, fence)
 }
 
 // decideOneByOne decides each order of batch alone and returns the leader's outcome.
 func (c *combiner) decideOneByOne(leader *message.Message, batch []*queued, fence int64) (err error) {
 	for _, p := range batch {
 		single := []*queued{p}
-		perr := c.decide(leader.Context(), single, fence)
+		_, perr := c.decide(leader.Context(), func() []*queued { return single }, fence)
 		c.decided(leader, single, perr)
 		if p.msg == leader {
 			err = perr

@@ -296,34 +296,17 @@ func TestOutcomesRefusedLeaveTheEntriesPending(t *testing.T) {
 	}
 }
 
-// A leader that panics while deciding hands its batch's followers an error before the panic goes on:
-// they would otherwise wait for their outcome forever.
-func TestLeaderPanicFailsItsFollowers(t *testing.T) {
+// A batch whose decision panics fails each of its orders with ErrPanicked, the leader's too: none waits for
+// its outcome forever, and each retry counts towards MAX_ATTEMPTS.
+func TestAPanicFailsEveryOrderOfItsBatch(t *testing.T) {
 	e := newCombineEnv(t, 0)
 	e.store.panics = true
-	msgs := []*message.Message{e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3")}
-	errs := make([]error, len(msgs))
-	panicked := make(chan any, 1)
-	h := e.handler()
-	var wg sync.WaitGroup
-	for i, msg := range msgs {
-		wg.Go(func() {
-			defer func() {
-				if v := recover(); v != nil {
-					panicked <- v
-				}
-			}()
-			_, errs[i] = h(msg)
-		})
-		e.waitWaiting(t, i+1)
-	}
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
 	close(e.gate)
-	wg.Wait()
-	if v := <-panicked; v != "boom" {
-		t.Fatalf("the leader's panic %v did not go on up", v)
-	}
-	if !errors.Is(errs[1], ErrPanicked) || !errors.Is(errs[2], ErrPanicked) {
-		t.Fatalf("followers got %v, %v; want the leader's panic as an error", errs[1], errs[2])
+	for i, err := range wait() {
+		if !errors.Is(err, ErrPanicked) {
+			t.Errorf("order %d: %v, want ErrPanicked (the committer recovers the panic)", i+1, err)
+		}
 	}
 }
 

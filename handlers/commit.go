@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -31,9 +32,12 @@ type committer struct {
 	round func(ctx context.Context, commits []*commit)
 }
 
-// commit is one batch in a round: its orders, oldest first, and the fence they are decided under.
+// commit is one batch in a round: its orders, oldest first, taken when the round starts, and the fence they
+// are decided under.
 type commit struct {
-	ctx   context.Context // the batch leader's
+	ctx   context.Context  // the batch leader's
+	take  func() []*queued // takes the batch: once, when the round starts (batch)
+	taken bool
 	batch []*queued
 	fence int64
 	err   error
@@ -41,9 +45,19 @@ type commit struct {
 	lead  chan struct{} // this batch's leader commits the next round
 }
 
-// decide decides batch under fence in the next round and returns its outcome.
-func (c *committer) decide(ctx context.Context, batch []*queued, fence int64) error {
-	b := &commit{ctx: ctx, batch: batch, fence: fence, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+// orders takes b's batch, the first time, and notes how long its orders waited.
+func (b *commit) orders() []*queued {
+	if !b.taken {
+		b.batch, b.taken = b.take(), true
+		stamp(b.batch)
+	}
+	return b.batch
+}
+
+// decide decides the batch take returns (called when the next round starts) under fence, and returns it
+// with its outcome.
+func (c *committer) decide(ctx context.Context, take func() []*queued, fence int64) ([]*queued, error) {
+	b := &commit{ctx: ctx, take: take, fence: fence, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, b)
 	leads := !c.running
@@ -52,12 +66,12 @@ func (c *committer) decide(ctx context.Context, batch []*queued, fence int64) er
 	if !leads {
 		select {
 		case <-b.done:
-			return b.err
+			return b.batch, b.err
 		case <-b.lead:
 		}
 	}
 	c.commitRounds(b)
-	return b.err
+	return b.batch, b.err
 }
 
 // commitRounds commits the waiting batches, round after round, until own's round is done; then the oldest
@@ -68,7 +82,7 @@ func (c *committer) commitRounds(own *commit) {
 		round := c.waiting
 		c.waiting = nil
 		c.mu.Unlock()
-		c.round(own.ctx, round)
+		c.commit(own.ctx, round)
 		for _, b := range round {
 			close(b.done)
 		}
@@ -79,6 +93,23 @@ func (c *committer) commitRounds(own *commit) {
 		default: // own came after this round was taken: it is in the next
 		}
 	}
+}
+
+// commit commits a round. Should it panic, each of its batches is committed again alone (a batch's orders
+// are taken once): only the batch whose data panics gets ErrPanicked, which counts towards MAX_ATTEMPTS.
+func (c *committer) commit(ctx context.Context, round []*commit) {
+	defer func() {
+		if v := recover(); v != nil {
+			if len(round) == 1 {
+				round[0].err = fmt.Errorf("%w: %v", ErrPanicked, v)
+				return
+			}
+			for _, b := range round {
+				c.commit(ctx, []*commit{b})
+			}
+		}
+	}()
+	c.round(ctx, round)
 }
 
 // handOn makes the oldest waiting batch's leader commit the next round, or ends the running.
@@ -95,6 +126,10 @@ func (c *committer) handOn() {
 // decideRound reserves the batches of a round in one pipeline (Store.ReserveBatches), then publishes the
 // outcome events and acks the entries of every batch that succeeded in one transaction (publish).
 func (h *Handler) decideRound(ctx context.Context, round []*commit) {
+	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(b.orders()) == 0 })
+	if len(round) == 0 {
+		return
+	}
 	batches := make([]inventory.Batch, len(round))
 	for i, b := range round {
 		batches[i] = inventory.Batch{Ctx: b.ctx, Orders: storeOrders(b.batch), Fence: b.fence}

@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -38,6 +39,11 @@ func (s *roundStore) ReserveBatches(ctx context.Context, batches []inventory.Bat
 	s.mu.Unlock()
 	if first && s.gate != nil {
 		<-s.gate
+	}
+	for _, b := range batches {
+		if b.Orders[0].SKU == "SKU-PANIC" {
+			panic("boom")
+		}
 	}
 	return s.Store.ReserveBatches(ctx, batches)
 }
@@ -113,9 +119,9 @@ func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
 	ctx := context.Background()
 	e.rdb.HSet(ctx, inventory.StockKey("SKU-BAD"), "available", "many")
 	round := []*commit{
-		{ctx: ctx, batch: e.batch(t, "SKU-A", 0, 1, 0)},
-		{ctx: ctx, batch: e.batch(t, "SKU-BAD", 1)},
-		{ctx: ctx, batch: e.batch(t, "SKU-B", 1)},
+		{ctx: ctx, take: fixed(e.batch(t, "SKU-A", 0, 1, 0))},
+		{ctx: ctx, take: fixed(e.batch(t, "SKU-BAD", 1))},
+		{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 1))},
 	}
 	e.h.decideRound(ctx, round)
 	if round[0].err != nil || round[2].err != nil || round[1].err == nil || !inventory.IsPermanent(round[1].err) {
@@ -147,7 +153,10 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 	ctx := context.Background()
 	e.store.gate = make(chan struct{})
 	first := make(chan error, 1)
-	go func() { first <- e.h.committer.decide(ctx, e.batch(t, "SKU-A", 0), 0) }()
+	go func() {
+		_, err := e.h.committer.decide(ctx, fixed(e.batch(t, "SKU-A", 0)), 0)
+		first <- err
+	}()
 	for e.roundCount() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -155,7 +164,7 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 	errs := make([]error, 3)
 	for i, sku := range []string{"SKU-A", "SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i%2)
-		wg.Go(func() { errs[i] = e.h.committer.decide(ctx, batch, 0) })
+		wg.Go(func() { _, errs[i] = e.h.committer.decide(ctx, fixed(batch), 0) })
 	}
 	for e.waiting() < 3 {
 		time.Sleep(time.Millisecond)
@@ -175,6 +184,9 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 	}
 }
 
+// fixed is a take that returns batch.
+func fixed(batch []*queued) func() []*queued { return func() []*queued { return batch } }
+
 func (e *roundEnv) roundCount() int {
 	e.store.mu.Lock()
 	defer e.store.mu.Unlock()
@@ -186,4 +198,19 @@ func (e *roundEnv) waiting() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.waiting)
+}
+
+// A round that panics is committed again batch by batch: only the batch whose data panics gets
+// ErrPanicked; the others are decided.
+func TestAPanickingRoundIsCommittedBatchByBatch(t *testing.T) {
+	e := newRoundEnv(t)
+	ctx := context.Background()
+	round := []*commit{{ctx: ctx, take: fixed(e.batch(t, "SKU-A", 0))}, {ctx: ctx, take: fixed(e.batch(t, "SKU-PANIC", 1))}}
+	e.h.committer.commit(ctx, round)
+	if round[0].err != nil || !errors.Is(round[1].err, ErrPanicked) {
+		t.Fatalf("errors %v, %v: want SKU-A decided, SKU-PANIC's batch ErrPanicked", round[0].err, round[1].err)
+	}
+	if r := e.outcomes(t); len(r) != 1 || r["SKU-A-0-0"].Status != inventory.StatusReserved {
+		t.Errorf("outcomes %v, want SKU-A's order reserved alone", r)
+	}
 }

@@ -70,7 +70,7 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 		batch = append(batch, &queued{msg: msg, order: o, since: time.Now()})
 	}
 
-	if err := h.committer.decide(ctx, batch, 0); err != nil {
+	if _, err := h.committer.decide(ctx, fixed(batch), 0); err != nil {
 		t.Fatalf("decide a batch of two partitions on a cluster: %v", err)
 	}
 	for _, p := range []stream.Partition{home, away} {

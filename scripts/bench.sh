@@ -61,7 +61,8 @@ fi
 
 go build -o "$tmp/bench" ./cmd/bench
 go build -o "$tmp/benchworker" ./cmd/benchworker
-"$tmp/bench" --worker-bin "$tmp/benchworker" --out "$out" --pid-file "$pidfile" --commit "$commit" ${args[@]+"${args[@]}"} &
+go build -o "$tmp/benchconsumer" ./cmd/benchconsumer
+"$tmp/bench" --worker-bin "$tmp/benchworker" --consumer-bin "$tmp/benchconsumer" --out "$out" --pid-file "$pidfile" --commit "$commit" ${args[@]+"${args[@]}"} &
 harness=$!
 status=0
 wait "$harness" || status=$?

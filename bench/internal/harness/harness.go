@@ -22,7 +22,7 @@ import (
 )
 
 // Comparisons are the names Config.Only accepts, in the order they run.
-var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e", "scale", "lines"}
+var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e", "scale", "lines", "cost"}
 
 // Config sizes a run.
 type Config struct {
@@ -37,7 +37,9 @@ type Config struct {
 	StockUnits, StockOrders, StockClients int
 	// End to end: orders per round for the uniform and the hot-SKU workload.
 	E2EOrders, E2EHotOrders int
+	CostOrders              int             // cost of an order: orders per round
 	WorkerBin               string          // the bench worker binary; "" skips the end-to-end comparison
+	ConsumerBin             string          // the peers of the cost comparison (bench/cmd/benchconsumer); "" skips it
 	Out                     string          // results directory; "": write nothing
 	Only                    map[string]bool // comparisons to run; empty: all
 	Progress                io.Writer       // a line per measurement; nil: none
@@ -50,7 +52,7 @@ type Config struct {
 func Quick() Config {
 	return Config{Mode: "quick", Rounds: 3, Warmup: 200 * time.Millisecond, Uncontended: 600 * time.Millisecond,
 		HotKey: 1200 * time.Millisecond, Redlock: 800 * time.Millisecond,
-		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 12000, E2EHotOrders: 5000}
+		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 12000, E2EHotOrders: 5000, CostOrders: 20000}
 }
 
 // Full is the configuration of `bench.sh`: about 9 minutes. More, shorter rounds rather than fewer long
@@ -58,7 +60,7 @@ func Quick() Config {
 func Full() Config {
 	return Config{Mode: "full", Rounds: 7, Warmup: 500 * time.Millisecond, Uncontended: 1500 * time.Millisecond,
 		HotKey: 2500 * time.Millisecond, Redlock: 1500 * time.Millisecond,
-		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 20000, E2EHotOrders: 8000}
+		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 20000, E2EHotOrders: 8000, CostOrders: 20000}
 }
 
 // ParseOnly reads a comma-separated list of comparisons into a Config.Only; "" is all of them.
@@ -156,7 +158,7 @@ func (b *bench) close() {
 func (b *bench) runComparisons(ctx context.Context) error {
 	steps := map[string]func(context.Context) error{
 		"uncontended": b.uncontended, "hotkey": b.hotKey, "redlock": b.redlock, "stock": b.stock, "e2e": b.endToEnd,
-		"scale": b.scale, "lines": b.lines,
+		"scale": b.scale, "lines": b.lines, "cost": b.cost,
 	}
 	for _, name := range b.cfg.selected() {
 		if err := steps[name](ctx); err != nil {

@@ -1,0 +1,287 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/testing/childproc"
+)
+
+// Comparison 8, the cost of an order (issue 29): what deciding one order costs Redis and the consumer, and
+// how many round trips, for the worker and two peers on the same orders, in "drain mode": the consumers
+// are started and stopped (SIGSTOP) while the orders are published, Redis's statistics are reset, the
+// consumers are resumed until the group has nothing left, and the counters are read.
+
+// costContender is one consumer of the comparison: 2 processes of it drain the orders.
+type costContender struct {
+	name string
+	args func(b *bench, i int, metricsAddr string) (bin string, args []string)
+}
+
+var costContenders = []costContender{
+	{"stockflow worker", func(b *bench, i int, addr string) (string, []string) {
+		return b.cfg.WorkerBin, []string{"--lock", "on", "--worker-name", "w" + strconv.Itoa(i), "--metrics-addr", addr,
+			"--redis-url", b.mainURL()}
+	}},
+	{"Watermill ack-only", func(b *bench, i int, addr string) (string, []string) {
+		return b.cfg.ConsumerBin, []string{"--kind", "watermill", "--name", "c" + strconv.Itoa(i), "--metrics-addr", addr,
+			"--redis-url", b.mainURL()}
+	}},
+	{"minimal ideal", func(b *bench, i int, addr string) (string, []string) {
+		return b.cfg.ConsumerBin, []string{"--kind", "ideal", "--name", "c" + strconv.Itoa(i), "--metrics-addr", addr,
+			"--redis-url", b.mainURL()}
+	}},
+}
+
+func costTable(id, title string, orders int) *Table {
+	return &Table{
+		ID:    id,
+		Title: "8. cost of an order, " + title,
+		Setup: fmt.Sprintf("%d orders of 1 unit over 200 SKUs published while 2 consumer processes are stopped, then drained; per order", orders),
+		Columns: []Column{{Key: "redis_cpu_us", Header: "Redis CPU µs", Digits: 1},
+			{Key: "round_trips", Header: "round trips", Digits: 3}, {Key: "commands", Header: "commands", Digits: 2},
+			{Key: "scripts", Header: "scripts", Digits: 3}, {Key: "consumer_cpu_us", Header: "consumer CPU µs", Digits: 1},
+			{Key: "allocs", Header: "allocations", Digits: 0}, {Key: "orders_per_s", Header: "drain orders/s", Digits: 0}},
+		RatioOf: "redis_cpu_us", RatioBase: costContenders[2].name,
+	}
+}
+
+// cost is comparison 8: the contenders on single-SKU orders, uniform and hot, the worker on two-line
+// baskets, then what idle workers cost.
+func (b *bench) cost(ctx context.Context) error {
+	if b.cfg.WorkerBin == "" || b.cfg.ConsumerBin == "" {
+		b.progress("cost skipped: no worker or consumer binary (scripts/bench.sh builds them)")
+		return nil
+	}
+	for _, wl := range []e2eWorkload{
+		{"cost-uniform", "200 SKUs uniform", "uniform", b.cfg.CostOrders, 0},
+		{"cost-hot", "200 SKUs, one hot SKU (half of the orders on SKU-0)", "hot", b.cfg.CostOrders, 0},
+	} {
+		t := b.addTable(costTable(wl.id, wl.title, wl.orders))
+		contenders := costContenders
+		if wl.id == "cost-uniform" {
+			contenders = append(contenders, costContender{"stockflow worker, 2-line baskets", costContenders[0].args})
+		}
+		err := interleave(b.cfg.Rounds, len(contenders), func(round, i int) error {
+			c, w := contenders[i], wl
+			if strings.HasSuffix(c.name, "baskets") {
+				w.lines = 2
+			}
+			return b.costRound(ctx, t, w, c, round)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return b.idleCost(ctx)
+}
+
+// costRound drains wl's orders with 2 processes of c and records what it cost.
+func (b *bench) costRound(ctx context.Context, t *Table, wl e2eWorkload, c costContender, round int) error {
+	if err := b.main.FlushAll(ctx).Err(); err != nil {
+		return err
+	}
+	procs, err := b.startConsumers(ctx, c, 2)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.name, err)
+	}
+	defer procs.kill()
+	v, err := b.drain(ctx, procs, wl)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", wl.id, c.name, err)
+	}
+	b.checks.expect(wl.id+" "+c.name+": consumers exit cleanly", procs.stop(30*time.Second) == nil, "round %d", round+1)
+	b.progress("%s round %d/%d %-34s Redis %6.1f µs  %5.3f round trips  %5.2f commands  consumer %6.1f µs  %5.0f allocs  %6.0f orders/s",
+		wl.id, round+1, b.cfg.Rounds, c.name, v["redis_cpu_us"], v["round_trips"], v["commands"], v["consumer_cpu_us"],
+		v["allocs"], v["orders_per_s"])
+	t.add(c.name, v)
+	return nil
+}
+
+// startConsumers starts n processes of c and waits until they are ready.
+func (b *bench) startConsumers(ctx context.Context, c costContender, n int) (benchWorkers, error) {
+	var procs benchWorkers
+	for i := range n {
+		addr, err := childproc.FreeAddr()
+		if err != nil {
+			procs.kill()
+			return nil, err
+		}
+		bin, args := c.args(b, i, addr)
+		p, err := childproc.Start(exec.Command(bin, args...), filepath.Join(b.tmp, "consumer-"+strconv.Itoa(i)+".log"))
+		if err != nil {
+			procs.kill()
+			return nil, err
+		}
+		b.cfg.notePid(p.Pid(), bin)
+		procs = append(procs, &benchWorker{Process: p, metricsAddr: addr})
+	}
+	if err := procs.waitReady(ctx); err != nil {
+		procs.kill()
+		return nil, err
+	}
+	return procs, nil
+}
+
+// drain publishes wl's orders while procs are stopped, then lets them drain the group and measures.
+func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (map[string]float64, error) {
+	allocs0 := procs.allocations()
+	for _, p := range procs {
+		_ = p.Pause()
+	}
+	cfg := b.producerConfig(b.single(1), wl)
+	cfg.Wait = false
+	if _, err := producer.Run(ctx, cfg, nil); err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	if err := b.main.ConfigResetStat(ctx).Err(); err != nil {
+		return nil, err
+	}
+	var elapsed time.Duration
+	cpu, err := b.measureCPU(ctx, []string{b.mainAddr}, procs.pids(), func() error {
+		start := time.Now()
+		for _, p := range procs {
+			_ = p.Resume()
+		}
+		err := b.waitDrained(ctx, int64(wl.orders))
+		elapsed = time.Since(start)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	stats, err := b.commandStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := float64(wl.orders)
+	return map[string]float64{
+		"redis_cpu_us": float64(cpu.redis.Microseconds()) / n, "consumer_cpu_us": float64(cpu.procs.Microseconds()) / n,
+		"round_trips": stats.reads / n, "commands": stats.commands / n, "scripts": stats.scripts / n,
+		"allocs": (procs.allocations() - allocs0) / n, "orders_per_s": n / elapsed.Seconds(),
+	}, nil
+}
+
+// waitDrained waits until the group of the orders has read every one of the orders and has none pending.
+func (b *bench) waitDrained(ctx context.Context, orders int64) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		groups, err := b.main.XInfoGroups(ctx, "orders").Result()
+		if err != nil {
+			return err
+		}
+		if len(groups) == 1 && groups[0].EntriesRead >= orders && groups[0].Pending == 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("the group did not drain %d orders within 3 minutes", orders)
+}
+
+// redisStats are counts since the last CONFIG RESETSTAT: reads of client sockets (round trips), commands
+// (those run inside scripts included) and script calls.
+type redisStats struct{ reads, commands, scripts float64 }
+
+func (b *bench) commandStats(ctx context.Context) (redisStats, error) {
+	var s redisStats
+	stats, err := b.main.Info(ctx, "stats").Result()
+	if err != nil {
+		return s, err
+	}
+	s.reads, _ = strconv.ParseFloat(infoFields(stats)["total_reads_processed"], 64)
+	cmds, err := b.main.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return s, err
+	}
+	for name, v := range infoFields(cmds) {
+		calls := commandCalls(v)
+		s.commands += calls
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			s.scripts += calls
+		}
+	}
+	return s, nil
+}
+
+// commandCalls reads calls=N of a commandstats line.
+func commandCalls(v string) float64 {
+	for _, field := range strings.Split(v, ",") {
+		if n, ok := strings.CutPrefix(field, "calls="); ok {
+			calls, _ := strconv.ParseFloat(n, 64)
+			return calls
+		}
+	}
+	return 0
+}
+
+// allocations is the sum of the processes' go_memory_allocations_total.
+func (ws benchWorkers) allocations() float64 {
+	var sum float64
+	client := &http.Client{Timeout: 2 * time.Second}
+	for _, w := range ws {
+		resp, err := client.Get("http://" + w.metricsAddr + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(body), "\n") {
+			if rest, ok := strings.CutPrefix(line, "go_memory_allocations_total"); ok {
+				fields := strings.Fields(rest)
+				v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// idleCost is the last table of comparison 8: Redis CPU of 4 idle workers over 16 partitions, waiting for
+// keyspace events or polling.
+func (b *bench) idleCost(ctx context.Context) error {
+	t := b.addTable(&Table{ID: "cost-idle", Title: "8. cost of an order: idle workers",
+		Setup: "4 worker processes, 16 partitions, no orders: Redis CPU over 10 s",
+		Columns: []Column{{Key: "redis_cpu_pct", Header: "Redis CPU % of a core", Digits: 2},
+			{Key: "commands_per_s", Header: "commands/s", Digits: 0}}})
+	modes := []struct{ name, events string }{{"keyspace events (default)", "auto"}, {"polling (KEYSPACE_EVENTS=off)", "off"}}
+	return interleave(b.cfg.Rounds, len(modes), func(round, i int) error {
+		if err := b.main.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+		c := costContender{modes[i].name, func(b *bench, k int, addr string) (string, []string) {
+			return b.cfg.WorkerBin, []string{"--worker-name", "w" + strconv.Itoa(k), "--metrics-addr", addr,
+				"--redis-url", b.mainURL(), "--orders-partitions", "16", "--keyspace-events", modes[i].events}
+		}}
+		procs, err := b.startConsumers(ctx, c, 4)
+		if err != nil {
+			return err
+		}
+		defer procs.kill()
+		time.Sleep(time.Second) // past the start: groups created, first reads, subscriptions
+		_ = b.main.ConfigResetStat(ctx).Err()
+		cpu, err := b.measureCPU(ctx, []string{b.mainAddr}, nil, func() error { time.Sleep(idleWindow); return nil })
+		if err != nil {
+			return err
+		}
+		stats, err := b.commandStats(ctx)
+		if err != nil {
+			return err
+		}
+		v := map[string]float64{"redis_cpu_pct": 100 * cpu.redis.Seconds() / idleWindow.Seconds(),
+			"commands_per_s": stats.commands / idleWindow.Seconds()}
+		b.progress("cost-idle round %d/%d %-30s Redis %5.2f %% of a core, %5.0f commands/s", round+1, b.cfg.Rounds,
+			modes[i].name, v["redis_cpu_pct"], v["commands_per_s"])
+		t.add(modes[i].name, v)
+		return procs.stop(30 * time.Second)
+	})
+}
+
+const idleWindow = 10 * time.Second
