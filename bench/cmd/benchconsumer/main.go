@@ -8,8 +8,8 @@
 //     SKU batch (inventory.Store.ReserveBatches, no lock) in one pipeline, then every outcome XADD and one
 //     XACK in one pipeline. No poison, no claims, no traces, no size limit: a floor, not a product.
 //
-// Both serve go_memory_allocations_total on --metrics-addr/metrics (the name the worker's /metrics uses)
-// and /readyz, and stop on SIGTERM.
+// Both serve /readyz on --metrics-addr and net/http/pprof on --pprof-addr (as the worker's PPROF_ADDR), and
+// stop on SIGTERM.
 package main
 
 import (
@@ -19,9 +19,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	_ "net/http/pprof" // the harness reads the allocations from /debug/pprof/heap
 	"os"
 	"os/signal"
-	"runtime/metrics"
 	"syscall"
 	"time"
 
@@ -39,7 +39,8 @@ func main() {
 	kind := flag.String("kind", "ideal", "watermill or ideal")
 	url := flag.String("redis-url", "redis://127.0.0.1:6379/0", "the Redis")
 	name := flag.String("name", "c0", "the consumer's name in the group")
-	addr := flag.String("metrics-addr", "127.0.0.1:0", "serves /metrics (allocations) and /readyz")
+	addr := flag.String("metrics-addr", "127.0.0.1:0", "serves /readyz")
+	pprofAddr := flag.String("pprof-addr", "127.0.0.1:0", "serves /debug/pprof/ (the harness reads the allocations there)")
 	flag.Parse()
 	opts, err := redis.ParseURL(*url)
 	if err != nil {
@@ -54,6 +55,7 @@ func main() {
 		os.Exit(2)
 	}
 	go serve(*addr)
+	go func() { _ = http.ListenAndServe(*pprofAddr, nil) }() // net/http/pprof's handlers
 	switch *kind {
 	case "watermill":
 		err = ackOnly(ctx, rdb, *name)
@@ -71,11 +73,6 @@ func main() {
 func serve(addr string) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(http.ResponseWriter, *http.Request) {})
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		s := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}}
-		metrics.Read(s)
-		fmt.Fprintf(w, "go_memory_allocations_total %d\n", s[0].Value.Uint64())
-	})
 	_ = http.ListenAndServe(addr, mux)
 }
 

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -23,21 +24,22 @@ import (
 // costContender is one consumer of the comparison: 2 processes of it drain the orders.
 type costContender struct {
 	name string
-	args func(b *bench, i int, metricsAddr string) (bin string, args []string)
+	// args are the command of process i, serving /readyz on metricsAddr and /debug/pprof/ on pprofAddr.
+	args func(b *bench, i int, metricsAddr, pprofAddr string) (bin string, args []string)
 }
 
 var costContenders = []costContender{
-	{"stockflow worker", func(b *bench, i int, addr string) (string, []string) {
+	{"stockflow worker", func(b *bench, i int, addr, pprof string) (string, []string) {
 		return b.cfg.WorkerBin, []string{"--lock", "on", "--worker-name", "w" + strconv.Itoa(i), "--metrics-addr", addr,
-			"--redis-url", b.mainURL()}
+			"--pprof-addr", pprof, "--redis-url", b.mainURL()}
 	}},
-	{"Watermill ack-only", func(b *bench, i int, addr string) (string, []string) {
+	{"Watermill ack-only", func(b *bench, i int, addr, pprof string) (string, []string) {
 		return b.cfg.ConsumerBin, []string{"--kind", "watermill", "--name", "c" + strconv.Itoa(i), "--metrics-addr", addr,
-			"--redis-url", b.mainURL()}
+			"--pprof-addr", pprof, "--redis-url", b.mainURL()}
 	}},
-	{"minimal ideal", func(b *bench, i int, addr string) (string, []string) {
+	{"minimal ideal", func(b *bench, i int, addr, pprof string) (string, []string) {
 		return b.cfg.ConsumerBin, []string{"--kind", "ideal", "--name", "c" + strconv.Itoa(i), "--metrics-addr", addr,
-			"--redis-url", b.mainURL()}
+			"--pprof-addr", pprof, "--redis-url", b.mainURL()}
 	}},
 }
 
@@ -111,18 +113,19 @@ func (b *bench) startConsumers(ctx context.Context, c costContender, n int) (ben
 	var procs benchWorkers
 	for i := range n {
 		addr, err := childproc.FreeAddr()
-		if err != nil {
+		pprof, perr := childproc.FreeAddr()
+		if err = cmp.Or(err, perr); err != nil {
 			procs.kill()
 			return nil, err
 		}
-		bin, args := c.args(b, i, addr)
+		bin, args := c.args(b, i, addr, pprof)
 		p, err := childproc.Start(exec.Command(bin, args...), filepath.Join(b.tmp, "consumer-"+strconv.Itoa(i)+".log"))
 		if err != nil {
 			procs.kill()
 			return nil, err
 		}
 		b.cfg.notePid(p.Pid(), bin)
-		procs = append(procs, &benchWorker{Process: p, metricsAddr: addr})
+		procs = append(procs, &benchWorker{Process: p, metricsAddr: addr, pprofAddr: pprof})
 	}
 	if err := procs.waitReady(ctx); err != nil {
 		procs.kill()
@@ -222,21 +225,22 @@ func commandCalls(v string) float64 {
 	return 0
 }
 
-// allocations is the sum of the processes' go_memory_allocations_total.
+// allocations is the sum of the processes' heap allocations so far (runtime.MemStats.Mallocs, from the
+// "# Mallocs = N" line of /debug/pprof/heap?debug=1: exact, where the runtime metrics on /metrics are read
+// at most every 15 s).
 func (ws benchWorkers) allocations() float64 {
 	var sum float64
-	client := &http.Client{Timeout: 2 * time.Second}
+	client := &http.Client{Timeout: 5 * time.Second}
 	for _, w := range ws {
-		resp, err := client.Get("http://" + w.metricsAddr + "/metrics")
+		resp, err := client.Get("http://" + w.pprofAddr + "/debug/pprof/heap?debug=1")
 		if err != nil {
 			continue
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, line := range strings.Split(string(body), "\n") {
-			if rest, ok := strings.CutPrefix(line, "go_memory_allocations_total"); ok {
-				fields := strings.Fields(rest)
-				v, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if n, ok := strings.CutPrefix(line, "# Mallocs = "); ok {
+				v, _ := strconv.ParseFloat(n, 64)
 				sum += v
 			}
 		}
@@ -256,7 +260,7 @@ func (b *bench) idleCost(ctx context.Context) error {
 		if err := b.main.FlushAll(ctx).Err(); err != nil {
 			return err
 		}
-		c := costContender{modes[i].name, func(b *bench, k int, addr string) (string, []string) {
+		c := costContender{modes[i].name, func(b *bench, k int, addr, _ string) (string, []string) {
 			return b.cfg.WorkerBin, []string{"--worker-name", "w" + strconv.Itoa(k), "--metrics-addr", addr,
 				"--redis-url", b.mainURL(), "--orders-partitions", "16", "--keyspace-events", modes[i].events}
 		}}

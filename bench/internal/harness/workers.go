@@ -18,6 +18,7 @@ import (
 type benchWorker struct {
 	*childproc.Process
 	metricsAddr string // serves /readyz
+	pprofAddr   string // serves /debug/pprof/ (the cost comparison); "": none
 }
 
 // benchWorkers are the workers of one round.
