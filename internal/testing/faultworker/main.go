@@ -8,11 +8,15 @@
 //	                    directory (JSON lines) for the history checker (internal/testing/history)
 //	FAULT_BROKEN_FENCE  send stock writes unfenced but record them with their tokens: the deliberately broken
 //	                    worker whose history the checker must refuse
+//	FAULT_EXIT_AFTER_ROUND  exit at once (status 137, as kill -9) when the N-th round of stock scripts has
+//	                    returned, before its outcome transaction: a worker killed between the pipeline and
+//	                    the ack
 package main
 
 import (
 	"context"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -20,6 +24,7 @@ import (
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/worker"
+	"github.com/stockflow/stockflow/inventory"
 )
 
 func main() {
@@ -31,18 +36,29 @@ func faults(set *config.Set) func(worker.Config, *worker.Options) error {
 	var delay time.Duration
 	var dir string
 	var broken bool
+	var exitAfter int
 	set.Duration(&delay, "FAULT_DELAY_WRITE", 0, "hold each stock write this long after taking the lock, then send it even if the lease was lost")
 	set.String(&dir, "FAULT_HISTORY_DIR", "", "append every lock acquisition and stock operation to a file of this process in this directory")
 	set.Bool(&broken, "FAULT_BROKEN_FENCE", "send stock writes unfenced (the history checker's own test)")
+	set.Int(&exitAfter, "FAULT_EXIT_AFTER_ROUND", 0, "exit (137) when the n-th round of stock scripts returned, before its outcomes are published")
 	return func(cfg worker.Config, opts *worker.Options) error {
 		f := &worker.Faults{NoElision: delay > 0}
+		if exitAfter > 0 {
+			f.Store = func(s handlers.Store) handlers.Store { return &exitingStore{Store: s, after: int64(exitAfter)} }
+		}
 		var wrap []message.HandlerMiddleware
 		if dir != "" {
 			rec, err := openHistory(dir, cfg.Name)
 			if err != nil {
 				return err
 			}
-			f.Store = func(s handlers.Store) handlers.Store { return recordingStore{s, rec, broken} }
+			inner := f.Store
+			f.Store = func(s handlers.Store) handlers.Store {
+				if inner != nil {
+					s = inner(s)
+				}
+				return recordingStore{s, rec, broken}
+			}
 			wrap = append(wrap, recordHold(rec, cfg.Name))
 		}
 		if delay > 0 {
@@ -71,4 +87,20 @@ func delayWrite(d time.Duration) message.HandlerMiddleware {
 			return h(msg)
 		}
 	}
+}
+
+// exitingStore exits the process as kill -9 would once its after-th round of stock scripts has returned:
+// the reservations are in Redis, their outcome events and acks are not.
+type exitingStore struct {
+	handlers.Store
+	after  int64
+	rounds atomic.Int64
+}
+
+func (s *exitingStore) ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult {
+	results := s.Store.ReserveBatches(ctx, batches)
+	if s.rounds.Add(1) == s.after {
+		os.Exit(137)
+	}
+	return results
 }
