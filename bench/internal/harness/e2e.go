@@ -34,7 +34,7 @@ func (wl e2eWorkload) seed() int { return wl.orders * max(wl.lines, 1) / 200 }
 func (wl e2eWorkload) table() *Table {
 	return &Table{
 		ID:    wl.id,
-		Title: fmt.Sprintf("5. end to end, 2 worker processes x 16 consumers, %s", wl.title),
+		Title: fmt.Sprintf("5. end to end, 2 worker processes, %s", wl.title),
 		Setup: fmt.Sprintf("%d orders of 1 unit from the producer (8 publishers, no rate limit), %d units per SKU; orders/s from the first order placed to the last outcome",
 			wl.orders, wl.seed()),
 		Columns: []Column{{Key: "orders_per_s", Header: "orders/s"}, {Key: "latency_p50_ms", Header: "p50 latency ms", Digits: 1},
@@ -48,7 +48,7 @@ func (wl e2eWorkload) table() *Table {
 	}
 }
 
-// endToEnd is comparison 5: 2 worker processes x 16 consumers, orders from the producer, each lock mode.
+// endToEnd is comparison 5: 2 worker processes, orders from the producer, each lock mode.
 func (b *bench) endToEnd(ctx context.Context) error {
 	if b.cfg.WorkerBin == "" {
 		b.progress("e2e skipped: no worker binary (scripts/bench.sh builds it)")
