@@ -11,7 +11,7 @@ var lineCounts = []int{1, 2, 4}
 func linesTable(orders int) *Table {
 	return &Table{
 		ID:    "lines",
-		Title: "7. baskets: what one line more costs, 2 worker processes x 16 consumers, lock on",
+		Title: "7. baskets: what one line more costs, 2 worker processes, lock on",
 		Setup: fmt.Sprintf("%d orders per round of 1, 2 or 4 lines (distinct SKUs, uniform over 200 SKUs, 1 unit each; "+
 			"a 1-line order is a basket too: the lines form), stock for about all of them; orders/s from the first order "+
 			"placed to the last outcome", orders),

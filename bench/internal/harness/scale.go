@@ -18,7 +18,7 @@ const scalePartitions = 16
 func scaleTable(wl e2eWorkload) *Table {
 	return &Table{
 		ID:    "scale",
-		Title: "6. scale out: end to end on 1 master and on a 3-master Redis Cluster, 2 worker processes x 16 consumers, lock on",
+		Title: "6. scale out: end to end on 1 master and on a 3-master Redis Cluster, 2 worker processes, lock on",
 		Setup: fmt.Sprintf("%d orders of 1 unit over 200 SKUs, uniform, %d units per SKU; every server on this one machine, so the "+
 			"cluster shows the cost and the spread, not more capacity; a cluster's masters have no replicas here", wl.orders, wl.seed()),
 		Columns: []Column{{Key: "orders_per_s", Header: "orders/s"}, {Key: "latency_p99_ms", Header: "p99 latency ms", Digits: 1},
