@@ -201,9 +201,8 @@ func checkSeries(t *testing.T, body string) {
 			t.Errorf("/metrics: %s = %v (found %v), want a positive value", name, v, ok)
 		}
 	}
-	// go-redis's default pool size for the main client; the subscribers' is sized for a read and a claim per
-	// consumer (8): 2*8+4.
-	for pool, size := range map[string]float64{"main": 10 * float64(runtime.GOMAXPROCS(0)), "subscribers": 20} {
+	// go-redis's default pool size for the main client; the subscriber's reads, claims and prunes: 4.
+	for pool, size := range map[string]float64{"main": 10 * float64(runtime.GOMAXPROCS(0)), "subscribers": 4} {
 		if v, ok := sample(body, "db_client_connections_max", `pool_name="`+pool+`"`); !ok || v != size {
 			t.Errorf("/metrics: db_client_connections_max{pool_name=%q} = %v (found %v), want %v", pool, v, ok, size)
 		}

@@ -195,6 +195,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 	}
 	s.subscribed = true
 	ctx, s.cancel = context.WithCancel(ctx)
+	Deleted.Add(ctx, 0) // on /metrics from the start, for the alert on its increase
 	if s.cfg.Events != EventsOff {
 		s.bell = newDoorbell(ctx, s.rdb, s.cfg.Partitions, s.cfg.Events, s.cfg.Logger)
 	}

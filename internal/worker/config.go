@@ -115,7 +115,7 @@ func Flags(s *config.Set, c *Config) {
 	s.URLList(&c.RedlockURLs, "REDLOCK_URLS", d.RedlockURLs, "comma-separated Redis URLs of independent masters: take locks with Redlock on them (stock stays on REDIS_URL)")
 	s.String(&c.Name, "WORKER_NAME", d.Name, "name of this worker, and of its consumer in the group")
 	s.Int(&c.Concurrency, "WORKER_CONCURRENCY", d.Concurrency, "orders a process handles at once: entries read and not yet decided (reads take up to 100 at a time)")
-	s.String(&c.KeyspaceEvents, "KEYSPACE_EVENTS", d.KeyspaceEvents, "how an idle worker learns of new orders: auto (turn Redis's keyspace events on with CONFIG SET and wait for them; poll if refused), on (notify-keyspace-events already has K and t: wait for them), off (poll every 10-100 ms)")
+	s.String(&c.KeyspaceEvents, "KEYSPACE_EVENTS", d.KeyspaceEvents, "the `mode` by which an idle worker learns of new orders: auto (turn Redis's keyspace events on with CONFIG SET and wait for them; poll if refused), on (notify-keyspace-events already has K and t: wait for them), off (poll every 10-100 ms)")
 	s.Duration(&c.LockLease, "LOCK_LEASE", d.LockLease, "lease of a SKU lock; the watchdog renews it every third of it while held")
 	s.Duration(&c.LockWait, "LOCK_WAIT", d.LockWait, "longest wait for a SKU lock before the order is retried")
 	c.LockElision = d.LockElision
