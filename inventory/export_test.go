@@ -5,3 +5,6 @@ package inventory
 func WithCrashAfterLine(crash func(line int) error) Option {
 	return func(s *Store) { s.crashAfterLine = crash }
 }
+
+// SlotMoveAttempts is how often a script call that meets a slot move is sent before it fails.
+var SlotMoveAttempts = len(slotMoveBackoff) + 1

@@ -36,6 +36,10 @@ var (
 	// ErrLocked means ReserveBatch with ElideLock found the SKU's lock held: nothing was written; take the
 	// lock and decide under its token.
 	ErrLocked = errors.New("inventory: the sku's lock is held")
+	// ErrSlotMoving means the SKU's cluster slot was still being moved to another node after the quick
+	// retries of a script call (see retryTryAgain): nothing was written; the error is transient, and a
+	// later call goes through once the move is done.
+	ErrSlotMoving = errors.New("inventory: the sku's cluster slot is being moved")
 )
 
 // Status is what happened to an order.

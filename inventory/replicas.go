@@ -42,7 +42,9 @@ const ackReplyMargin = 500 * time.Millisecond
 // not promise it), and a write whose WAIT failed may be lost or not. Reads from replicas may still miss
 // writes that other replicas acknowledged. A Redis that is a replica refuses WAIT, and the call fails
 // with Redis's reason. The client must be a *redis.Client, *redis.ClusterClient or *redis.Ring; through
-// a ClusterClient a call fails with MOVED while its slot is being moved, until the slot map is reloaded.
+// a ClusterClient the script runs on the client of the SKU's master, which follows no redirect: while the
+// slot is being moved a call is retried for a while (ASK, TRYAGAIN), and once it has moved it is sent to
+// the new owner (MOVED reloads the slot map), see ErrSlotMoving.
 func WithReplicaAcks(n int, timeout time.Duration) Option {
 	return func(s *Store) { s.replicaAcks, s.ackTimeout = max(n, 0), max(timeout, time.Millisecond) }
 }
@@ -56,11 +58,17 @@ func (s *Store) replayWrites() int {
 	return 0
 }
 
-// eval runs script as script.Run does: EVALSHA, and EVAL after NOSCRIPT. With replica acks each of those
-// goes in one pipeline with a WAIT (the one after a NOSCRIPT waits for nothing in particular: scripts are
-// missing only after a restart, failover or SCRIPT FLUSH), and an error of the WAIT replaces the script's
-// reply unless the script failed.
+// eval runs script as script.Run does: EVALSHA, and EVAL after NOSCRIPT, again for a while when a slot
+// move kept it from running (retryTryAgain). With replica acks each of those goes in one pipeline with a
+// WAIT (the one after a NOSCRIPT waits for nothing in particular: scripts are missing only after a
+// restart, failover or SCRIPT FLUSH), and an error of the WAIT replaces the script's reply unless the
+// script failed.
 func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return retryTryAgain(ctx, func() *redis.Cmd { return s.evalOnce(ctx, script, keys, args) })
+}
+
+// evalOnce is one attempt of eval.
+func (s *Store) evalOnce(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
 	if s.replicaAcks == 0 {
 		return script.Run(ctx, s.rdb, keys, args...)
 	}
@@ -75,7 +83,7 @@ func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, a
 		cmd, wait = s.evalWait(ctx, server, script.Eval, keys, args)
 	}
 	if c, ok := s.rdb.(*redis.ClusterClient); ok && redis.HasErrorPrefix(cmd.Err(), "MOVED") {
-		c.ReloadState(ctx) // the node's client follows no redirect: the next call asks the new owner
+		c.ReloadState(ctx) // the node's client follows no redirect: the next attempt asks the new owner
 	}
 	if cmd.Err() == nil {
 		cmd.SetErr(s.checkAcks(ctx, wait))

@@ -86,7 +86,8 @@ func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResu
 		if cmds[i] == nil {
 			continue
 		}
-		if redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") { // Redis restarted, or a node never ran it
+		// NOSCRIPT: Redis restarted, or a node never ran it. A slot move: the pipeline retries none.
+		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || slotMoving(err) {
 			results[i].Outcomes, results[i].Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
 			continue
 		}
