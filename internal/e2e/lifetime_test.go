@@ -395,21 +395,22 @@ func peakRSS(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// On SIGTERM a worker hands the entries it read but did not finish back to the group at once and
-// uncounted: another worker decides them well before CLAIM_IDLE, and each shows one delivery, not two.
+// On SIGTERM a worker hands the entries it read but did not finish within SHUTDOWN_TIMEOUT back to the group
+// at once and uncounted: another worker decides them well before CLAIM_IDLE, and each shows one delivery,
+// not two.
 func TestShutdownHandsBackUnfinishedEntries(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()
 	ctx := context.Background()
 	rdb.HSet(ctx, "stock:{H}", "available", 10)
-	// One consumer, each write held back 2 s: while it handles the first order, the next ones wait in its
-	// read-ahead, pending for it.
-	env := []string{"WORKER_CONCURRENCY=1", "CLAIM_IDLE=30s", "LOCK_WAIT=1s"}
-	leaving := startWorker(t, s, "leaving", append(env, "FAULT_DELAY_WRITE=2s")...)
+	// Three orders in flight, the write held back 10 s, past the leaving worker's SHUTDOWN_TIMEOUT of 1 s
+	// (and the Router's 2 s more): cut off by the shutdown, pending for it.
+	env := []string{"WORKER_CONCURRENCY=3", "CLAIM_IDLE=30s", "LOCK_WAIT=1s"}
+	leaving := startWorker(t, s, "leaving", append(env, "FAULT_DELAY_WRITE=10s", "SHUTDOWN_TIMEOUT=1s")...)
 	for i := range 3 {
 		xaddOrder(t, rdb, "h-"+strconv.Itoa(i), "H", 1)
 	}
-	waitFor(t, 10*time.Second, "the leaving worker holds two orders besides the one it handles", func() bool {
+	waitFor(t, 10*time.Second, "the leaving worker holds the three orders", func() bool {
 		p := rdb.XPending(ctx, "orders", "inventory").Val()
 		return p != nil && p.Count == 3
 	})
@@ -442,9 +443,9 @@ func TestStuckMessageShowsInReadyzAndMetrics(t *testing.T) {
 	startWorker(t, s, "w0", "METRICS_ADDR="+addr, "FAULT_DELAY_WRITE=6s", "CLAIM_IDLE=3s", "STREAM_RETENTION=4s")
 	waitFor(t, 10*time.Second, "the worker is ready", func() bool { c, _ := readyz(addr); return c == 200 })
 	xaddOrder(t, rdb, "slow", "K", 1)
-	waitFor(t, 6*time.Second, "/readyz reports the consumer stuck on one message", func() bool {
+	waitFor(t, 6*time.Second, "/readyz reports an order handled for too long", func() bool {
 		c, body := readyz(addr)
-		return c == http.StatusServiceUnavailable && strings.Contains(body, "has been handling one message")
+		return c == http.StatusServiceUnavailable && strings.Contains(body, "an order has been handled for")
 	})
 	age := func() float64 {
 		resp, err := http.Get("http://" + addr + "/metrics")
