@@ -46,7 +46,7 @@ func Flags(s *config.Set, c *Config) {
 	config.TLSFlags(s, &c.TLS)
 	s.String(&c.Redis, "redis", "auto", "without REDIS_URL, the Redis to start (`mode`): server (a redis-server child process), embedded (in-process miniredis) or auto (server when installed)")
 	s.Int(&c.Workers, "workers", 3, "worker instances")
-	s.Int(&c.Concurrency, "concurrency", 8, "consumers per worker")
+	s.Int(&c.Concurrency, "concurrency", worker.DefaultConcurrency, "orders each worker handles at once (its WORKER_CONCURRENCY)")
 	s.Int(&c.Orders, "orders", 6000, "orders to publish")
 	s.Int(&c.SKUs, "skus", 20, "SKUs")
 	s.Int(&c.Stock, "stock", 200, "stock of each SKU")
@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, progress io.Writer) err
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%d workers x %d consumers; publishing %d orders over %d SKUs (%s), %d in stock each\n",
+	fmt.Fprintf(out, "%d workers x %d orders in flight; publishing %d orders over %d SKUs (%s), %d in stock each\n",
 		cfg.Workers, cfg.Concurrency, cfg.Orders, cfg.SKUs, cfg.Distribution, cfg.Stock)
 	start := time.Now()
 	sum, err := producer.Run(ctx, cfg.producer(url), progress)

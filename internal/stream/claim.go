@@ -15,39 +15,60 @@ import (
 // claims is the state of the claim rounds; only the read loop (readLoop) touches it.
 type claims struct {
 	due     time.Time // when the next round starts; zero: at once (a subscriber's first round)
-	next    int       // the partition the next round looks at
 	cursors []string  // by partition: where its scan of the pending entries goes on (XAUTOCLAIM's cursor)
 }
 
 func newClaims(partitions int) claims {
-	c := claims{next: rand.IntN(partitions), cursors: make([]string, partitions)}
+	c := claims{cursors: make([]string, partitions)}
 	for i := range c.cursors {
 		c.cursors[i] = "0-0"
 	}
 	return c
 }
 
-// claim claims up to count entries idle longer than ClaimIdle on the next partition in turn, when a round
-// is due (every ClaimInterval); a partition's scan goes on from where its last round stopped. It returns
-// nothing when no round is due or none was idle.
+// claim claims up to count entries idle longer than ClaimIdle when a round is due (every ClaimInterval):
+// on every partition whose reads work, in one pipeline, count split over them (or one each from the next
+// count of them); a partition's scan goes on from where its last round stopped. Entries found deleted
+// while pending are reported. It returns nothing when no round is due or none was idle.
 func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 	c := &s.claims
 	if time.Now().Before(c.due) {
 		return nil
 	}
 	c.due = time.Now().Add(s.cfg.ClaimInterval)
-	p := s.cfg.Partitions[c.next]
-	c.next = (c.next + 1) % len(s.cfg.Partitions)
-	if s.skipped(p) {
-		return nil // its reads fail: so would the claims
+	parts := s.readable()
+	if len(parts) == 0 {
+		return nil // their reads fail: so would the claims
 	}
-	// Claimed only if still idle that long: another consumer may have claimed it since.
-	msgs, reply, err := s.fetch(ctx, p, "claim", count, s.cfg.ClaimIdle.Milliseconds(), c.cursors[p.Index])
+	parts = parts[:min(len(parts), count)]
+	pipe := s.rdb.Pipeline()
+	claims := splitCount(parts, count)
+	for i := range claims {
+		p := claims[i].Partition
+		claims[i].cmd = pipe.EvalSha(ctx, fetchScript.Hash(), []string{p.Orders, p.Poison},
+			s.fetchArgs("claim", claims[i].count, []any{s.cfg.ClaimIdle.Milliseconds(), c.cursors[p.Index]})...)
+	}
+	_, _ = pipe.Exec(ctx) // each partition's error is its own
+	var msgs []*message.Message
+	for _, r := range claims {
+		msgs = append(msgs, s.claimReply(ctx, r)...)
+	}
+	return msgs
+}
+
+// claimReply reads the reply of one partition's claim: its entries, its next cursor, and the entries it
+// found deleted.
+func (s *Subscriber) claimReply(ctx context.Context, r partitionRead) []*message.Message {
+	p := r.Partition
+	msgs, reply, err := s.fetchReply(ctx, p, r.cmd)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		msgs, reply, err = s.fetch(ctx, p, "claim", r.count, s.cfg.ClaimIdle.Milliseconds(), s.claims.cursors[p.Index])
+	}
 	if err != nil {
 		s.logClaimFailure(ctx, p, err)
 		return nil
 	}
-	c.cursors[p.Index] = cmp.Or(reply.cursor, "0-0")
+	s.claims.cursors[p.Index] = cmp.Or(reply.cursor, "0-0")
 	if len(reply.deleted) > 0 {
 		s.cfg.Logger.Error("entries were deleted from the stream before they were decided: their orders are lost",
 			"stream", p.Orders, "ids", reply.deleted)

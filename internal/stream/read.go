@@ -54,13 +54,9 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	}
 	parts = parts[:min(len(parts), count)]
 	pipe := s.rdb.Pipeline()
-	reads := make([]partitionRead, len(parts))
-	for i, p := range parts {
-		reads[i] = partitionRead{Partition: p, count: count / len(parts)}
-		if i < count%len(parts) {
-			reads[i].count++
-		}
-		reads[i].cmd = s.queueRead(ctx, pipe, p, reads[i].count)
+	reads := splitCount(parts, count)
+	for i := range reads {
+		reads[i].cmd = s.queueRead(ctx, pipe, reads[i].Partition, reads[i].count)
 	}
 	_, _ = pipe.Exec(ctx) // each partition's error is its own
 	s.next = (parts[len(parts)-1].Index + 1) % len(s.cfg.Partitions)
@@ -92,7 +88,19 @@ func (s *Subscriber) readable() []Partition {
 	return parts
 }
 
-// partitionRead is the read of one partition in a pipeline.
+// splitCount splits count over parts (no more parts than count): evenly, the first ones one more.
+func splitCount(parts []Partition, count int) []partitionRead {
+	reads := make([]partitionRead, len(parts))
+	for i, p := range parts {
+		reads[i] = partitionRead{Partition: p, count: count / len(parts)}
+		if i < count%len(parts) {
+			reads[i].count++
+		}
+	}
+	return reads
+}
+
+// partitionRead is the read (or claim) of one partition in a pipeline.
 type partitionRead struct {
 	Partition
 	count int
