@@ -19,7 +19,7 @@ func TestRunOnTheRedisOfRedisURL(t *testing.T) {
 	if err := Run(context.Background(), cfg, &out, nil); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	head := fmt.Sprintf("Redis: %s (from REDIS_URL)\n2 workers x 4 consumers; publishing 300 orders over 5 SKUs (hot), 20 in stock each\ndone in ", s.URL())
+	head := fmt.Sprintf("Redis: %s (from REDIS_URL)\n2 workers x 4 orders in flight; publishing 300 orders over 5 SKUs (hot), 20 in stock each\ndone in ", s.URL())
 	if got := out.String(); !strings.HasPrefix(got, head) || !strings.Contains(got, "run r") ||
 		!strings.Contains(got, ": 300 orders published\n") || !strings.HasSuffix(got, "consistency check: PASS\n") {
 		t.Errorf("printed\n%s\nwant it to start with\n%s\nand end with the summary of 300 orders that passes", got, head)
