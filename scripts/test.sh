@@ -34,7 +34,7 @@ for mod in $(find . -name go.mod -not -path './.git/*' | sort); do
     status=1
   fi
   (cd "$dir" && go vet ./...) || status=1
-  (cd "$dir" && go test -race -count=1 -timeout 12m ./...) || status=1
+  (cd "$dir" && go test -race -count=1 -timeout 14m ./...) || status=1
 done
 
 # Function size and complexity limits (issue #15): no function over 60 lines or 5 parameters, or with a
