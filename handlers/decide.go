@@ -22,7 +22,8 @@ func orderIDs(batch []*queued) string {
 }
 
 // decideOrder decides a basket or a lifecycle event in sec (the locks of all its SKUs, fenced by each
-// one's token; nil: unfenced), then publishes its outcome and acks its entry.
+// one's token; elided: the script takes them; nil: unfenced), then publishes its outcome and acks its
+// entry.
 func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section) error {
 	ctx := msg.Context()
 	var fences inventory.Fences
@@ -31,6 +32,9 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 		fences, q.waited = inventory.Fences{}, sec.Waited()
 		for _, sku := range o.SKUs() {
 			fences[sku] = sec.Token(sku)
+			if sec.Elided() {
+				fences[sku] = inventory.ElideLock
+			}
 		}
 	}
 	out, err := h.storeCall(ctx, o, fences)

@@ -145,10 +145,12 @@ func (h *Handler) Handle(msg *message.Message) ([]*message.Message, error) {
 }
 
 // Elidable reports whether a message's order can be decided in an elided section (lockmw.Middleware's
-// Elide): a single-SKU order, whose batch script takes the SKU's lock itself when nobody holds it.
-func Elidable(msg *message.Message) bool {
+// Elide), its stock script taking the locks itself when nobody holds them: a single-SKU order (its batch
+// script), or on one Redis a basket (its one script; a cluster reserves a basket line by line, under
+// its locks). A cancel or fulfil always takes its locks.
+func (h *Handler) Elidable(msg *message.Message) bool {
 	o, err := OrderOf(msg)
-	return err == nil && o.Single()
+	return err == nil && (o.Single() || o.Kind() == TypeReserve && !h.cfg.Cluster)
 }
 
 // OrderOf returns the order of a message that Decode decoded.

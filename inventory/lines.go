@@ -107,6 +107,9 @@ type basket struct {
 	fences Fences
 }
 
+// elided: the call takes its lines' locks itself (ElideLock on its first line, so on all: checkLines).
+func (b basket) elided() bool { return len(b.lines) > 0 && b.fences[b.lines[0].SKU] == ElideLock }
+
 // ReserveLines reserves every line of an order or none (lines in any order: it merges and sorts them as
 // MergeLines, whose errors it returns). On one Redis it
 // is one script; through a *redis.ClusterClient the lines' keys are in different slots, so it is a saga:
@@ -119,9 +122,14 @@ type basket struct {
 // The caller holds the locks of all the lines' SKUs (fences: their tokens), as for Reserve. Errors are
 // Reserve's: an error of the one-Redis script writes nothing; one in the middle of a saga leaves it for
 // the next call to finish.
+//
+// With WithLockElision the fence of every line may be ElideLock instead: the script then takes the lines'
+// locks itself, as ReserveBatch does, when none of them is held. ErrLocked, with nothing written, says
+// that one is held, or that the basket cannot be decided in one script (a cluster, a saga begun, a cancel
+// that came first): take the locks and call again with their tokens.
 func (s *Store) ReserveLines(ctx context.Context, orderID string, lines []Line, fences Fences) (OrderOutcome, error) {
 	b := basket{orderID, lines, fences}
-	if err := s.checkLines(&b); err != nil {
+	if err := s.checkLines(&b, s.minFence); err != nil {
 		return OrderOutcome{}, err
 	}
 	return traceOrder(ctx, SpanReserveLines, orderID, func(ctx context.Context) (OrderOutcome, error) {
@@ -136,14 +144,20 @@ func (s *Store) ReserveLines(ctx context.Context, orderID string, lines []Line, 
 // reserveLines runs reserve_lines.lua, or the saga when the store goes line by line or the script finds a
 // saga begun.
 func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
+	elided := b.elided()
+	if s.lineByLine() && elided {
+		return nil, fmt.Errorf("%w: order %q is reserved line by line, under its locks", ErrLocked, b.id)
+	}
 	if s.lineByLine() {
 		return s.reserveSaga(ctx, b)
 	}
 	keys, args := s.linesCall(b)
-	reply, err := s.eval(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites()}, args...)...).Slice()
+	reply, err := s.eval(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites(), s.counterTTL}, args...)...).Slice()
 	switch {
 	case err == nil:
 		return decodeLineOutcomes(b, reply)
+	case elided && (redis.HasErrorPrefix(err, "PARTIAL") || redis.HasErrorPrefix(err, "EARLYCANCEL")):
+		return nil, fmt.Errorf("%w: order %q is finished under its locks (%v)", ErrLocked, b.id, err)
 	case redis.HasErrorPrefix(err, "PARTIAL"):
 		return s.reserveSaga(ctx, b)
 	case redis.HasErrorPrefix(err, "EARLYCANCEL"):
@@ -369,7 +383,7 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 		return OrderOutcome{}, err
 	}
 	b := basket{orderID, lines, fences}
-	if err := s.checkLines(&b); err != nil {
+	if err := s.checkLines(&b, 0); err != nil {
 		return OrderOutcome{}, err
 	}
 	states, err := s.finishedStates(ctx, op, b)
@@ -542,15 +556,18 @@ func (s *Store) transition(ctx context.Context, op string, b basket, only int) (
 	return decodeLineOutcomes(subset, reply)
 }
 
-// checkLines checks an order's id, lines and fences before a call, and merges and sorts its lines
-// (MergeLines).
-func (s *Store) checkLines(b *basket) (err error) {
+// checkLines checks an order's id, lines and fences (each at least minFence; ElideLock on every line or
+// none) before a call, and merges and sorts its lines (MergeLines).
+func (s *Store) checkLines(b *basket, minFence int64) (err error) {
 	if b.lines, err = MergeLines(b.lines); err != nil {
 		return err
 	}
 	for _, l := range b.lines {
-		if err := checkRange("fence of sku "+quote(l.SKU), b.fences[l.SKU], 0, MaxStock); err != nil {
+		if err := checkRange("fence of sku "+quote(l.SKU), b.fences[l.SKU], minFence, MaxStock); err != nil {
 			return err
+		}
+		if (b.fences[l.SKU] == ElideLock) != b.elided() {
+			return fmt.Errorf("%w fences of order %q: ElideLock on some lines only", ErrInvalid, b.id)
 		}
 		if _, locked := b.fences[l.SKU]; b.fences != nil && !locked {
 			return fmt.Errorf("%w: order %q has sku %q, which has no fence", ErrNotLocked, b.id, l.SKU)
@@ -574,11 +591,15 @@ func (s *Store) afterLine(i int) error {
 	return s.crashAfterLine(i)
 }
 
-// linesCall are the keys (k per line) and per-line arguments (quantity, fence, record members) of
-// reserve_lines.lua and transition.lua.
+// linesCall are the keys (k per line: the lock's last when elided) and per-line arguments (quantity,
+// fence, record members) of reserve_lines.lua and transition.lua.
 func (s *Store) linesCall(b basket) (keys []string, args []any) {
+	elided := b.elided()
 	for i, l := range b.lines {
 		keys = append(keys, s.keys(l.SKU, b.id)...)
+		if elided {
+			keys = append(keys, s.lock(l.SKU))
+		}
 		args = append(args, l.Quantity, b.fences[l.SKU], recordMembers(b.lines, i))
 	}
 	return keys, args

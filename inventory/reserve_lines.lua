@@ -1,15 +1,21 @@
 -- Reserve every line of a basket or none, at most once, on one Redis (the keys of its SKUs may be in
 -- different Cluster slots: lines.go runs the basket line by line on a cluster instead).
--- Per line i (i = 1..n), k keys each (k = #KEYS / n, 2 or 3):
+-- Per line i (i = 1..n), k keys each (k = #KEYS / n, 2, 3 or 4):
 -- KEYS[k*(i-1)+1]  stock:{SKU}             hash: available, reserved, fence
 -- KEYS[k*(i-1)+2]  order:{SKU}:<order_id>  string: the outcome recorded for the line (JSON)
--- KEYS[k*(i-1)+3]  with k = 3: the lock's fencing counter of the SKU, as in reserve.lua
+-- KEYS[k*(i-1)+3]  with k >= 3: the lock's fencing counter of the SKU, as in reserve.lua
+-- KEYS[k*(i-1)+4]  with k = 4 (lock elision, every token -1): the SKU's lock (lock:{SKU}, Redisson's layout)
 -- ARGV[1]          outcome TTL in milliseconds
 -- ARGV[2]          1: a replay rewrites the first record as it is, as in reserve.lua (WithReplicaAcks)
--- ARGV[3*i]        quantity of line i; ARGV[3*i+1] its fencing token (0 = unfenced); ARGV[3*i+2] the
---                  members its record adds (,"lines":[...] or ,"anchor":"..."; lines.go)
+-- ARGV[3]          with k = 4: the fencing counters' TTL in milliseconds (0: none), as in reserve_batch.lua
+-- ARGV[3*i+1]      quantity of line i; ARGV[3*i+2] its fencing token (0 = unfenced; -1 with k = 4: the
+--                  call takes the line's lock itself, as reserve_batch.lua does: if any line's lock is held
+--                  it fails with LOCKED and writes nothing, else each line draws a new token from its
+--                  counter, raised past its stored fence, and the basket is decided under them, the locks
+--                  held for the duration of the call as if acquired and released around it);
+--                  ARGV[3*i+3] the members its record adds (,"lines":[...] or ,"anchor":"..."; lines.go)
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per line, in order.
--- Errors: PARTIAL (some lines have a record, some not: a basket begun line by line; lines.go finishes it
+-- Errors: LOCKED, PARTIAL (some lines have a record, some not: a basket begun line by line; lines.go finishes it
 -- that way), IDCONFLICT <line> (the line's record is another order's: the order id was reused),
 -- EARLYCANCEL <line> (a cancel of the order came first: lines.go cancels the basket whole), STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs
 -- before the first write, so an error leaves Redis untouched.
@@ -36,15 +42,21 @@ local function same(o, extra)
   return true
 end
 
-local n = (#ARGV - 2) / 3
+local n = (#ARGV - 3) / 3
 local k = #KEYS / n
+local elide = k == 4
+if elide then
+  for i = 1, n do
+    if redis.call('EXISTS', KEYS[k * i]) == 1 then return redis.error_reply('LOCKED') end
+  end
+end
 
 local records, have = {}, 0
 for i = 1, n do
   local raw = redis.call('GET', KEYS[k * (i - 1) + 2])
   if raw then
     records[i], have = cjson.decode(raw), have + 1
-    if not same(records[i], ARGV[3 * i + 2]) then return redis.error_reply('IDCONFLICT ' .. i) end
+    if not same(records[i], ARGV[3 * i + 3]) then return redis.error_reply('IDCONFLICT ' .. i) end
     if records[i].early then return redis.error_reply('EARLYCANCEL ' .. i) end
     if i == 1 then records.raw = raw end
   end
@@ -64,7 +76,7 @@ if have > 0 then return redis.error_reply('PARTIAL ' .. have .. ' of ' .. n) end
 -- Check every line, as reserve.lua does, before deciding.
 local lines, short = {}, false
 for i = 1, n do
-  local base, a = k * (i - 1), 3 * i
+  local base, a = k * (i - 1), 3 * i + 1
   local l = {stock = KEYS[base + 1], record = KEYS[base + 2], quantity = tonumber(ARGV[a]),
     token = tonumber(ARGV[a + 1]), extra = ARGV[a + 2]}
   local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence')
@@ -88,6 +100,19 @@ for i = 1, n do
   lines[i] = l
 end
 
+if elide then
+  -- Checked, so the writes may start: each line takes a token as an acquisition of its lock would.
+  for i, l in ipairs(lines) do
+    local counter = KEYS[k * (i - 1) + 3]
+    l.token = redis.call('INCR', counter)
+    if l.token <= (l.fence or 0) then
+      l.token = l.fence + 1
+      redis.call('SET', counter, string.format('%d', l.token))
+    end
+    if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', counter, ARGV[3]) end
+  end
+end
+
 local replies = {}
 for i, l in ipairs(lines) do
   local status, reason, after = 'reserved', '', 0
@@ -98,7 +123,7 @@ for i, l in ipairs(lines) do
     redis.call('HINCRBY', l.stock, 'reserved', l.quantity)
   end
   -- Raise only, and never on an unknown SKU, as in reserve.lua.
-  if l.available and l.token > (l.fence or 0) then redis.call('HSET', l.stock, 'fence', l.token) end
+  if l.available and l.token > (l.fence or 0) then redis.call('HSET', l.stock, 'fence', string.format('%d', l.token)) end
   redis.call('SET', l.record, string.format(
     '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d%s}',
     status, reason, l.quantity, after, l.token, l.extra), 'PX', ARGV[1])

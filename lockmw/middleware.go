@@ -42,10 +42,10 @@ type Middleware struct {
 	// re-enters it, while a second delivery of the same message (a claim while the first still runs)
 	// waits its turn. Optional.
 	Instance string
-	// Elide, when set, reports whether the handler of a one-key message can run without taking the lock
-	// first (Section.Elided): its write then takes the lock itself when nobody holds it, as one atomic step
-	// (the stock script's lock elision). When the handler fails with ErrLocked (somebody holds it), the
-	// middleware takes the lock and runs the handler again. Default nil: never.
+	// Elide, when set, reports whether the handler of a message can run without taking its locks first
+	// (Section.Elided): its write then takes them itself when nobody holds any, as one atomic step (the
+	// stock scripts' lock elision). When the handler fails with ErrLocked (somebody holds one), the
+	// middleware takes the locks and runs the handler again. Default nil: never.
 	Elide func(msg *message.Message) bool
 	// Fence, when set, is called with each acquired lease's key and fencing token before the handler runs,
 	// to store the token where the handler's writes are checked: for a lock whose fencing counters live
@@ -134,7 +134,7 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix 
 		return nil, err
 	}
 	since := waitingSince(msg.Context())
-	if m.Elide != nil && len(keys) == 1 && m.Elide(msg) {
+	if m.Elide != nil && m.Elide(msg) {
 		msgs, err := m.runElided(h, msg, keys, since)
 		if !errors.Is(err, ErrLocked) {
 			return msgs, err

@@ -90,3 +90,45 @@ func commandCalls(t *testing.T, s *redistest.Server) map[string]int {
 	}
 	return calls
 }
+
+// A basket elides its locks too, on one Redis: with both SKUs' locks free its script takes them (no lock
+// script, no unlock message); with one held by another client it waits for it, and is decided once the
+// holder unlocks, under a token above the holder's.
+func TestABasketElidesItsLocksAndWaitsForAForeignHolder(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	rdb.HSet(ctx, "stock:{A}", "available", 10)
+	rdb.HSet(ctx, "stock:{B}", "available", 10)
+	startWorker(t, s, "w0")
+	waitFor(t, 10*time.Second, "the worker reads the stream", func() bool {
+		return rdb.Exists(ctx, "orders").Val() == 1
+	})
+	before := commandCalls(t, s)
+	xaddPayload(t, rdb, `{"order_id":"o-1","lines":[{"sku":"A","quantity":1},{"sku":"B","quantity":2}]}`)
+	waitFor(t, 5*time.Second, "the basket is decided", decided(rdb, "B", "o-1"))
+	after := commandCalls(t, s)
+	// HINCRBY: the stocks' available and reserved of each line; an acquisition and a release would add one
+	// each on the lock's hash per line, and the release an unlock message.
+	if incrs, published := after["hincrby"]-before["hincrby"], after["publish"]-before["publish"]; incrs != 4 || published != 0 {
+		t.Errorf("a basket with its locks free: %d HINCRBY, %d PUBLISH; want 4 (the stock's) and no unlock message", incrs, published)
+	}
+
+	rdb.HSet(ctx, "lock:{B}", "redisson-client:1", 1)
+	rdb.PExpire(ctx, "lock:{B}", 30*time.Second)
+	rdb.Set(ctx, "redisson_lock_token:lock:{B}", 41, 0) // the holder's token
+	xaddPayload(t, rdb, `{"order_id":"o-2","lines":[{"sku":"A","quantity":1},{"sku":"B","quantity":1}]}`)
+	time.Sleep(time.Second)
+	if rdb.Exists(ctx, "order:{A}:o-2", "order:{B}:o-2").Val() != 0 {
+		t.Fatal("the basket was decided while another client held one of its SKUs' locks")
+	}
+	rdb.Del(ctx, "lock:{B}")
+	rdb.Publish(ctx, "redisson_lock__channel:lock:{B}", 0)
+	waitFor(t, 5*time.Second, "the basket is decided once the holder unlocked", decided(rdb, "B", "o-2"))
+	if rec := rdb.Get(ctx, "order:{B}:o-2").Val(); !strings.Contains(rec, `"fence":42`) {
+		t.Fatalf("record %s, want the next token, 42", rec)
+	}
+	if st := rdb.HGetAll(ctx, "stock:{B}").Val(); st["available"] != "7" || st["reserved"] != "3" {
+		t.Fatalf("stock of B %v, want 7 available and 3 reserved", st)
+	}
+}

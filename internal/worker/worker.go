@@ -204,7 +204,7 @@ func (w *Worker) setHandler(faults *Faults) error {
 		Worker: w.cfg.Name, MaxWait: w.cfg.LockWait, EarlierPending: w.earlierPending})
 	if w.lockMW != nil {
 		if w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision) {
-			w.lockMW.Elide = handlers.Elidable
+			w.lockMW.Elide = w.handler.Elidable
 		}
 		if !w.fenceCounterAtStore() {
 			w.lockMW.Fence = w.store.RaiseFence
