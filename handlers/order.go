@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
-	"unicode"
+	"unicode/utf8"
 
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -160,12 +161,12 @@ func DecodeOrder(payload []byte) (Order, error) {
 	case len(payload) > MaxPayload:
 		return o, fmt.Errorf("%w: payload of %d bytes is over the %d byte limit", ErrBadInput, len(payload), MaxPayload)
 	}
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	if err := decodeObject(dec, &o); err != nil {
-		return o, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return o, fmt.Errorf("%w: payload has data after the order JSON object", ErrBadInput)
+	if !wellFormed(payload) || json.Unmarshal(payload, &o) != nil {
+		// Not one object with its keys named once and as spelled: the key-by-key reading says why.
+		var err error
+		if o, err = decodeKeyByKey(payload); err != nil {
+			return o, fmt.Errorf("%w: %w", ErrBadInput, err)
+		}
 	}
 	if err := validate(&o); err != nil {
 		return o, fmt.Errorf("%w: %v", ErrBadInput, err)
@@ -199,6 +200,163 @@ func validateReserve(o *Order) (err error) {
 	return cmp.Or(inventory.ValidateOrderID(o.OrderID), err)
 }
 
+// wellFormed reports whether payload is one JSON object that names each key once and each field as it is
+// spelled (keys compared without case, as encoding/json does), and whose lines, if it has any, are an
+// array of such objects: the payloads for which encoding/json reads what decodeObject reads. It is the
+// fast way through DecodeOrder (a tenth of the allocations); every other payload goes key by key, which
+// says what is wrong.
+func wellFormed(payload []byte) bool {
+	if !json.Valid(payload) {
+		return false
+	}
+	s := keyScan{data: payload}
+	s.space()
+	return s.peek() == '{' && s.object(orderFields, func(key []byte) bool {
+		if string(key) != "lines" {
+			s.skip()
+			return true
+		}
+		return s.array(func() bool {
+			return s.peek() == '{' && s.object(lineFields, func([]byte) bool { s.skip(); return true })
+		})
+	})
+}
+
+// The keys of an order and of a line.
+var (
+	orderFields = []string{"type", "order_id", "sku", "quantity", "placed_at", "lines"}
+	lineFields  = []string{"sku", "quantity"}
+)
+
+// keyScan walks valid JSON (json.Valid) by its keys.
+type keyScan struct {
+	data []byte
+	i    int
+}
+
+func (s *keyScan) peek() byte { return s.data[s.i] }
+
+func (s *keyScan) space() {
+	for s.i < len(s.data) && strings.IndexByte(" \t\r\n", s.data[s.i]) >= 0 {
+		s.i++
+	}
+}
+
+// str reads the string at i and returns its value (a part of data when it has no escapes).
+func (s *keyScan) str() []byte {
+	start, escaped := s.i, false
+	for s.i++; s.data[s.i] != '"'; s.i++ {
+		if s.data[s.i] == '\\' {
+			escaped, s.i = true, s.i+1
+		}
+	}
+	s.i++
+	if raw := s.data[start+1 : s.i-1]; !escaped && utf8.Valid(raw) {
+		return raw
+	}
+	var v string
+	_ = json.Unmarshal(s.data[start:s.i], &v) // valid JSON: a valid string
+	return []byte(v)
+}
+
+// skip reads the value at i.
+func (s *keyScan) skip() {
+	for depth := 0; ; {
+		switch s.peek() {
+		case '"':
+			for s.i++; s.data[s.i] != '"'; s.i++ {
+				if s.data[s.i] == '\\' {
+					s.i++
+				}
+			}
+			if s.i++; depth == 0 {
+				return
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 { // the end of the object or array around a number or literal
+				return
+			}
+			if depth--; depth == 0 {
+				s.i++
+				return
+			}
+		case ',':
+			if depth == 0 {
+				return
+			}
+		}
+		s.i++
+	}
+}
+
+// object reads the object at i, calling member with i at the value of each key, which member reads; false
+// when a key is repeated or a case variant of one of fields (checkKey), or member says false.
+func (s *keyScan) object(fields []string, member func(key []byte) bool) bool {
+	var seen [][]byte
+	for s.i++; ; s.i++ { // past { or ,
+		s.space()
+		if s.peek() == '}' {
+			s.i++
+			return true
+		}
+		key := s.str()
+		if checkKey(&seen, fields, key) != nil {
+			return false
+		}
+		s.space()
+		s.i++ // :
+		s.space()
+		if !member(key) {
+			return false
+		}
+		s.space()
+		if s.peek() == '}' {
+			s.i++
+			return true
+		}
+	}
+}
+
+// array reads the array at i, calling elem with i at each element, which elem reads; false when it is not
+// an array or elem says false.
+func (s *keyScan) array(elem func() bool) bool {
+	if s.peek() != '[' {
+		return false
+	}
+	for s.i++; ; s.i++ { // past [ or ,
+		s.space()
+		if s.peek() == ']' {
+			s.i++
+			return true
+		}
+		if !elem() {
+			return false
+		}
+		s.space()
+		if s.peek() == ']' {
+			s.i++
+			return true
+		}
+	}
+}
+
+// decodeKeyByKey reads payload as one JSON object, key by key, refusing repeated and case-variant keys,
+// and anything after the object.
+func decodeKeyByKey(payload []byte) (Order, error) {
+	var o Order
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	if err := decodeObject(dec, &o); err != nil {
+		return o, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return o, errors.New("payload has data after the order JSON object")
+	}
+	return o, nil
+}
+
 // decodeObject reads one JSON object into o, key by key, refusing repeated and case-variant keys.
 func decodeObject(dec *json.Decoder, o *Order) error {
 	return decodeFields(dec, map[string]any{"type": &o.Type, "order_id": &o.OrderID, "sku": &o.SKU,
@@ -230,14 +388,14 @@ func decodeFields(dec *json.Decoder, fields map[string]any) error {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return notAnOrder(err, "it does not start with {")
 	}
-	seen := map[string]bool{}
+	var seen [][]byte
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return notAnOrder(err, "")
 		}
 		key, _ := tok.(string)
-		if err := checkKey(seen, fields, key); err != nil {
+		if err := checkKey(&seen, slices.Collect(maps.Keys(fields)), []byte(key)); err != nil {
 			return err
 		}
 		if err := decodeValue(dec, fields[key]); err != nil {
@@ -248,31 +406,20 @@ func decodeFields(dec *json.Decoder, fields map[string]any) error {
 	return notAnOrder(err, "")
 }
 
-// checkKey refuses a key seen before, or one that only case-folds to the name of one of fields.
-func checkKey(seen map[string]bool, fields map[string]any, key string) error {
-	folded := foldKey(key)
-	if seen[folded] {
+// checkKey refuses a key seen before (in seen, where it adds it), or one that only case-folds to the name
+// of one of fields. Keys are compared without case, as encoding/json matches them to fields (so "K", "k"
+// and the Kelvin sign are alike).
+func checkKey(seen *[][]byte, fields []string, key []byte) error {
+	if slices.ContainsFunc(*seen, func(k []byte) bool { return bytes.EqualFold(k, key) }) {
 		return fmt.Errorf("payload has the key %.64q more than once (keys are compared without case)", key)
 	}
-	seen[folded] = true
-	for field := range fields {
-		if key != field && strings.EqualFold(key, field) {
+	*seen = append(*seen, key)
+	for _, field := range fields {
+		if string(key) != field && strings.EqualFold(string(key), field) {
 			return fmt.Errorf("payload key %.64q differs from the field %q only in case", key, field)
 		}
 	}
 	return nil
-}
-
-// foldKey maps every letter of key to the smallest one it case-folds with, as encoding/json compares
-// keys (so "K", "k" and the Kelvin sign fold alike).
-func foldKey(key string) string {
-	return strings.Map(func(r rune) rune {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		return least
-	}, key)
 }
 
 // decodeValue reads the next value into field, or skips it when field is nil (an unknown key).

@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 )
 
@@ -22,6 +23,17 @@ func FuzzDecodeOrder(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
+		// The fast way (wellFormed, then encoding/json) reads exactly what the key-by-key way reads, and
+		// takes every payload the key-by-key way accepts.
+		slow, slowErr := decodeKeyByKey(payload)
+		var fast Order
+		if wellFormed(payload) && json.Unmarshal(payload, &fast) == nil {
+			if slowErr != nil || !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%q: the fast way reads %+v, key by key %+v (%v)", payload, fast, slow, slowErr)
+			}
+		} else if slowErr == nil {
+			t.Fatalf("%q: read key by key as %+v, refused by the fast way", payload, slow)
+		}
 		o, err := DecodeOrder(payload)
 		if err != nil {
 			if !errors.Is(err, ErrBadInput) {
