@@ -137,17 +137,19 @@ func LockKey(key string) string { return Config{}.LockKey(key) }
 func ChannelKey(key string) string { return Config{}.ChannelKey(key) }
 
 // TokenKey is the Redis key of the fencing counter of key under c.KeyPrefix.
-func (c Config) TokenKey(key string) string { return c.names(key).token }
+func (c Config) TokenKey(key string) string {
+	return "redisson_lock_token:" + cmp.Or(c.KeyPrefix, DefaultKeyPrefix) + "{" + key + "}"
+}
 
 // LockKey is the Redis key of the lock of key under c.KeyPrefix (KeyPrefix + "{key}").
-func (c Config) LockKey(key string) string { return c.names(key).lock }
+func (c Config) LockKey(key string) string { return cmp.Or(c.KeyPrefix, DefaultKeyPrefix) + "{" + key + "}" }
 
 // ChannelKey is the pub/sub channel of key's unlock messages under c.KeyPrefix.
 func (c Config) ChannelKey(key string) string { return c.names(key).channel }
 
 // names are key's lock, channel and counter under c.KeyPrefix, by Redisson's rule from the lock's name.
 func (c Config) names(key string) names {
-	lock := cmp.Or(c.KeyPrefix, DefaultKeyPrefix) + "{" + key + "}"
+	lock := c.LockKey(key)
 	return names{lock: lock, channel: "redisson_lock__channel:" + lock, token: "redisson_lock_token:" + lock}
 }
 
