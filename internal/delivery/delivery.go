@@ -52,7 +52,7 @@ func New(cfg Config) *Consumer {
 	return &Consumer{rdb: cfg.Redis, server: stream.ServerAttributes(cfg.Redis), parts: cfg.Partitions,
 		group: cfg.Group, name: cfg.Name, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
 		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, drainCtx: cfg.Drain, raiseToken: cfg.RaiseToken,
-		handling: make(map[*message.Message]time.Time)}
+		handling: make(map[*message.Message]time.Time), live: make(map[*message.Message]*liveEntry)}
 }
 
 // Name is the consumer's name in its group.
@@ -74,8 +74,10 @@ type Consumer struct {
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
 
-	mu       sync.Mutex
-	handling map[*message.Message]time.Time // the messages being handled, and since when
+	mu        sync.Mutex
+	handling  map[*message.Message]time.Time  // the messages being handled, and since when
+	live      map[*message.Message]*liveEntry // the entries being handled, kept from going idle (keepAlive)
+	resetting bool                            // resetIdle runs
 }
 
 // Longest is how long the message handled longest has been handled so far; 0 when none is.
@@ -237,35 +239,87 @@ func sleep(ctx context.Context, d time.Duration, err error) error {
 	}
 }
 
-// keepAlive resets the idle time of the entry in Redis every third of the claim idle time while it is
-// handled, so a slow order (waiting for a hot lock) is not claimed by another worker. Only an entry still
-// owned by this consumer is touched. It returns only once its last reset is done: a reset after the
-// attempt was handed back would delay the retry by a whole claim idle time. The resets read what they
-// need of the message before the handler runs: the steps after it replace the message's context as they
-// go (Message.SetContext is not safe to race with Message.Context).
+// keepAlive keeps the entry from going idle in Redis while it is handled, so a slow order (waiting for a
+// hot lock) is not claimed by another worker: one loop per consumer (resetIdle) resets the idle time of
+// every entry handled for a third of the claim idle time or more, every third of it. It returns only once
+// a reset of its entry under way is done: a reset after the attempt was handed back would delay the retry
+// by a whole claim idle time. The resets read what they need of the message before the handler runs: the
+// steps after it replace the message's context as they go (Message.SetContext is not safe to race with
+// Message.Context).
 func (c *Consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		done := make(chan struct{})
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		defer close(done)
-		ctx, part, id := msg.Context(), c.partition(msg), msg.UUID
-		wg.Go(func() { c.touchUntil(ctx, part, id, done) })
+		c.keep(msg)
+		defer c.release(msg)
 		return h(msg)
 	}
 }
 
-func (c *Consumer) touchUntil(ctx context.Context, part stream.Partition, id string, done <-chan struct{}) {
+// liveEntry is an entry being handled, whose idle time resetIdle resets.
+type liveEntry struct {
+	ctx   context.Context
+	part  stream.Partition
+	id    string
+	since time.Time
+	round chan struct{} // closed when the last reset round that took it ends; nil: none took it
+}
+
+// keep adds msg's entry to those whose idle time is reset, and starts the loop that resets them when it
+// is not running.
+func (c *Consumer) keep(msg *message.Message) {
+	e := &liveEntry{ctx: msg.Context(), part: c.partition(msg), id: msg.UUID, since: time.Now()}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live[msg] = e
+	if !c.resetting {
+		c.resetting = true
+		go c.resetIdle()
+	}
+}
+
+// release takes msg's entry out of those whose idle time is reset, once a reset of it under way is done.
+func (c *Consumer) release(msg *message.Message) {
+	c.mu.Lock()
+	round := c.live[msg].round
+	delete(c.live, msg)
+	c.mu.Unlock()
+	if round != nil {
+		<-round
+	}
+}
+
+// resetIdle resets, every third of the claim idle time, the idle time of the entries handled for that long
+// or longer; it ends when no entry is being handled.
+func (c *Consumer) resetIdle() {
 	tick := time.NewTicker(c.claimIdle / 3)
 	defer tick.Stop()
-	for {
-		select {
-		case <-done:
+	for range tick.C {
+		due, round, ok := c.dueForReset()
+		if !ok {
 			return
-		case <-tick.C:
-			ctx, cancel := context.WithTimeout(ctx, c.claimIdle/3)
-			_ = c.reclaim(ctx, part, id, 0, 0)
+		}
+		for _, e := range due {
+			ctx, cancel := context.WithTimeout(e.ctx, c.claimIdle/3)
+			_ = c.reclaim(ctx, e.part, e.id, 0, 0)
 			cancel()
 		}
+		close(round)
 	}
+}
+
+// dueForReset takes the entries handled for a third of the claim idle time or more into a new reset round;
+// false, and the loop is over, when none is being handled.
+func (c *Consumer) dueForReset() (due []*liveEntry, round chan struct{}, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.live) == 0 {
+		c.resetting = false
+		return nil, nil, false
+	}
+	round = make(chan struct{})
+	for _, e := range c.live {
+		if time.Since(e.since) >= c.claimIdle/3 {
+			e.round, due = round, append(due, e)
+		}
+	}
+	return due, round, true
 }

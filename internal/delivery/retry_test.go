@@ -25,9 +25,8 @@ import (
 var testParts = []stream.Partition{{Orders: "orders", Results: "order-results", Poison: "orders-poison"}}
 
 func testConsumer(rdb redis.UniversalClient) *Consumer {
-	return &Consumer{rdb: rdb, server: stream.ServerAttributes(rdb), parts: testParts, group: "g", name: "c1",
-		poisonMaxLen: 1000, maxAttempts: 3, claimIdle: 30 * time.Second, drainCtx: context.Background(),
-		logger: slog.New(slog.NewTextHandler(io.Discard, nil)), handling: map[*message.Message]time.Time{}}
+	return New(Config{Redis: rdb, Partitions: testParts, Group: "g", Name: "c1", PoisonMaxLen: 1000, MaxAttempts: 3,
+		ClaimIdle: 30 * time.Second, Drain: context.Background(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 // subscribe starts consumer name of group g on testParts (claim idle time claimIdle, claim rounds every
