@@ -87,7 +87,7 @@ func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResu
 			continue
 		}
 		// NOSCRIPT: Redis restarted, or a node never ran it. A slot move: the pipeline retries none.
-		if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || slotMoving(err) {
+		if err := cmds[i].Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || slotMoving(err)) {
 			results[i].Outcomes, results[i].Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
 			continue
 		}

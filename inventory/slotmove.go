@@ -46,7 +46,8 @@ func retryTryAgain(ctx context.Context, call func() *redis.Cmd) *redis.Cmd {
 // slotMoving reports whether err is a reply that says the slot of the command's keys is being moved, or
 // was just moved, so the command did not run: TRYAGAIN, ASK, MOVED.
 func slotMoving(err error) bool {
-	return redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK ") || redis.HasErrorPrefix(err, "MOVED ")
+	// (HasErrorPrefix allocates, even for no error.)
+	return err != nil && (redis.HasErrorPrefix(err, "TRYAGAIN") || redis.HasErrorPrefix(err, "ASK ") || redis.HasErrorPrefix(err, "MOVED "))
 }
 
 // sleep waits for d or until ctx is done, and then returns ctx's error.

@@ -117,7 +117,7 @@ func (w *Worker) build(opts Options) error {
 	if err := w.instrumentPools(); err != nil {
 		return err
 	}
-	wmLogger := watermill.NewSlogLogger(w.logger)
+	wmLogger := quietLogger{watermill.NewSlogLogger(w.logger), w.logger}
 	if err := w.setHandler(opts.Faults); err != nil {
 		return err
 	}
@@ -276,6 +276,29 @@ func (w *Worker) addConsumer(faults *Faults) error {
 		return err
 	})
 	return nil
+}
+
+// quietLogger is Watermill's slog adapter, which builds the attributes of a Debug or Trace line only when
+// its level is on: the Router logs every message at Trace.
+type quietLogger struct {
+	watermill.LoggerAdapter
+	logger *slog.Logger
+}
+
+func (q quietLogger) Debug(msg string, fields watermill.LogFields) {
+	if q.logger.Enabled(context.Background(), slog.LevelDebug) {
+		q.LoggerAdapter.Debug(msg, fields)
+	}
+}
+
+func (q quietLogger) Trace(msg string, fields watermill.LogFields) {
+	if q.logger.Enabled(context.Background(), watermill.LevelTrace) {
+		q.LoggerAdapter.Trace(msg, fields)
+	}
+}
+
+func (q quietLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return quietLogger{q.LoggerAdapter.With(fields), q.logger}
 }
 
 // fenceCounterAtStore: the lock's fencing counters live on the stock's Redis, where the stock script
