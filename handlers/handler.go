@@ -98,23 +98,42 @@ func (h *Handler) Decode(next message.HandlerFunc) message.HandlerFunc {
 
 // linesOf looks up the lines of the order a cancel or fulfil o settles; nil when the order is not known.
 // Events of one order are decided in their stream order: an order not known while an earlier entry of
-// the partition is pending fails with ErrEarlierPending; with none pending, every earlier entry was
-// decided, so the second look finds the order if it was among them.
+// the partition is pending is looked up again as that entry is decided (the earlier entries are mostly in
+// flight, here or in another worker), and after earlierPendingWait fails with ErrEarlierPending, to be
+// handed back; with none pending, every earlier entry was decided, so the last look finds the order if it
+// was among them. (Handed back at once, a run of such events in one partition, claimed together, was
+// decided one per claim round: each found the one before it pending.)
 func (h *Handler) linesOf(msg *message.Message, o Order) ([]inventory.Line, error) {
 	ctx := msg.Context()
-	lines, err := h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
-	if !errors.Is(err, inventory.ErrUnknownOrder) || h.cfg.EarlierPending == nil {
-		return lines, ignoreUnknown(err)
+	deadline := time.Now().Add(earlierPendingWait)
+	for pause := earlierPendingPoll; ; pause *= 2 {
+		lines, err := h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
+		if !errors.Is(err, inventory.ErrUnknownOrder) || h.cfg.EarlierPending == nil {
+			return lines, ignoreUnknown(err)
+		}
+		switch earlier, err := h.cfg.EarlierPending(ctx, msg); {
+		case err != nil:
+			return nil, err
+		case !earlier:
+			lines, err = h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
+			return lines, ignoreUnknown(err)
+		case time.Now().Add(pause).After(deadline):
+			return nil, ErrEarlierPending
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(pause):
+		}
 	}
-	switch earlier, err := h.cfg.EarlierPending(ctx, msg); {
-	case err != nil:
-		return nil, err
-	case earlier:
-		return nil, ErrEarlierPending
-	}
-	lines, err = h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
-	return lines, ignoreUnknown(err)
 }
+
+// How long a cancel or fulfil of an order not known yet waits for the earlier entries of its partition
+// (linesOf), looking again after earlierPendingPoll, then twice as long each time.
+const (
+	earlierPendingWait = 500 * time.Millisecond
+	earlierPendingPoll = 5 * time.Millisecond
+)
 
 func ignoreUnknown(err error) error {
 	if errors.Is(err, inventory.ErrUnknownOrder) {

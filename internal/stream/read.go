@@ -44,14 +44,15 @@ type failure struct {
 }
 
 // read takes up to count entries from the partitions whose reads work, starting after the one read last,
-// in one pipeline: count split evenly over them, or one each from the next count of them. When none has
-// an entry it waits for one (idle) and returns nothing.
+// in one pipeline: count split evenly over them, or one each from the next count of them. When every
+// partition was read empty since entries last came it waits for one (idle); it returns nothing then.
 func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	parts := s.readable()
 	if len(parts) == 0 {
 		pauseFor(ctx, minFailedPause)
 		return nil
 	}
+	readable := len(parts)
 	parts = parts[:min(len(parts), count)]
 	pipe := s.rdb.Pipeline()
 	reads := splitCount(parts, count)
@@ -62,13 +63,19 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	s.next = (parts[len(parts)-1].Index + 1) % len(s.cfg.Partitions)
 	msgs, failures := s.readReplies(ctx, reads)
 	if len(msgs) > 0 {
-		s.pause = 0
+		s.pause, s.dry = 0, 0
+	} else {
+		s.dry += len(parts)
 	}
 	switch {
 	case ctx.Err() != nil:
 	case failures == len(parts):
 		pauseFor(ctx, readErrorPause)
-	case len(msgs) == 0:
+	case len(msgs) == 0 && s.dry >= readable:
+		// Idle only once every partition was found empty: a read of fewer partitions than there are
+		// (fewer places free than partitions) goes on with the next ones, which may have a backlog that
+		// no keyspace event announces again.
+		s.dry = 0
 		s.idle(ctx)
 	case len(msgs) == count && s.bell != nil:
 		s.bell.disarm(ctx) // busy: no events needed until the partitions run dry

@@ -156,6 +156,7 @@ type Subscriber struct {
 
 	// The read loop's state; only the read loop (readLoop) touches it.
 	next    int           // the partition the next read starts at
+	dry     int           // partitions read empty since a read last found entries
 	pause   time.Duration // the current pause after an empty read, when polling
 	failed  []failure     // by partition: how long its reads are skipped after a failure, and until when
 	failing int           // partitions in failed with a pause

@@ -297,3 +297,33 @@ func TestSubscriberConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A subscriber with fewer places in flight than partitions reads a few partitions at a time: finding those
+// empty, it goes on with the next ones rather than waiting for a keyspace event, so a backlog in a later
+// partition, which no new entry announces, is read at once (it waited for a claim round per read, and a
+// hot partition's backlog crawled at a few entries a second).
+func TestASubscriberWithFewPlacesReadsEveryPartitionBeforeIdling(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+	createGroups(t, rdb, parts...)
+	last := parts[len(parts)-1]
+	for i := range 20 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: last.Orders, Values: []string{"payload", fmt.Sprint(i)}})
+	}
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		c.MaxInFlight, c.Events = 2, EventsAuto
+	}))
+	start := time.Now()
+	for range 20 {
+		msg := receive(t, msgs)
+		if err := rdb.XAck(ctx, last.Orders, "g", msg.UUID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		msg.Ack()
+	}
+	// Waiting for a claim round per read would take seconds; reading on takes milliseconds.
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("20 entries of the last of 16 partitions took %v with 2 places in flight: the reads idled between partitions", took)
+	}
+}
