@@ -15,6 +15,7 @@ import (
 // claims is the state of the claim rounds; only the read loop (readLoop) touches it.
 type claims struct {
 	due     time.Time // when the next round starts; zero: at once (a subscriber's first round)
+	next    int       // the partition the round goes on at; 0: the round is over
 	cursors []string  // by partition: where its scan of the pending entries goes on (XAUTOCLAIM's cursor)
 }
 
@@ -26,21 +27,32 @@ func newClaims(partitions int) claims {
 	return c
 }
 
-// claim claims up to count entries idle longer than ClaimIdle when a round is due (every ClaimInterval):
-// on every partition whose reads work, in one pipeline, count split over them (or one each from the next
-// count of them); a partition's scan goes on from where its last round stopped. Entries found deleted
-// while pending are reported. It returns nothing when no round is due or none was idle.
+// claim claims up to count entries idle longer than ClaimIdle in a round (every ClaimInterval) over every
+// partition whose reads work, in one pipeline, count split over them; with fewer places (count) than
+// partitions, one each from the next count of them, and the round goes on at the next call. A
+// partition's scan goes on from where its last round stopped. Entries found deleted while pending are
+// reported. It returns nothing when no round is under way or due, or none was idle.
 func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 	c := &s.claims
-	if time.Now().Before(c.due) {
-		return nil
+	if c.next == 0 {
+		if time.Now().Before(c.due) {
+			return nil
+		}
+		c.due = time.Now().Add(s.cfg.ClaimInterval)
 	}
-	c.due = time.Now().Add(s.cfg.ClaimInterval)
-	parts := s.readable()
+	var parts []Partition
+	for _, p := range s.cfg.Partitions[c.next:] {
+		if !s.skipped(p) && len(parts) < count {
+			parts = append(parts, p)
+		}
+	}
 	if len(parts) == 0 {
+		c.next = 0
 		return nil // their reads fail: so would the claims
 	}
-	parts = parts[:min(len(parts), count)]
+	if c.next = parts[len(parts)-1].Index + 1; c.next == len(s.cfg.Partitions) {
+		c.next = 0
+	}
 	pipe := s.rdb.Pipeline()
 	claims := splitCount(parts, count)
 	for i := range claims {

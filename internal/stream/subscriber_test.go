@@ -327,3 +327,32 @@ func TestASubscriberWithFewPlacesReadsEveryPartitionBeforeIdling(t *testing.T) {
 		t.Fatalf("20 entries of the last of 16 partitions took %v with 2 places in flight: the reads idled between partitions", took)
 	}
 }
+
+// With fewer places in flight than partitions a claim round goes over every partition a few at a time:
+// entries left pending by a dead consumer in the last of 16 partitions are claimed within a round or two,
+// whatever partition the reads stopped at (a round covered only the partitions from there, so an idle
+// subscriber claimed the same two partitions round after round).
+func TestAClaimRoundCoversEveryPartitionWithFewPlaces(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+	createGroups(t, rdb, parts...)
+	last := parts[len(parts)-1]
+	for i := range 4 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: last.Orders, Values: []string{"payload", fmt.Sprint(i)}})
+	}
+	// A consumer that died holding them.
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{last.Orders, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		c.MaxInFlight, c.Events, c.ClaimIdle, c.ClaimInterval = 2, EventsAuto, 200*time.Millisecond, 200*time.Millisecond
+	}))
+	for range 4 {
+		msg := receive(t, msgs) // within 5 s: 25 claim rounds
+		if err := rdb.XAck(ctx, last.Orders, "g", msg.UUID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		msg.Ack()
+	}
+}
