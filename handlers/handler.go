@@ -117,13 +117,13 @@ func (h *Handler) linesOf(msg *message.Message, o Order) ([]inventory.Line, erro
 		case !earlier:
 			lines, err = h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
 			return lines, ignoreUnknown(err)
-		case time.Now().Add(pause).After(deadline):
+		case !time.Now().Before(deadline):
 			return nil, ErrEarlierPending
 		}
 		select {
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
-		case <-time.After(pause):
+		case <-time.After(min(pause, time.Until(deadline))):
 		}
 	}
 }

@@ -240,12 +240,13 @@ func sleep(ctx context.Context, d time.Duration, err error) error {
 }
 
 // keepAlive keeps the entry from going idle in Redis while it is handled, so a slow order (waiting for a
-// hot lock) is not claimed by another worker: one loop per consumer (resetIdle) resets the idle time of
-// every entry handled for a third of the claim idle time or more, every third of it. It returns only once
-// a reset of its entry under way is done: a reset after the attempt was handed back would delay the retry
-// by a whole claim idle time. The resets read what they need of the message before the handler runs: the
-// steps after it replace the message's context as they go (Message.SetContext is not safe to race with
-// Message.Context).
+// hot lock) is not claimed by another worker: one loop per consumer (resetIdle) resets, in one pipeline,
+// the idle time of every entry not reset for a sixth of the claim idle time, every sixth of it, so that an
+// entry being handled is never idle for much more than a quarter of it (HandBackPending counts on under a
+// half). It returns only once a reset of its entry under way is done: a reset after the attempt was handed
+// back would delay the retry by a whole claim idle time. The resets read what they need of the message
+// before the handler runs: the steps after it replace the message's context as they go
+// (Message.SetContext is not safe to race with Message.Context).
 func (c *Consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		c.keep(msg)
@@ -256,17 +257,16 @@ func (c *Consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
 
 // liveEntry is an entry being handled, whose idle time resetIdle resets.
 type liveEntry struct {
-	ctx   context.Context
 	part  stream.Partition
 	id    string
-	since time.Time
+	last  time.Time     // when it started, or was last taken into a reset round
 	round chan struct{} // closed when the last reset round that took it ends; nil: none took it
 }
 
 // keep adds msg's entry to those whose idle time is reset, and starts the loop that resets them when it
 // is not running.
 func (c *Consumer) keep(msg *message.Message) {
-	e := &liveEntry{ctx: msg.Context(), part: c.partition(msg), id: msg.UUID, since: time.Now()}
+	e := &liveEntry{part: c.partition(msg), id: msg.UUID, last: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.live[msg] = e
@@ -287,28 +287,46 @@ func (c *Consumer) release(msg *message.Message) {
 	}
 }
 
-// resetIdle resets, every third of the claim idle time, the idle time of the entries handled for that long
-// or longer; it ends when no entry is being handled.
+// resetIdle resets, every sixth of the claim idle time, the idle time of the entries not reset for that
+// long (their first half of it); it ends when no entry is being handled.
 func (c *Consumer) resetIdle() {
-	tick := time.NewTicker(c.claimIdle / 3)
+	every := c.claimIdle / 6
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for range tick.C {
-		due, round, ok := c.dueForReset()
+		due, round, ok := c.dueForReset(every / 2)
 		if !ok {
 			return
 		}
-		for _, e := range due {
-			ctx, cancel := context.WithTimeout(e.ctx, c.claimIdle/3)
-			_ = c.reclaim(ctx, e.part, e.id, 0, 0)
-			cancel()
-		}
+		c.resetRound(due)
 		close(round)
 	}
 }
 
-// dueForReset takes the entries handled for a third of the claim idle time or more into a new reset round;
-// false, and the loop is over, when none is being handled.
-func (c *Consumer) dueForReset() (due []*liveEntry, round chan struct{}, ok bool) {
+// resetRound resets the idle time of due's entries in one pipeline, within a third of the claim idle time
+// (a cluster node that does not answer holds up the round no longer).
+func (c *Consumer) resetRound(due []*liveEntry) {
+	if len(due) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.claimIdle/3)
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(due))
+	for i, e := range due {
+		cmds[i] = reclaimScript.EvalSha(ctx, pipe, []string{e.part.Orders}, c.group, c.name, e.id, 0, 0)
+	}
+	_, _ = pipe.Exec(ctx) // a reset that fails is tried again next round
+	for i, e := range due {
+		if err := cmds[i].Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			_ = c.reclaim(ctx, e.part, e.id, 0, 0)
+		}
+	}
+}
+
+// dueForReset takes the entries not reset for at least after into a new reset round; false, and the loop
+// is over, when none is being handled.
+func (c *Consumer) dueForReset(after time.Duration) (due []*liveEntry, round chan struct{}, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.live) == 0 {
@@ -316,9 +334,10 @@ func (c *Consumer) dueForReset() (due []*liveEntry, round chan struct{}, ok bool
 		return nil, nil, false
 	}
 	round = make(chan struct{})
+	now := time.Now()
 	for _, e := range c.live {
-		if time.Since(e.since) >= c.claimIdle/3 {
-			e.round, due = round, append(due, e)
+		if now.Sub(e.last) >= after {
+			e.last, e.round, due = now, round, append(due, e)
 		}
 	}
 	return due, round, true

@@ -248,3 +248,40 @@ func TestKeepAliveDoesNotReadTheMessageWhileTheHandlerRuns(t *testing.T) {
 		t.Fatalf("entry idle %v after the handler, want it reset while it ran", idle)
 	}
 }
+
+// An entry whose handling starts at any moment of the reset loop's period is reset soon enough: its idle
+// time stays under half the claim idle time while it is handled (HandBackPending takes an entry idle for
+// less than that as being handled). One loop resets all the entries of a consumer; an entry that started
+// just after one of its rounds must not wait two periods.
+func TestKeepAliveResetsAnEntryThatStartedBetweenRounds(t *testing.T) {
+	e := newChainEnv(t)
+	e.c.claimIdle = 600 * time.Millisecond
+	long := e.deliver(t, 1)
+	stop := make(chan struct{})
+	longDone := make(chan struct{})
+	go func() {
+		defer close(longDone)
+		_, _ = e.c.keepAlive(func(*message.Message) ([]*message.Message, error) { <-stop; return nil, nil })(long)
+	}()
+	defer func() { close(stop); <-longDone }()
+	var worst time.Duration
+	for start := range 6 { // entries starting at different moments of the loop's period
+		time.Sleep(time.Duration(start) * 17 * time.Millisecond)
+		msg := e.deliver(t, 1)
+		_, _ = e.c.keepAlive(func(*message.Message) ([]*message.Message, error) {
+			for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				p, err := e.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: "orders", Group: "g",
+					Start: msg.UUID, End: msg.UUID, Count: 1}).Result()
+				if err != nil || len(p) != 1 {
+					t.Fatalf("pending %v, %v", p, err)
+				}
+				worst = max(worst, p[0].Idle)
+			}
+			return nil, nil
+		})(msg)
+	}
+	if worst >= e.c.claimIdle/2 {
+		t.Fatalf("an entry being handled was idle for %v, want under half the claim idle time (%v)", worst, e.c.claimIdle/2)
+	}
+	t.Logf("longest idle of an entry being handled: %v (claim idle %v)", worst, e.c.claimIdle)
+}

@@ -71,7 +71,7 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	case ctx.Err() != nil:
 	case failures == len(parts):
 		pauseFor(ctx, readErrorPause)
-	case len(msgs) == 0 && s.dry >= readable:
+	case len(msgs) == 0 && s.dry >= readable && s.claims.next == 0: // (a claim round under way goes on first)
 		// Idle only once every partition was found empty: a read of fewer partitions than there are
 		// (fewer places free than partitions) goes on with the next ones, which may have a backlog that
 		// no keyspace event announces again.
