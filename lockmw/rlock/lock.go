@@ -142,7 +142,9 @@ func (c Config) TokenKey(key string) string {
 }
 
 // LockKey is the Redis key of the lock of key under c.KeyPrefix (KeyPrefix + "{key}").
-func (c Config) LockKey(key string) string { return cmp.Or(c.KeyPrefix, DefaultKeyPrefix) + "{" + key + "}" }
+func (c Config) LockKey(key string) string {
+	return cmp.Or(c.KeyPrefix, DefaultKeyPrefix) + "{" + key + "}"
+}
 
 // ChannelKey is the pub/sub channel of key's unlock messages under c.KeyPrefix.
 func (c Config) ChannelKey(key string) string { return c.names(key).channel }
