@@ -43,15 +43,17 @@ func chaos(workers []*proc, period time.Duration, start func(name string) *proc)
 }
 
 // basketRun runs 5,000 orders of 1-4 lines (random line order) over 12 SKUs, with stock for about 60 % of
-// the demand, through 3 workers of 16 consumers, killing a random worker every 2 s when crash is set. extra
-// are more producer flags.
+// the demand, through 3 workers of 16 orders in flight each; when crash is set it kills a random worker
+// every second while the orders are published at 1,000/s, so that the run meets crashes however fast the
+// workers decide (with elided baskets an unpaced run takes 2 s). extra are more producer flags.
 func basketRun(t *testing.T, crash bool, extra ...string) (*producer.Summary, *redistest.Server) {
 	s := redistest.Start(t)
 	start := func(name string) *proc { return startWorker(t, s, name, "WORKER_CONCURRENCY=16") }
 	workers := []*proc{start("b0"), start("b1"), start("b2")}
 	stop := func() int { return 0 }
 	if crash {
-		stop = chaos(workers, 2*time.Second, start)
+		stop = chaos(workers, time.Second, start)
+		extra = append(extra, "--rate", "1000")
 	}
 	begin := time.Now()
 	// 5,000 orders x 2.5 lines / 12 SKUs ≈ 1,040 units wanted per SKU; 625 is 60 % of that.
@@ -79,7 +81,7 @@ func TestBasketsAreAllOrNothing(t *testing.T) {
 	noLocks(t, s.Client())
 }
 
-// The same with a worker killed every 2 s: the killed workers' locks expire with their lease.
+// The same with a worker killed every second: the killed workers' locks expire with their lease.
 func TestBasketsWithCrashingWorkers(t *testing.T) {
 	sum, s := basketRun(t, true)
 	assertConsistent(t, sum)
