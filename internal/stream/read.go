@@ -46,11 +46,23 @@ type failure struct {
 // read takes up to count entries from the partitions whose reads work, starting after the one read last,
 // in one pipeline: count split evenly over them, or one each from the next count of them. When every
 // partition was read empty since entries last came it waits for one (idle); it returns nothing then.
+// While the doorbell is subscribed it reads only the partitions the doorbell wants (doorbell.wantedOf),
+// and waits when there are none: an entry's event no longer costs a read of every partition (and a
+// second one to find them empty) in every idle worker.
 func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	parts := s.readable()
 	if len(parts) == 0 {
 		pauseFor(ctx, minFailedPause)
 		return nil
+	}
+	armed := s.bell != nil && s.bell.armed
+	if armed {
+		if parts = s.bell.wantedOf(parts, count); len(parts) == 0 {
+			if s.claims.next == 0 { // (a claim round under way goes on first)
+				s.idle(ctx)
+			}
+			return nil
+		}
 	}
 	readable := len(parts)
 	parts = parts[:min(len(parts), count)]
@@ -71,14 +83,15 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	case ctx.Err() != nil:
 	case failures == len(parts):
 		pauseFor(ctx, readErrorPause)
+	case len(msgs) == count && s.bell != nil:
+		s.bell.disarm(ctx) // busy: no events needed until the partitions run dry
+	case armed: // the next read takes the partitions wanted meanwhile, or waits
 	case len(msgs) == 0 && s.dry >= readable && s.claims.next == 0: // (a claim round under way goes on first)
 		// Idle only once every partition was found empty: a read of fewer partitions than there are
 		// (fewer places free than partitions) goes on with the next ones, which may have a backlog that
 		// no keyspace event announces again.
 		s.dry = 0
 		s.idle(ctx)
-	case len(msgs) == count && s.bell != nil:
-		s.bell.disarm(ctx) // busy: no events needed until the partitions run dry
 	}
 	return msgs
 }
@@ -119,9 +132,9 @@ type partitionRead struct {
 func (s *Subscriber) readReplies(ctx context.Context, reads []partitionRead) (msgs []*message.Message, failures int) {
 	for _, r := range reads {
 		p := r.Partition
-		got, _, err := s.fetchReply(ctx, p, r.cmd)
+		got, reply, err := s.fetchReply(ctx, p, r.cmd)
 		if redis.HasErrorPrefix(err, "NOSCRIPT") { // the script was flushed, or this node never saw it
-			got, _, err = s.fetch(ctx, p, "read", r.count)
+			got, reply, err = s.fetch(ctx, p, "read", r.count)
 		}
 		if redis.HasErrorPrefix(err, "NOGROUP") {
 			if err = s.recreateGroup(ctx, p); errors.Is(err, errNoStream) {
@@ -134,6 +147,9 @@ func (s *Subscriber) readReplies(ctx context.Context, reads []partitionRead) (ms
 		s.noteRead(p, err)
 		if err != nil {
 			failures++
+		}
+		if s.bell != nil && (err != nil || len(got)+reply.poisoned >= r.count) {
+			s.bell.want(p.Index) // it may have more: read it again while subscribed
 		}
 		msgs = append(msgs, got...)
 	}
@@ -241,14 +257,16 @@ func (s *Subscriber) fetchReply(ctx context.Context, p Partition, cmd *redis.Cmd
 	for i, e := range entries {
 		msgs[i] = e.Message()
 	}
+	claim.poisoned = len(poisonedIDs)
 	return msgs, claim, err
 }
 
-// claimReply is what a claim reports besides its entries: where the next claim goes on, and the pending
-// entries found deleted from the stream.
+// claimReply is what a fetch reports besides its entries: how many it poisoned, and for a claim where the
+// next claim goes on and the pending entries found deleted from the stream.
 type claimReply struct {
-	cursor  string
-	deleted []string
+	poisoned int
+	cursor   string
+	deleted  []string
 }
 
 // parseFetch reads fetch.lua's reply {{{id, deliveries, {field, value, ...}}, ...}, {{id, bytes}, ...},

@@ -356,3 +356,36 @@ func TestAClaimRoundCoversEveryPartitionWithFewPlaces(t *testing.T) {
 		msg.Ack()
 	}
 }
+
+// An idle subscriber woken by an entry's keyspace event reads the partition of that event, not all of them:
+// 20 entries added one at a time to partitions of 16 cost about one read each (a read of every partition,
+// and a second to find them empty, cost 32 script calls per entry in every idle worker).
+func TestAnEventWakesAReadOfItsPartitionOnly(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+	createGroups(t, rdb, parts...)
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		c.Events, c.ClaimInterval = EventsAuto, time.Minute // no claim round in the count
+	}))
+	time.Sleep(300 * time.Millisecond) // the first read, the subscription and the read after it
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		p := parts[(i*7)%len(parts)]
+		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", fmt.Sprint(i)}}).Val()
+		msg := receive(t, msgs)
+		if msg.UUID != id {
+			t.Fatalf("received %s, want %s", msg.UUID, id)
+		}
+		if err := rdb.XAck(ctx, p.Orders, "g", msg.UUID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		msg.Ack()
+	}
+	if n := scriptCalls(t, rdb); n > 20*2+16 { // a read of each event's partition, a second one at most, and one read of all (idlePoll)
+		t.Fatalf("%d script calls for 20 entries over 16 partitions, want about one per entry", n)
+	}
+	t.Logf("%d script calls for 20 entries", scriptCalls(t, rdb))
+}

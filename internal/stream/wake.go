@@ -37,10 +37,16 @@ const subscribeTimeout = time.Second
 // event "xadd" on __keyspace@<db>__:<stream> for every XADD (notify-keyspace-events K and t), a message that
 // carries no payload, so the subscriber then fetches the entries with fetch.lua, which keeps oversized ones
 // from it. It is subscribed only while the subscriber is idle (arm), and not while the partitions have
-// entries (disarm), when every XADD would cost Redis a message to each worker for nothing.
+// entries (disarm), when every XADD would cost Redis a message to each worker for nothing. While it is
+// subscribed the subscriber reads only the partitions it wants: those whose event came, those whose last
+// read came back full, and every partition right after subscribing and every idlePoll (an event is lost
+// when a connection breaks, and none is sent when a lost group is created again).
 type doorbell struct {
 	rdb    redis.UniversalClient
-	ring   chan struct{} // an event came, or a subscription broke
+	ring   chan struct{}  // an event came, or a subscription broke
+	wanted []atomic.Bool  // by partition: to be read while subscribed (wantedOf)
+	index  map[string]int // partition by keyspace channel
+	all    atomic.Int64   // when every partition was last wanted (unix ns)
 	subs   []*bellSub
 	logger *slog.Logger
 	armed  bool
@@ -66,7 +72,8 @@ func KeyspaceChannel(db int, key string) string { return fmt.Sprintf("__keyspace
 
 func newDoorbell(ctx context.Context, rdb redis.UniversalClient, parts []Partition, mode Events, logger *slog.Logger) *doorbell {
 	ctx, stop := context.WithCancel(ctx)
-	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: logger, stop: stop, manage: mode == EventsAuto}
+	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: logger, stop: stop, manage: mode == EventsAuto,
+		wanted: make([]atomic.Bool, len(parts)), index: make(map[string]int, len(parts))}
 	db := 0
 	if c, ok := rdb.(*redis.Client); ok {
 		db = c.Options().DB
@@ -78,6 +85,7 @@ func newDoorbell(ctx context.Context, rdb redis.UniversalClient, parts []Partiti
 		}
 		sub := b.subs[len(b.subs)-1]
 		sub.channels = append(sub.channels, KeyspaceChannel(db, p.Orders))
+		b.index[KeyspaceChannel(db, p.Orders)] = p.Index
 	}
 	go func() { <-ctx.Done(); b.closeSubs() }()
 	return b
@@ -91,7 +99,7 @@ func (b *doorbell) arm(ctx context.Context) bool {
 		return false
 	}
 	for _, sub := range b.subs {
-		if err := sub.subscribe(ctx, b.ring, &b.enabled); err != nil {
+		if err := sub.subscribe(ctx, b); err != nil {
 			if ctx.Err() == nil {
 				b.logger.Warn("subscribing to keyspace events failed: polling", "err", err)
 			}
@@ -99,7 +107,35 @@ func (b *doorbell) arm(ctx context.Context) bool {
 		}
 	}
 	b.armed = true
+	b.wantAll() // the entries added before the subscription
 	return true
+}
+
+// want marks partition i to be read.
+func (b *doorbell) want(i int) { b.wanted[i].Store(true) }
+
+// wantAll marks every partition to be read.
+func (b *doorbell) wantAll() {
+	for i := range b.wanted {
+		b.wanted[i].Store(true)
+	}
+	b.all.Store(time.Now().UnixNano())
+}
+
+// wantedOf returns the partitions of parts to be read while subscribed, every one of them idlePoll after
+// the last time, and takes their marks off (a mark set again meanwhile stays: an event that comes during
+// their read is read next).
+func (b *doorbell) wantedOf(parts []Partition, count int) []Partition {
+	if time.Since(time.Unix(0, b.all.Load())) >= idlePoll {
+		b.wantAll()
+	}
+	var wanted []Partition
+	for _, p := range parts {
+		if len(wanted) < count && b.wanted[p.Index].Swap(false) {
+			wanted = append(wanted, p)
+		}
+	}
+	return wanted
 }
 
 // turnOn turns the keyspace events on when the doorbell manages them and they were not turned on since
@@ -175,7 +211,7 @@ func (b *doorbell) closeSubs() {
 }
 
 // subscribe subscribes to the channels and waits until Redis confirmed it.
-func (sub *bellSub) subscribe(ctx context.Context, ring chan<- struct{}, enabled *atomic.Bool) error {
+func (sub *bellSub) subscribe(ctx context.Context, b *doorbell) error {
 	select { // a confirmation left from an earlier subscription, or a reconnection's
 	case <-sub.confirmed:
 	default:
@@ -185,7 +221,7 @@ func (sub *bellSub) subscribe(ctx context.Context, ring chan<- struct{}, enabled
 	}
 	// The receiver starts after the first subscription: on a cluster, the connection it would open
 	// without one would go to any node.
-	sub.receiving.Do(func() { go sub.receive(ctx, ring, enabled) })
+	sub.receiving.Do(func() { go sub.receive(ctx, b) })
 	select {
 	case <-sub.confirmed:
 		return nil
@@ -196,9 +232,10 @@ func (sub *bellSub) subscribe(ctx context.Context, ring chan<- struct{}, enabled
 	}
 }
 
-// receive rings on every event, and after a broken connection (events may have been lost; go-redis
-// reconnects and subscribes again), until the subscription is closed.
-func (sub *bellSub) receive(ctx context.Context, ring chan<- struct{}, enabled *atomic.Bool) {
+// receive marks the partition of every event wanted and rings, and after a broken connection (events may
+// have been lost; go-redis reconnects and subscribes again) marks every partition, until the subscription
+// is closed.
+func (sub *bellSub) receive(ctx context.Context, b *doorbell) {
 	for ctx.Err() == nil {
 		m, err := sub.ps.Receive(ctx)
 		if s, ok := m.(*redis.Subscription); ok && s.Kind == "subscribe" && s.Count == len(sub.channels) {
@@ -208,16 +245,30 @@ func (sub *bellSub) receive(ctx context.Context, ring chan<- struct{}, enabled *
 			}
 			continue
 		}
-		if _, ok := m.(*redis.Message); !ok && err == nil {
+		msg, ok := m.(*redis.Message)
+		if !ok && err == nil {
 			continue // an unsubscribe's confirmation, a pong
 		}
+		if i, known := b.index[channelOf(msg)]; known {
+			b.want(i)
+		} else {
+			b.wantAll()
+		}
 		select {
-		case ring <- struct{}{}:
+		case b.ring <- struct{}{}:
 		default:
 		}
 		if err != nil {
-			enabled.Store(false) // Redis may have restarted without them
+			b.enabled.Store(false) // Redis may have restarted without them
 			pauseFor(ctx, minFailedPause)
 		}
 	}
+}
+
+// channelOf is the channel of msg; "" for none.
+func channelOf(msg *redis.Message) string {
+	if msg == nil {
+		return ""
+	}
+	return msg.Channel
 }
