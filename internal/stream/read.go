@@ -50,19 +50,10 @@ type failure struct {
 // and waits when there are none: an entry's event no longer costs a read of every partition (and a
 // second one to find them empty) in every idle worker.
 func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
-	parts := s.readable()
-	if len(parts) == 0 {
-		pauseFor(ctx, minFailedPause)
-		return nil
-	}
 	armed := s.bell != nil && s.bell.armed
-	if armed {
-		if parts = s.bell.wantedOf(parts, count); len(parts) == 0 {
-			if s.claims.next == 0 { // (a claim round under way goes on first)
-				s.idle(ctx)
-			}
-			return nil
-		}
+	parts := s.toRead(ctx, count, armed)
+	if len(parts) == 0 {
+		return nil
 	}
 	readable := len(parts)
 	parts = parts[:min(len(parts), count)]
@@ -94,6 +85,23 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 		s.idle(ctx)
 	}
 	return msgs
+}
+
+// toRead lists the partitions a read takes: those whose reads work, from s.next on, and while the
+// doorbell is subscribed (armed) only those it wants. With none it waits: for a failing partition's pause,
+// or for an entry (idle) unless a claim round is under way, which goes on first.
+func (s *Subscriber) toRead(ctx context.Context, count int, armed bool) []Partition {
+	parts := s.readable()
+	if len(parts) == 0 {
+		pauseFor(ctx, minFailedPause)
+		return nil
+	}
+	if armed {
+		if parts = s.bell.wantedOf(parts, count); len(parts) == 0 && s.claims.next == 0 {
+			s.idle(ctx)
+		}
+	}
+	return parts
 }
 
 // readable lists the partitions whose reads are not skipped after a failure, from s.next on.
