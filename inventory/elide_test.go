@@ -83,11 +83,7 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
 	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
-	for _, sku := range []string{"A", "B"} {
-		if err := store.SetStock(ctx, sku, 10); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	rdb.Set(ctx, rlock.TokenKey("B"), 4, 0) // B's lock was held before, with token 4
 	elide := inventory.Fences{"A": inventory.ElideLock, "B": inventory.ElideLock}
 
@@ -147,11 +143,7 @@ func TestAnElidedBasketBegunLineByLineTakesItsLocks(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
 	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
-	for _, sku := range []string{"A", "B"} {
-		if err := store.SetStock(ctx, sku, 10); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	// The first line's record as the saga writes it (its stock left as it was: only the records count here).
 	rdb.Set(ctx, "order:{A}:o-2", `{"status":"reserved","reason":"","quantity":1,"available_after":9,"fence":0,"lines":[{"sku":"A","quantity":1},{"sku":"B","quantity":1}]}`, time.Hour)
 	beforeB, keys := stock(t, rdb, "B"), dbsize(t, rdb)

@@ -19,7 +19,10 @@ import (
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
-var threeParts = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3}.Partitions()
+var (
+	threeParts   = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3}.Partitions()
+	sixteenParts = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+)
 
 // newTestSubscriber is consumer c1 of group g on parts, claiming entries idle for 30 s, changed by change.
 func newTestSubscriber(t *testing.T, rdb redis.UniversalClient, parts []Partition, change ...func(*SubscriberConfig)) *Subscriber {
@@ -305,7 +308,7 @@ func TestSubscriberConfigValidate(t *testing.T) {
 func TestASubscriberWithFewPlacesReadsEveryPartitionBeforeIdling(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+	parts := sixteenParts
 	createGroups(t, rdb, parts...)
 	last := parts[len(parts)-1]
 	for i := range 20 {
@@ -335,7 +338,7 @@ func TestASubscriberWithFewPlacesReadsEveryPartitionBeforeIdling(t *testing.T) {
 func TestAClaimRoundCoversEveryPartitionWithFewPlaces(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+	parts := sixteenParts
 	createGroups(t, rdb, parts...)
 	last := parts[len(parts)-1]
 	for i := range 4 {
@@ -363,7 +366,7 @@ func TestAClaimRoundCoversEveryPartitionWithFewPlaces(t *testing.T) {
 func TestAnEventWakesAReadOfItsPartitionOnly(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+	parts := sixteenParts
 	createGroups(t, rdb, parts...)
 	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
 		c.Events, c.ClaimInterval = EventsAuto, time.Minute // no claim round in the count
