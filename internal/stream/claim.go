@@ -57,7 +57,8 @@ func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 	claims := splitCount(parts, count)
 	for i := range claims {
 		p := claims[i].Partition
-		claims[i].cmd = s.queueFetch(ctx, pipe, p, "claim", claims[i].count, s.cfg.ClaimIdle.Milliseconds(), c.cursors[p.Index])
+		claims[i].cmd = s.queueFetch(ctx, pipe, p,
+			s.fetchArgs("claim", claims[i].count, []any{s.cfg.ClaimIdle.Milliseconds(), c.cursors[p.Index]}))
 	}
 	_, _ = pipe.Exec(ctx) // each partition's error is its own
 	var msgs []*message.Message

@@ -60,7 +60,7 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	pipe := s.rdb.Pipeline()
 	reads := splitCount(parts, count)
 	for i := range reads {
-		reads[i].cmd = s.queueFetch(ctx, pipe, reads[i].Partition, "read", reads[i].count)
+		reads[i].cmd = s.queueFetch(ctx, pipe, reads[i].Partition, s.fetchArgs("read", reads[i].count, nil))
 	}
 	_, _ = pipe.Exec(ctx) // each partition's error is its own
 	s.next = (parts[len(parts)-1].Index + 1) % len(s.cfg.Partitions)
@@ -233,9 +233,9 @@ func (s *Subscriber) recreateGroup(ctx context.Context, p Partition) error {
 	return nil
 }
 
-// queueFetch queues a fetch.lua call (read or claim, up to count entries) of partition p on pipe.
-func (s *Subscriber) queueFetch(ctx context.Context, pipe redis.Pipeliner, p Partition, mode string, count int, args ...any) *redis.Cmd {
-	return pipe.EvalSha(ctx, fetchScript.Hash(), []string{p.Orders, p.Poison}, s.fetchArgs(mode, count, args)...)
+// queueFetch queues a fetch.lua call of partition p with args (fetchArgs: a read or a claim) on pipe.
+func (s *Subscriber) queueFetch(ctx context.Context, pipe redis.Pipeliner, p Partition, args []any) *redis.Cmd {
+	return pipe.EvalSha(ctx, fetchScript.Hash(), []string{p.Orders, p.Poison}, args...)
 }
 
 func (s *Subscriber) fetchArgs(mode string, count int, args []any) []any {
