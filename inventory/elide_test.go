@@ -3,6 +3,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,15 +12,30 @@ import (
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
-// With ElideLock a batch takes the SKU's lock inside its script: a free lock gives it the counter's next
-// token (past the stored fence if the counter fell behind), which it decides and records under; a held
-// lock fails it with ErrLocked before any write; a token from before the elided batch is then stale.
+// With ElideLock a batch takes the SKU's lock inside its script: a free lock lets it decide under a token
+// above every token the counter issued, the fence raised to it (a fence above the counter already is, and
+// stays), the counter never written; a held lock fails it with ErrLocked before any write; a token from
+// before the elided batch is then stale, the next acquisition's is not.
 func TestReserveBatchElidesAFreeLock(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
+	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
 	if err := store.SetStock(ctx, "P", 10); err != nil {
 		t.Fatal(err)
+	}
+	counter := func(want string) {
+		t.Helper()
+		if got := rdb.Get(ctx, rlock.TokenKey("P")).Val(); got != want {
+			t.Fatalf("fencing counter %q, want %q: an elided batch never writes it", got, want)
+		}
+	}
+	elided := func(id string, wantToken int64) {
+		t.Helper()
+		outs, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: id, Quantity: 1}), inventory.ElideLock)
+		if err != nil || outs[0].Fence != wantToken {
+			t.Fatalf("elided batch %s: %+v, %v; want decided under token %d", id, outs, err, wantToken)
+		}
+		want(t, map[string]string{"fence": stock(t, rdb, "P")["fence"]}, map[string]string{"fence": strconv.FormatInt(wantToken, 10)})
 	}
 	rdb.Set(ctx, rlock.TokenKey("P"), 6, 0) // the lock's last holder had token 6
 	orders := batchOf("P", inventory.Order{ID: "o-1", Quantity: 2}, inventory.Order{ID: "o-2", Quantity: 3})
@@ -29,42 +45,41 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 		t.Fatalf("elided batch: %+v, %v; want both reserved under token 7, 5 left", outs, err)
 	}
 	want(t, stock(t, rdb, "P"), map[string]string{"available": "5", "reserved": "5", "fence": "7"})
-	if ttl := rdb.PTTL(ctx, rlock.TokenKey("P")).Val(); ttl < 59*time.Minute {
-		t.Fatalf("fencing counter TTL %v, want the hour an acquisition gives it", ttl)
-	}
+	counter("6")
 	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-3", Quantity: 1}), 6); !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("the holder of token 6 writing after the elided batch: %v, want ErrStaleFence", err)
 	}
+	elided("o-4", 7) // the fence is above the counter already: kept
+
+	// The next acquisition draws 7, which the fence takes; after it, an elided batch goes above 7 again.
+	rdb.Incr(ctx, rlock.TokenKey("P"))
+	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-5", Quantity: 1}), 7); err != nil {
+		t.Fatalf("the next acquisition's token 7 after elided batches under 7: %v, want accepted", err)
+	}
+	elided("o-6", 8)
+	counter("7")
 
 	// A holder (Redisson's layout: a hash of owner -> count) has the lock: nothing is written.
 	rdb.HSet(ctx, rlock.LockKey("P"), "someone:1", 1)
 	before, keys := stock(t, rdb, "P"), dbsize(t, rdb)
-	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-4", Quantity: 1}), inventory.ElideLock); !errors.Is(err, inventory.ErrLocked) {
+	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-7", Quantity: 1}), inventory.ElideLock); !errors.Is(err, inventory.ErrLocked) {
 		t.Fatalf("lock held: %v, want ErrLocked", err)
 	}
 	checkUntouched(t, rdb, "P", before, keys)
-	if got := rdb.Get(ctx, rlock.TokenKey("P")).Val(); got != "7" {
-		t.Fatalf("fencing counter %s after a refused elision, want 7 (untouched)", got)
-	}
+	counter("7")
 	rdb.Del(ctx, rlock.LockKey("P"))
 
-	// The counter fell behind the stored fence (it expired): the token goes past the fence.
+	// The counter expired: the fence is above it and stays; the counter stays absent (the next
+	// acquisition's token 1 is refused, and raised with rlock's RaiseToken, as after any expiry).
 	rdb.Del(ctx, rlock.TokenKey("P"))
-	outs, err = store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-5", Quantity: 1}), inventory.ElideLock)
-	if err != nil || outs[0].Fence != 8 {
-		t.Fatalf("counter behind the fence 7: %+v, %v; want token 8", outs, err)
-	}
-	if got := rdb.Get(ctx, rlock.TokenKey("P")).Val(); got != "8" {
-		t.Fatalf("fencing counter %s, want 8: the next acquisition must get a token past 8", got)
-	}
+	elided("o-8", 8)
+	counter("")
 
 	// A replayed batch draws no token.
 	if outs, err := store.ReserveBatch(ctx, orders, inventory.ElideLock); err != nil || !outs[0].Replayed || outs[0].Fence != 7 {
 		t.Fatalf("replay: %+v, %v; want the first outcome (token 7) replayed", outs, err)
 	}
-	if got := rdb.Get(ctx, rlock.TokenKey("P")).Val(); got != "8" {
-		t.Fatalf("fencing counter %s after a replay, want 8", got)
-	}
+	counter("")
 }
 
 // ElideLock needs the store to know the lock: without WithLockElision it is an invalid fence.
@@ -77,12 +92,12 @@ func TestElideLockNeedsWithLockElision(t *testing.T) {
 }
 
 // A basket elides too, on one Redis: with ElideLock on every line its script takes all the lines' locks
-// when none is held, each line under its counter's next token; one held lock fails it with ErrLocked before
+// when none is held, each line under a token above its counter's (reserve_batch.lua's elided); one held lock fails it with ErrLocked before
 // any write; a saga begun, or ElideLock on some lines only, is not elided.
 func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
+	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
 	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	rdb.Set(ctx, rlock.TokenKey("B"), 4, 0) // B's lock was held before, with token 4
 	elide := inventory.Fences{"A": inventory.ElideLock, "B": inventory.ElideLock}
@@ -93,8 +108,8 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	}
 	want(t, stock(t, rdb, "A"), map[string]string{"available": "8", "reserved": "2", "fence": "1"})
 	want(t, stock(t, rdb, "B"), map[string]string{"available": "7", "reserved": "3", "fence": "5"})
-	if ttl := rdb.PTTL(ctx, rlock.TokenKey("A")).Val(); ttl < 59*time.Minute {
-		t.Fatalf("fencing counter TTL %v, want the hour an acquisition gives it", ttl)
+	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "" || b != "4" {
+		t.Fatalf("fencing counters A %q B %q after an elided basket, want none and 4 (never written)", a, b)
 	}
 	if _, err := store.ReserveLines(ctx, "o-2", lines("B", 1), inventory.Fences{"B": 4}); !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("the holder of B's token 4 writing after the elided basket: %v, want ErrStaleFence", err)
@@ -108,8 +123,8 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	}
 	checkUntouched(t, rdb, "A", beforeA, keys)
 	checkUntouched(t, rdb, "B", beforeB, keys)
-	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "1" || b != "5" {
-		t.Fatalf("fencing counters A %s B %s after a refused elision, want 1 and 5 (untouched)", a, b)
+	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "" || b != "4" {
+		t.Fatalf("fencing counters A %q B %q after a refused elision, want none and 4 (untouched)", a, b)
 	}
 	rdb.Del(ctx, rlock.LockKey("B"))
 
@@ -118,14 +133,14 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	if err != nil || !out.Lines[0].Replayed || out.Lines[1].Fence != 5 {
 		t.Fatalf("replay: %+v, %v; want the first outcome replayed", out, err)
 	}
-	if got := rdb.Get(ctx, rlock.TokenKey("B")).Val(); got != "5" {
-		t.Fatalf("fencing counter %s after a replay, want 5", got)
+	if got := rdb.Get(ctx, rlock.TokenKey("B")).Val(); got != "4" {
+		t.Fatalf("fencing counter %s after a replay, want 4", got)
 	}
 
-	// A rejected basket is decided under its tokens too.
+	// A rejected basket is decided under its tokens too: the fences, above the counters already.
 	out, err = store.ReserveLines(ctx, "o-4", lines("A", 1, "B", 50), elide)
-	if err != nil || out.Status != inventory.StatusRejected || out.Lines[0].Fence != 2 || out.Lines[1].Fence != 6 {
-		t.Fatalf("short basket: %+v, %v; want rejected under tokens 2 and 6", out, err)
+	if err != nil || out.Status != inventory.StatusRejected || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
+		t.Fatalf("short basket: %+v, %v; want rejected under tokens 1 and 5", out, err)
 	}
 
 	// ElideLock on some lines only is invalid; a lifecycle call never elides.
@@ -142,7 +157,7 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 func TestAnElidedBasketBegunLineByLineTakesItsLocks(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
+	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
 	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	// The first line's record as the saga writes it (its stock left as it was: only the records count here).
 	rdb.Set(ctx, "order:{A}:o-2", `{"status":"reserved","reason":"","quantity":1,"available_after":9,"fence":0,"lines":[{"sku":"A","quantity":1},{"sku":"B","quantity":1}]}`, time.Hour)

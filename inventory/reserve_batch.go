@@ -144,10 +144,10 @@ func (s *Store) batchKeys(orders []Order, fence int64) []string {
 }
 
 // batchArgs are the arguments of reserve_batch.lua: the fence, the outcome TTL, whether a replay writes,
-// the fencing counter's TTL, then each quantity.
+// then each quantity.
 func (s *Store) batchArgs(orders []Order, fence int64) []any {
-	args := make([]any, 0, len(orders)+4)
-	args = append(args, fence, s.ttlMillis, s.replayWrites(), s.counterTTL)
+	args := make([]any, 0, len(orders)+3)
+	args = append(args, fence, s.ttlMillis, s.replayWrites())
 	for _, o := range orders {
 		args = append(args, o.Quantity)
 	}

@@ -8,15 +8,13 @@
 -- KEYS[3]           with ARGV[1] = -1 only: the lock (lock:{SKU}, Redisson's layout), #KEYS is n + 3
 -- KEYS[#KEYS-n+i]   order:{SKU}:<order_id> of order i (i = 1..n): the outcome recorded for it (JSON)
 -- ARGV[1]           fencing token, 0 = unfenced; -1: the call takes the lock itself (lock elision): if
---                   KEYS[3] is held it fails with LOCKED and writes nothing, else it draws a new token from
---                   the counter (raised past the stored fence if it fell behind) and decides under it, the
---                   lock held for the duration of the call as if acquired and released around it
+--                   KEYS[3] is held it fails with LOCKED and writes nothing, else it decides under a token
+--                   above every token the counter issued (elided, below), the lock held for the duration of
+--                   the call as if acquired and released around it
 -- ARGV[2]           outcome TTL in milliseconds
 -- ARGV[3]           1: a batch that writes nothing (all its orders replayed) rewrites its first record as
 --                   it is, as a replay does in reserve.lua (WithReplicaAcks)
--- ARGV[4]           with ARGV[1] = -1: the fencing counter's TTL in milliseconds (0: none), as the lock's
---                   acquisitions set it
--- ARGV[4+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 4
+-- ARGV[3+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 3
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per order, in order.
 -- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>, LOCKED, IDCONFLICT <i>
 -- (order i's id has a basket's record). The checks run once,
@@ -29,7 +27,7 @@ local function int(v)
   return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
 end
 
-local token, n = tonumber(ARGV[1]), #ARGV - 4
+local token, n = tonumber(ARGV[1]), #ARGV - 3
 local first = #KEYS - n -- KEYS[first + i] is the record of order i
 local elide = token < 0
 if elide and redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('LOCKED') end
@@ -51,6 +49,17 @@ local function check(stock)
   if stock[2] and not int(stock[2]) then return 'CORRUPT reserved' end
 end
 
+-- elided is the token of a batch that takes the lock itself: above every token the counter issued, so
+-- that a holder whose lease ran out is refused (STALEFENCE) once the batch raised the fence to it. A fence
+-- above the counter already is (an elided batch raised it after the last acquisition), and is kept: no
+-- write. Else the counter's + 1, the fence raised to it. The counter is not written: the next acquisition
+-- draws the counter's + 1, at most the fence, which a fence takes (it refuses only lower tokens).
+local function elided(fence, counter)
+  local issued = tonumber(redis.call('GET', counter) or '0')
+  if fence > issued then return fence end
+  return issued + 1
+end
+
 local records, undecided = {}, false
 for i = 1, n do
   records[i] = redis.call('GET', KEYS[first + i])
@@ -65,16 +74,7 @@ if undecided then
   stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
   local err = check(stock)
   if err then return redis.error_reply(err) end
-  if elide then
-    -- Checked, so the writes may start: take a token as an acquisition would.
-    token = redis.call('INCR', KEYS[2])
-    local fence = tonumber(stock[3]) or 0
-    if token <= fence then
-      token = fence + 1
-      redis.call('SET', KEYS[2], string.format('%d', token))
-    end
-    if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
-  end
+  if elide then token = elided(tonumber(stock[3]) or 0, KEYS[2]) end
 end
 
 -- Decide in memory first; the writes follow, the stock first, so that HINCRBY refusing a value (as in
@@ -97,7 +97,7 @@ for i = 1, n do
     local d = decided[key]
     replies[i] = {1, d[2], d[3], d[4], d[5], d[6]}
   else
-    replies[i] = decide(tonumber(ARGV[4 + i]))
+    replies[i] = decide(tonumber(ARGV[3 + i]))
     decided[key], fresh[#fresh + 1] = replies[i], i
   end
 end

@@ -242,7 +242,7 @@ func (w *Worker) storeOptions() []inventory.Option {
 	if w.fenceCounterAtStore() {
 		// The counter, and for lock elision (setHandler) the lock and the counter's TTL as the locker's
 		// acquisitions give it (newLocker).
-		opts = append(opts, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, w.cfg.OutcomeTTL))
+		opts = append(opts, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
 	}
 	return opts
 }

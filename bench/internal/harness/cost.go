@@ -12,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/testing/childproc"
 )
 
@@ -140,10 +143,8 @@ func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (
 	for _, p := range procs {
 		_ = p.Pause()
 	}
-	cfg := b.producerConfig(b.single(1), wl)
-	cfg.Wait = false
-	if _, err := producer.Run(ctx, cfg, nil); err != nil {
-		return nil, fmt.Errorf("producer: %w", err)
+	if err := b.publishStaged(ctx, wl); err != nil {
+		return nil, err
 	}
 	if err := b.main.ConfigResetStat(ctx).Err(); err != nil {
 		return nil, err
@@ -171,6 +172,35 @@ func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (
 		"round_trips": stats.reads / n, "commands": stats.commands / n, "scripts": stats.scripts / n,
 		"allocs": (procs.allocations() - allocs0) / n, "orders_per_s": n / elapsed.Seconds(),
 	}, nil
+}
+
+// publishStaged publishes wl's orders to a stream of their own, then renames it to "orders" in one step,
+// with the consumer groups the consumers made at their start, reading from its beginning. Published to
+// "orders" itself, each order's keyspace event would queue for a stopped worker subscribed to them (an idle
+// worker is), to be received during the drain: 20,000 messages that no running worker receives, since it
+// unsubscribes once it has entries to read. The rename publishes no keyspace event the worker subscribes to
+// (it asks for stream events only): the harness publishes the one an XADD would.
+func (b *bench) publishStaged(ctx context.Context, wl e2eWorkload) error {
+	const staging = "orders-staging"
+	groups, err := b.main.XInfoGroups(ctx, "orders").Result()
+	if err != nil && !redis.HasErrorPrefix(err, "ERR no such key") {
+		return err
+	}
+	for _, g := range groups {
+		if err := b.main.XGroupCreateMkStream(ctx, staging, g.Name, "0").Err(); err != nil {
+			return err
+		}
+	}
+	cfg := b.producerConfig(b.single(1), wl)
+	cfg.Wait = false
+	cfg.OrdersStream = staging
+	if _, err := producer.Run(ctx, cfg, nil); err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
+	if err := b.main.Rename(ctx, staging, "orders").Err(); err != nil {
+		return err
+	}
+	return b.main.Publish(ctx, stream.KeyspaceChannel(0, "orders"), "xadd").Err()
 }
 
 // waitDrained waits until the group of the orders has read every one of the orders and has none pending.
