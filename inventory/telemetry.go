@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -72,7 +73,8 @@ func traceReserve(ctx context.Context, o Order, fence int64, reserve func(contex
 	if err != nil {
 		return out, failed(span, err)
 	}
-	span.SetAttributes(countOrder(ctx, out)...)
+	counted := countOrder(ctx, out)
+	span.SetAttributes(counted.ToSlice()...)
 	return out, nil
 }
 
@@ -94,12 +96,27 @@ func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve 
 }
 
 // countOrder counts a decided order and returns the attributes it was counted under.
-func countOrder(ctx context.Context, out Outcome) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{AttrOutcome.String(string(out.Status)), AttrReason.String(string(out.Reason)),
-		AttrReplayed.Bool(out.Replayed)}
-	orders.Add(ctx, 1, metric.WithAttributes(attrs...))
-	return attrs
+func countOrder(ctx context.Context, out Outcome) attribute.Set {
+	k := outcomeKind{out.Status, out.Reason, out.Replayed}
+	set, ok := outcomeSets.Load(k)
+	if !ok { // a few kinds of outcome in all: each set is built once (sorted, hashed), not once per order
+		set, _ = outcomeSets.LoadOrStore(k, attribute.NewSet(AttrOutcome.String(string(out.Status)),
+			AttrReason.String(string(out.Reason)), AttrReplayed.Bool(out.Replayed)))
+	}
+	s := set.(attribute.Set)
+	orders.Add(ctx, 1, metric.WithAttributeSet(s))
+	return s
 }
+
+// outcomeKind is what an order is counted by.
+type outcomeKind struct {
+	status   Status
+	reason   Reason
+	replayed bool
+}
+
+// outcomeSets holds the attribute set of each outcomeKind seen.
+var outcomeSets sync.Map
 
 // failed marks the span of a failed reserve and returns err.
 func failed(span trace.Span, err error) error {

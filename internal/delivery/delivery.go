@@ -49,10 +49,15 @@ type Config struct {
 
 // New returns the consumer of cfg.
 func New(cfg Config) *Consumer {
-	return &Consumer{rdb: cfg.Redis, server: stream.ServerAttributes(cfg.Redis), parts: cfg.Partitions,
+	c := &Consumer{rdb: cfg.Redis, parts: cfg.Partitions,
 		group: cfg.Group, name: cfg.Name, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
 		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, drainCtx: cfg.Drain, raiseToken: cfg.RaiseToken,
 		handling: make(map[*message.Message]time.Time), live: make(map[*message.Message]*liveEntry)}
+	server := stream.ServerAttributes(cfg.Redis)
+	for _, p := range cfg.Partitions {
+		c.spans = append(c.spans, stream.Consumer{Stream: p.Orders, Group: cfg.Group, Name: cfg.Name, Server: server}.Spans())
+	}
+	return c
 }
 
 // Name is the consumer's name in its group.
@@ -61,8 +66,8 @@ func (c *Consumer) Name() string { return c.name }
 // Consumer is one consumer of the group: the one a message was delivered to, and its chain.
 type Consumer struct {
 	rdb          redis.UniversalClient
-	server       []attribute.KeyValue // rdb's address, for the spans (stream.ServerAttributes)
-	parts        []stream.Partition   // the streams it reads
+	parts        []stream.Partition    // the streams it reads
+	spans        []stream.ProcessSpans // the consumer spans of each partition's messages
 	group        string
 	name         string
 	poisonMaxLen int
@@ -124,8 +129,7 @@ func (c *Consumer) Chain(h message.HandlerFunc, inner ...message.HandlerMiddlewa
 func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
-		ctx, span := stream.Consumer{Stream: c.partition(msg).Orders, Group: c.group, Name: c.name,
-			Server: c.server}.StartProcess(orig, msg)
+		ctx, span := c.spans[stream.EntryPartition(msg)].Start(orig, msg)
 		inFlight.Add(ctx, 1)
 		handled := c.handle(msg)
 		defer func() {

@@ -102,16 +102,32 @@ type Consumer struct {
 // sent the message (its traceparent) is its parent, so one trace runs from publish to outcome, and its
 // link, as the conventions ask of a process span.
 func (c Consumer) StartProcess(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
-	ctx = Extract(ctx, msg)
+	return c.Spans().Start(ctx, msg)
+}
+
+// Spans is what the consumer spans of c need that does not change by message, built once.
+func (c Consumer) Spans() ProcessSpans {
 	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationProcess),
 		semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName(c.Stream),
-		semconv.MessagingConsumerGroupName(c.Group), semconv.MessagingClientID(c.Name),
-		semconv.MessagingMessageID(msg.UUID)}, c.Server...)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...)}
+		semconv.MessagingConsumerGroupName(c.Group), semconv.MessagingClientID(c.Name)}, c.Server...)
+	return ProcessSpans{name: SpanName(OperationProcess, c.Stream),
+		start: trace.WithAttributes(attrs...), kind: trace.WithSpanKind(trace.SpanKindConsumer)}
+}
+
+// ProcessSpans starts the consumer spans of one consumer (Consumer.Spans).
+type ProcessSpans struct {
+	name        string
+	start, kind trace.SpanStartOption
+}
+
+// Start starts the consumer span of processing msg under ctx, as Consumer.StartProcess does.
+func (p ProcessSpans) Start(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
+	ctx = Extract(ctx, msg)
+	opts := []trace.SpanStartOption{p.kind, p.start, trace.WithAttributes(semconv.MessagingMessageID(msg.UUID))}
 	if sent := trace.SpanContextFromContext(ctx); sent.IsRemote() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sent}))
 	}
-	return Tracer().Start(ctx, SpanName(OperationProcess, c.Stream), opts...)
+	return Tracer().Start(ctx, p.name, opts...)
 }
 
 // Publisher traces every publish with a producer span, "send <topic>", and passes the trace context on in
