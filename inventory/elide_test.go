@@ -13,9 +13,10 @@ import (
 )
 
 // With ElideLock a batch takes the SKU's lock inside its script: a free lock lets it decide under a token
-// above every token the counter issued, the fence raised to it (a fence above the counter already is, and
-// stays), the counter never written; a held lock fails it with ErrLocked before any write; a token from
-// before the elided batch is then stale, the next acquisition's is not.
+// above every token that wrote and every token the counter issued, the fence raised to it (a fence an
+// elided batch raised, with no acquisition since, is kept), the counter never written; a held lock fails
+// it with ErrLocked before any write; a token from before the elided batch is then stale, the next
+// acquisition's is not; with the counter lost, each batch goes past the fence.
 func TestReserveBatchElidesAFreeLock(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
@@ -44,7 +45,7 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 	if err != nil || outs[0].Fence != 7 || outs[1].Fence != 7 || outs[1].AvailableAfter != 5 {
 		t.Fatalf("elided batch: %+v, %v; want both reserved under token 7, 5 left", outs, err)
 	}
-	want(t, stock(t, rdb, "P"), map[string]string{"available": "5", "reserved": "5", "fence": "7"})
+	want(t, stock(t, rdb, "P"), map[string]string{"available": "5", "reserved": "5", "fence": "7", "elided": "7:6"})
 	counter("6")
 	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-3", Quantity: 1}), 6); !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("the holder of token 6 writing after the elided batch: %v, want ErrStaleFence", err)
@@ -69,10 +70,15 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 	counter("7")
 	rdb.Del(ctx, rlock.LockKey("P"))
 
-	// The counter expired: the fence is above it and stays; the counter stays absent (the next
-	// acquisition's token 1 is refused, and raised with rlock's RaiseToken, as after any expiry).
+	// The counter is lost (expired, deleted): the batch goes past the fence, so that the last writer (token
+	// 8) is refused; the counter stays absent (the next acquisition's token 1 is refused, and raised with
+	// rlock's RaiseToken, as after any expiry), and each batch goes past the fence again.
 	rdb.Del(ctx, rlock.TokenKey("P"))
-	elided("o-8", 8)
+	elided("o-8", 9)
+	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-9", Quantity: 1}), 8); !errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("the holder of token 8 writing after the counter was lost and a batch elided: %v, want ErrStaleFence", err)
+	}
+	elided("o-10", 10)
 	counter("")
 
 	// A replayed batch draws no token.
@@ -107,7 +113,7 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 		t.Fatalf("elided basket: %+v, %v; want reserved, A under token 1, B under 5", out, err)
 	}
 	want(t, stock(t, rdb, "A"), map[string]string{"available": "8", "reserved": "2", "fence": "1"})
-	want(t, stock(t, rdb, "B"), map[string]string{"available": "7", "reserved": "3", "fence": "5"})
+	want(t, stock(t, rdb, "B"), map[string]string{"available": "7", "reserved": "3", "fence": "5", "elided": "5:4"})
 	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "" || b != "4" {
 		t.Fatalf("fencing counters A %q B %q after an elided basket, want none and 4 (never written)", a, b)
 	}
@@ -137,10 +143,11 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 		t.Fatalf("fencing counter %s after a replay, want 4", got)
 	}
 
-	// A rejected basket is decided under its tokens too: the fences, above the counters already.
+	// A rejected basket is decided under its tokens too: B's fence, raised by the elided basket with no
+	// acquisition since, is kept; A, with no counter, goes past its fence again.
 	out, err = store.ReserveLines(ctx, "o-4", lines("A", 1, "B", 50), elide)
-	if err != nil || out.Status != inventory.StatusRejected || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
-		t.Fatalf("short basket: %+v, %v; want rejected under tokens 1 and 5", out, err)
+	if err != nil || out.Status != inventory.StatusRejected || out.Lines[0].Fence != 2 || out.Lines[1].Fence != 5 {
+		t.Fatalf("short basket: %+v, %v; want rejected under tokens 2 and 5", out, err)
 	}
 
 	// ElideLock on some lines only is invalid; a lifecycle call never elides.

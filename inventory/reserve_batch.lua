@@ -2,7 +2,7 @@
 -- reserve.lua gives called for each order in turn with the same token, in one call that writes the stock
 -- hash once. Scripts cannot share code: keep the decisions in step with reserve.lua (the batch tests
 -- compare the two).
--- KEYS[1]           stock:{SKU}  hash: available, reserved, fence
+-- KEYS[1]           stock:{SKU}  hash: available, reserved, fence, elided (the mark of elided, below)
 -- KEYS[2]           optional: the lock's fencing counter (same slot), as in reserve.lua; present when
 --                   #KEYS is n + 2 or more
 -- KEYS[3]           with ARGV[1] = -1 only: the lock (lock:{SKU}, Redisson's layout), #KEYS is n + 3
@@ -49,18 +49,23 @@ local function check(stock)
   if stock[2] and not int(stock[2]) then return 'CORRUPT reserved' end
 end
 
--- elided is the token of a batch that takes the lock itself: above every token the counter issued, so
--- that a holder whose lease ran out is refused (STALEFENCE) once the batch raised the fence to it. A fence
--- above the counter already is (an elided batch raised it after the last acquisition), and is kept: no
--- write. Else the counter's + 1, the fence raised to it. The counter is not written: the next acquisition
--- draws the counter's + 1, at most the fence, which a fence takes (it refuses only lower tokens).
-local function elided(fence, counter)
-  local issued = tonumber(redis.call('GET', counter) or '0')
-  if fence > issued then return fence end
-  return issued + 1
+-- elided is the token of a batch that takes the lock itself, and the mark its fence write leaves (nil: no
+-- write): above every token that wrote and every token the counter issued, so that a holder whose lease
+-- ran out is refused (STALEFENCE) once the batch ran: max(fence, counter) + 1, the fence raised to it and
+-- marked "<fence>:<counter>" (stock field elided). A fence so marked, with the counter still at its mark,
+-- was raised by an elided batch and nothing since (no acquisition, no other write, the counter not lost):
+-- it is kept, and nothing is written. The counter itself is never written: the next acquisition draws
+-- the counter's + 1, at most the fence, which a fence takes (it refuses only lower tokens). A lost
+-- counter (expired, deleted) marks nothing: each batch goes past the fence until an acquisition, refused,
+-- raises the counter (RaiseToken).
+local function elided(stock, counter)
+  local fence, issued = tonumber(stock[3]) or 0, redis.call('GET', counter)
+  if issued and stock[4] == string.format('%d:%s', fence, issued) then return fence, nil end
+  local token = math.max(fence, tonumber(issued or '0')) + 1
+  return token, issued and string.format('%d:%s', token, issued)
 end
 
-local records, undecided = {}, false
+local records, undecided, mark = {}, false, nil
 for i = 1, n do
   records[i] = redis.call('GET', KEYS[first + i])
   undecided = undecided or not records[i]
@@ -71,10 +76,10 @@ for i = 1, n do
 end
 local stock = {}
 if undecided then
-  stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
+  stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence', 'elided')
   local err = check(stock)
   if err then return redis.error_reply(err) end
-  if elide then token = elided(tonumber(stock[3]) or 0, KEYS[2]) end
+  if elide then token, mark = elided(stock, KEYS[2]) end
 end
 
 -- Decide in memory first; the writes follow, the stock first, so that HINCRBY refusing a value (as in
@@ -106,9 +111,14 @@ if taken > 0 then
   redis.call('HINCRBY', KEYS[1], 'available', -taken)
   redis.call('HINCRBY', KEYS[1], 'reserved', taken)
 end
--- Raise only, once, and as in reserve.lua never on an unknown SKU.
+-- Raise only, once, and as in reserve.lua never on an unknown SKU; an elided batch leaves its mark, any
+-- other write none (an old mark no longer matches the fence).
 if stock[1] and token > (tonumber(stock[3]) or 0) then
-  redis.call('HSET', KEYS[1], 'fence', string.format('%d', token))
+  if mark then
+    redis.call('HSET', KEYS[1], 'fence', string.format('%d', token), 'elided', mark)
+  else
+    redis.call('HSET', KEYS[1], 'fence', string.format('%d', token))
+  end
 end
 if #fresh == 0 and ARGV[3] == '1' then
   redis.call('SET', KEYS[first + 1], records[1], 'KEEPTTL')

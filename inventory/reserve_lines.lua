@@ -1,7 +1,7 @@
 -- Reserve every line of a basket or none, at most once, on one Redis (the keys of its SKUs may be in
 -- different Cluster slots: lines.go runs the basket line by line on a cluster instead).
 -- Per line i (i = 1..n), k keys each (k = #KEYS / n, 2, 3 or 4):
--- KEYS[k*(i-1)+1]  stock:{SKU}             hash: available, reserved, fence
+-- KEYS[k*(i-1)+1]  stock:{SKU}             hash: available, reserved, fence, elided (reserve_batch.lua)
 -- KEYS[k*(i-1)+2]  order:{SKU}:<order_id>  string: the outcome recorded for the line (JSON)
 -- KEYS[k*(i-1)+3]  with k >= 3: the lock's fencing counter of the SKU, as in reserve.lua
 -- KEYS[k*(i-1)+4]  with k = 4 (lock elision, every token -1): the SKU's lock (lock:{SKU}, Redisson's layout)
@@ -78,8 +78,8 @@ for i = 1, n do
   local base, a = k * (i - 1), 3 * i
   local l = {stock = KEYS[base + 1], record = KEYS[base + 2], quantity = tonumber(ARGV[a]),
     token = tonumber(ARGV[a + 1]), extra = ARGV[a + 2]}
-  local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence')
-  l.fence = tonumber(st[3])
+  local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence', 'elided')
+  l.fence, l.elided = tonumber(st[3]), st[4]
   if l.token > 0 and l.fence and l.token < l.fence then return redis.error_reply('STALEFENCE ' .. st[3]) end
   if l.token > 0 and k == 3 then
     local current = tonumber(redis.call('GET', KEYS[base + 3]) or '')
@@ -103,8 +103,13 @@ if elide then
   -- Checked, so the writes may start: each line's token as in reserve_batch.lua's elided (scripts cannot
   -- share code).
   for i, l in ipairs(lines) do
-    local issued = tonumber(redis.call('GET', KEYS[k * (i - 1) + 3]) or '0')
-    l.token = (l.fence or 0) > issued and l.fence or issued + 1
+    local fence, issued = l.fence or 0, redis.call('GET', KEYS[k * (i - 1) + 3])
+    if issued and l.elided == string.format('%d:%s', fence, issued) then
+      l.token = fence
+    else
+      l.token = math.max(fence, tonumber(issued or '0')) + 1
+      l.mark = issued and string.format('%d:%s', l.token, issued)
+    end
   end
 end
 
@@ -117,8 +122,14 @@ for i, l in ipairs(lines) do
     after = redis.call('HINCRBY', l.stock, 'available', -l.quantity)
     redis.call('HINCRBY', l.stock, 'reserved', l.quantity)
   end
-  -- Raise only, and never on an unknown SKU, as in reserve.lua.
-  if l.available and l.token > (l.fence or 0) then redis.call('HSET', l.stock, 'fence', string.format('%d', l.token)) end
+  -- Raise only, and never on an unknown SKU, as in reserve.lua; an elided line leaves its mark.
+  if l.available and l.token > (l.fence or 0) then
+    if l.mark then
+      redis.call('HSET', l.stock, 'fence', string.format('%d', l.token), 'elided', l.mark)
+    else
+      redis.call('HSET', l.stock, 'fence', string.format('%d', l.token))
+    end
+  end
   redis.call('SET', l.record, string.format(
     '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d%s}',
     status, reason, l.quantity, after, l.token, l.extra), 'PX', ARGV[1])

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -99,9 +100,15 @@ func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve 
 func countOrder(ctx context.Context, out Outcome) attribute.Set {
 	k := outcomeKind{out.Status, out.Reason, out.Replayed}
 	set, ok := outcomeSets.Load(k)
-	if !ok { // a few kinds of outcome in all: each set is built once (sorted, hashed), not once per order
-		set, _ = outcomeSets.LoadOrStore(k, attribute.NewSet(AttrOutcome.String(string(out.Status)),
-			AttrReason.String(string(out.Reason)), AttrReplayed.Bool(out.Replayed)))
+	if !ok {
+		// A few kinds of outcome in all: each set is built once (sorted, hashed), not once per order. A
+		// replayed record is read back as stored, so a tampered one could bring any words: only so many
+		// kinds are kept.
+		set = attribute.NewSet(AttrOutcome.String(string(out.Status)), AttrReason.String(string(out.Reason)),
+			AttrReplayed.Bool(out.Replayed))
+		if outcomeKinds.Add(1) <= maxOutcomeKinds {
+			outcomeSets.Store(k, set)
+		}
 	}
 	s := set.(attribute.Set)
 	orders.Add(ctx, 1, metric.WithAttributeSet(s))
@@ -115,8 +122,14 @@ type outcomeKind struct {
 	replayed bool
 }
 
-// outcomeSets holds the attribute set of each outcomeKind seen.
-var outcomeSets sync.Map
+// outcomeSets holds the attribute set of each outcomeKind seen, up to maxOutcomeKinds of them
+// (outcomeKinds counts the stores).
+var (
+	outcomeSets  sync.Map
+	outcomeKinds atomic.Int64
+)
+
+const maxOutcomeKinds = 64
 
 // failed marks the span of a failed reserve and returns err.
 func failed(span trace.Span, err error) error {

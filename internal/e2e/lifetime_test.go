@@ -302,8 +302,8 @@ func TestCorruptSKUIsPoisonedWhileOthersFinish(t *testing.T) {
 }
 
 // (6) The SKU's fencing counter is deleted while its stored fence is high: the next order is refused as
-// stale once, the counter is raised to the fence, and the order is decided within 5 s. (With lock elision
-// the stock script raises the counter past the fence itself: inventory's TestReserveBatchElidesAFreeLock.)
+// stale once, the counter is raised to the fence, and the order is decided within 5 s. (An elided batch
+// goes past the fence without the counter: inventory's TestReserveBatchElidesAFreeLock.)
 func TestLostFencingCounterRecovers(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()

@@ -168,17 +168,19 @@ func fencingCounter(cmd *redis.StringCmd, key string) (*int64, error) {
 
 // warn adds a warning when the next holder would get a token below the stored fence.
 func (r *lockReport) warn() {
+	// The next holder draws the counter's + 1, which a fence takes when equal: an elided batch (the
+	// default) leaves the fence at the counter's + 1.
 	reachable := r.reachableCounter()
-	if r.Fence == 0 || reachable >= r.Fence {
+	if r.Fence == 0 || reachable+1 >= r.Fence {
 		return
 	}
 	what := "fencing counter"
 	if r.Redlock {
 		what = "fencing counter on a majority of the masters"
 	}
-	r.Warnings = append(r.Warnings, fmt.Sprintf("%s is %d, below the stored fence %d: the next holder's writes "+
-		"will be refused as stale until the counter is raised (a worker raises it after the first refusal)",
-		what, reachable, r.Fence))
+	r.Warnings = append(r.Warnings, fmt.Sprintf("%s is %d, so the next holder's token %d is below the stored fence %d: "+
+		"the next holder's writes will be refused as stale until the counter is raised (a worker raises it after "+
+		"the first refusal)", what, reachable, reachable+1, r.Fence))
 }
 
 // reachableCounter is the counter the next holder starts from. A Redlock token is the highest counter of

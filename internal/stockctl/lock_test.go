@@ -68,9 +68,16 @@ func TestLockShowsHolderCounterAndFence(t *testing.T) {
 	text := e.run("lock", "SKU-1").stdout
 	wantContains(t, "lock output", text, "held by worker-a:order-1 (holds 2)", "stock:{SKU-1} fence: 1")
 
-	// A counter lost (deleted, expired, a Redis restarted empty) falls below the stored fence.
+	// A counter at the fence's - 1 is fine: the next holder's token is the fence (an elided batch leaves
+	// them so).
 	_ = reentry.Release(ctx)
 	_ = lease.Release(ctx)
+	must(e.rdb.HSet(ctx, "stock:{SKU-1}", "fence", 2).Result())
+	if r := e.runJSON(&got, "lock", "SKU-1"); r.code != stockctl.ExitOK || len(got.Warnings) != 0 {
+		t.Fatalf("counter 1, fence 2: exit %d, warnings %q; want none", r.code, got.Warnings)
+	}
+
+	// A counter lost (deleted, expired, a Redis restarted empty) falls below the stored fence.
 	must(e.rdb.Del(ctx, got.CounterKey).Result())
 	r := e.runJSON(&got, "lock", "SKU-1")
 	wantCode(t, r, stockctl.ExitOK)
@@ -142,8 +149,9 @@ func TestLockWithRedlockShowsEveryMaster(t *testing.T) {
 	if got.Nodes[0].Counter != nil || len(got.Warnings) != 0 {
 		t.Fatalf("one counter lost: node 0 counter %v, warnings %q; want nil and none", got.Nodes[0].Counter, got.Warnings)
 	}
-	// Two of three: a holder whose majority is those two gets a token below the fence.
+	// Two of three, with the fence at 3: a holder whose majority is those two gets token 1, below it.
 	must(clients[1].Del(ctx, got.CounterKey).Result())
+	must(e.rdb.HSet(ctx, "stock:{SKU-1}", "fence", 3).Result())
 	wantCode(t, e.runJSON(&got, "lock", "SKU-1", redlock), stockctl.ExitOK)
 	if len(got.Warnings) != 1 || !strings.Contains(got.Warnings[0], staleWarning) {
 		t.Fatalf("two counters lost: warnings %q, want the stale warning", got.Warnings)
