@@ -336,7 +336,7 @@ func TestBatchThatFailsPermanentlyIsDecidedOrderByOrder(t *testing.T) {
 // queue, and the leader goes on to the lock step, whose batch then takes every waiting order.
 func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 	e := newCombineEnv(t, 0)
-	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
 	e.elide = true
 	e.rdb.HSet(context.Background(), rlock.LockKey("SKU-1"), "someone:1", 1)
 	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
@@ -356,7 +356,7 @@ func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 // undecided (the lock was taken meanwhile), instead of going back to the queue to wait again.
 func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
 	e := newCombineEnv(t, 100*time.Millisecond)
-	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
 	e.elide, e.c.leadFor = true, time.Minute
 	h := e.handler()
 	leader, follower := e.order(t, "o-1"), e.order(t, "o-2")
@@ -401,7 +401,7 @@ func withSection(ctx context.Context, path lockmw.Path) context.Context {
 func TestABatchThatFoundTheLockHeldKeepsItsPlaceInTheQueue(t *testing.T) {
 	e := newCombineEnv(t, 0)
 	ctx := context.Background()
-	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
 	if err := e.store.Store.SetStock(ctx, "SKU-1", 2); err != nil {
 		t.Fatal(err)
 	}

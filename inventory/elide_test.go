@@ -14,20 +14,20 @@ import (
 
 // With ElideLock a batch takes the SKU's lock inside its script: a free lock lets it decide under a token
 // above every token that wrote and every token the counter issued, the fence raised to it (a fence an
-// elided batch raised, with no acquisition since, is kept), the counter never written; a held lock fails
-// it with ErrLocked before any write; a token from before the elided batch is then stale, the next
-// acquisition's is not; with the counter lost, each batch goes past the fence.
+// elided batch raised, with no acquisition since, is kept), the counter written only when there is none; a
+// held lock fails it with ErrLocked before any write; a token from before the elided batch is then stale,
+// the next acquisition's is not; with the counter lost, the batch goes past the fence.
 func TestReserveBatchElidesAFreeLock(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
 	if err := store.SetStock(ctx, "P", 10); err != nil {
 		t.Fatal(err)
 	}
 	counter := func(want string) {
 		t.Helper()
 		if got := rdb.Get(ctx, rlock.TokenKey("P")).Val(); got != want {
-			t.Fatalf("fencing counter %q, want %q: an elided batch never writes it", got, want)
+			t.Fatalf("fencing counter %q, want %q: an elided batch writes it only when there is none", got, want)
 		}
 	}
 	elided := func(id string, wantToken int64) {
@@ -70,22 +70,29 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 	counter("7")
 	rdb.Del(ctx, rlock.LockKey("P"))
 
-	// The counter is lost (expired, deleted): the batch goes past the fence, so that the last writer (token
-	// 8) is refused; the counter stays absent (the next acquisition's token 1 is refused, and raised with
-	// rlock's RaiseToken, as after any expiry), and each batch goes past the fence again.
+	// The counter is lost (expired, deleted) after a holder wrote (token 8): the batch goes past the fence,
+	// so that the holder is refused, and creates the counter at its token's - 1 (the next acquisition draws
+	// the fence, with the TTL an acquisition gives it); the next batch keeps the fence.
+	rdb.Set(ctx, rlock.TokenKey("P"), 8, 0)
+	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-8", Quantity: 1}), 8); err != nil {
+		t.Fatal(err)
+	}
 	rdb.Del(ctx, rlock.TokenKey("P"))
-	elided("o-8", 9)
-	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-9", Quantity: 1}), 8); !errors.Is(err, inventory.ErrStaleFence) {
+	elided("o-9", 9)
+	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-10", Quantity: 1}), 8); !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("the holder of token 8 writing after the counter was lost and a batch elided: %v, want ErrStaleFence", err)
 	}
-	elided("o-10", 10)
-	counter("")
+	elided("o-11", 9)
+	counter("8")
+	if ttl := rdb.PTTL(ctx, rlock.TokenKey("P")).Val(); ttl < 59*time.Minute {
+		t.Fatalf("created fencing counter TTL %v, want the hour an acquisition gives it", ttl)
+	}
 
 	// A replayed batch draws no token.
 	if outs, err := store.ReserveBatch(ctx, orders, inventory.ElideLock); err != nil || !outs[0].Replayed || outs[0].Fence != 7 {
 		t.Fatalf("replay: %+v, %v; want the first outcome (token 7) replayed", outs, err)
 	}
-	counter("")
+	counter("8")
 }
 
 // ElideLock needs the store to know the lock: without WithLockElision it is an invalid fence.
@@ -103,7 +110,7 @@ func TestElideLockNeedsWithLockElision(t *testing.T) {
 func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
 	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	rdb.Set(ctx, rlock.TokenKey("B"), 4, 0) // B's lock was held before, with token 4
 	elide := inventory.Fences{"A": inventory.ElideLock, "B": inventory.ElideLock}
@@ -112,10 +119,10 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	if err != nil || out.Status != inventory.StatusReserved || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
 		t.Fatalf("elided basket: %+v, %v; want reserved, A under token 1, B under 5", out, err)
 	}
-	want(t, stock(t, rdb, "A"), map[string]string{"available": "8", "reserved": "2", "fence": "1"})
+	want(t, stock(t, rdb, "A"), map[string]string{"available": "8", "reserved": "2", "fence": "1", "elided": "1:0"})
 	want(t, stock(t, rdb, "B"), map[string]string{"available": "7", "reserved": "3", "fence": "5", "elided": "5:4"})
-	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "" || b != "4" {
-		t.Fatalf("fencing counters A %q B %q after an elided basket, want none and 4 (never written)", a, b)
+	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "0" || b != "4" {
+		t.Fatalf("fencing counters A %q B %q after an elided basket, want 0 (created) and 4 (untouched)", a, b)
 	}
 	if _, err := store.ReserveLines(ctx, "o-2", lines("B", 1), inventory.Fences{"B": 4}); !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("the holder of B's token 4 writing after the elided basket: %v, want ErrStaleFence", err)
@@ -129,8 +136,8 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	}
 	checkUntouched(t, rdb, "A", beforeA, keys)
 	checkUntouched(t, rdb, "B", beforeB, keys)
-	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "" || b != "4" {
-		t.Fatalf("fencing counters A %q B %q after a refused elision, want none and 4 (untouched)", a, b)
+	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "0" || b != "4" {
+		t.Fatalf("fencing counters A %q B %q after a refused elision, want 0 and 4 (untouched)", a, b)
 	}
 	rdb.Del(ctx, rlock.LockKey("B"))
 
@@ -143,11 +150,11 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 		t.Fatalf("fencing counter %s after a replay, want 4", got)
 	}
 
-	// A rejected basket is decided under its tokens too: B's fence, raised by the elided basket with no
-	// acquisition since, is kept; A, with no counter, goes past its fence again.
+	// A rejected basket is decided under its tokens too: the fences, raised by the elided basket with no
+	// acquisition since, are kept.
 	out, err = store.ReserveLines(ctx, "o-4", lines("A", 1, "B", 50), elide)
-	if err != nil || out.Status != inventory.StatusRejected || out.Lines[0].Fence != 2 || out.Lines[1].Fence != 5 {
-		t.Fatalf("short basket: %+v, %v; want rejected under tokens 2 and 5", out, err)
+	if err != nil || out.Status != inventory.StatusRejected || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
+		t.Fatalf("short basket: %+v, %v; want rejected under tokens 1 and 5", out, err)
 	}
 
 	// ElideLock on some lines only is invalid; a lifecycle call never elides.
@@ -164,7 +171,7 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 func TestAnElidedBasketBegunLineByLineTakesItsLocks(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
 	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	// The first line's record as the saga writes it (its stock left as it was: only the records count here).
 	rdb.Set(ctx, "order:{A}:o-2", `{"status":"reserved","reason":"","quantity":1,"available_after":9,"fence":0,"lines":[{"sku":"A","quantity":1},{"sku":"B","quantity":1}]}`, time.Hour)

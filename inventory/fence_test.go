@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -109,7 +110,7 @@ func TestRaiseFenceRaisesAnExistingFence(t *testing.T) {
 func TestAnElidedBatchGoesPastTheLastHoldersToken(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+	store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
 	seed(t, store, map[string]int64{"A": 10})
 	rdb.Set(ctx, rlock.TokenKey("A"), 7, 0)
 	if _, err := store.ReserveBatch(ctx, batchOf("A", inventory.Order{ID: "o-0", Quantity: 1}), 7); err != nil {

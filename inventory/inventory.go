@@ -106,9 +106,11 @@ type Store struct {
 	ttlMillis int64
 	// fenceCounter names the lock's fencing counter of a SKU (WithFenceCounter); nil: none.
 	fenceCounter func(sku string) string
-	// lock names the lock of a SKU (WithLockElision); nil: no elision.
-	lock     func(sku string) string
-	minFence int64 // the least fence ReserveBatch takes: ElideLock with WithLockElision, else 0
+	// lock names the lock of a SKU and counterTTL is its fencing counter's TTL (WithLockElision); nil: no
+	// elision.
+	lock       func(sku string) string
+	counterTTL int64 // milliseconds
+	minFence   int64 // the least fence ReserveBatch takes: ElideLock with WithLockElision, else 0
 	// replicaAcks replicas must acknowledge each write within ackTimeout (WithReplicaAcks); 0: no WAIT.
 	replicaAcks int
 	ackTimeout  time.Duration
@@ -142,12 +144,16 @@ func WithFenceCounter(counter func(sku string) string) Option {
 
 // WithLockElision lets ReserveBatch take the SKU's lock inside its script (fence ElideLock): lock names the
 // lock of a SKU and counter its fencing counter (keys in the SKU's slot, on the stock's Redis, in
-// Redisson's layout: rlock.LockKey and rlock.TokenKey). An elided write never writes the counter: it
-// decides under a token above every token the counter issued and raises the fence to it, so that a holder
-// whose lease ran out is refused; the next acquisition's token, the counter's + 1, is at most that fence,
-// which takes it. It implies WithFenceCounter(counter).
-func WithLockElision(lock, counter func(sku string) string) Option {
-	return func(s *Store) { s.lock, s.fenceCounter, s.minFence = lock, counter, ElideLock }
+// Redisson's layout: rlock.LockKey and rlock.TokenKey). An elided write decides under a token above every
+// token that wrote and every token the counter issued, and raises the fence to it, so that a holder whose
+// lease ran out is refused; it writes the counter only when there is none (a SKU never locked, a counter
+// lost), creating it at the token's - 1 with the TTL counterTTL, as the lock's acquisitions set it
+// (rlock.Config.TokenTTL; 0: none). The next acquisition's token, the counter's + 1, is the fence, which
+// takes it. It implies WithFenceCounter(counter).
+func WithLockElision(lock, counter func(sku string) string, counterTTL time.Duration) Option {
+	return func(s *Store) {
+		s.lock, s.fenceCounter, s.counterTTL, s.minFence = lock, counter, counterTTL.Milliseconds(), ElideLock
+	}
 }
 
 // keys are the keys of a write about the order of sku: the stock, the outcome record, and the lock's

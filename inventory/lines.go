@@ -152,7 +152,7 @@ func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
 		return s.reserveSaga(ctx, b)
 	}
 	keys, args := s.linesCall(b)
-	reply, err := s.eval(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites()}, args...)...).Slice()
+	reply, err := s.eval(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites(), s.counterTTL}, args...)...).Slice()
 	switch {
 	case err == nil:
 		return decodeLineOutcomes(b, reply)

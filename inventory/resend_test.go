@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -79,7 +80,7 @@ func reservedOrder(ctx context.Context, s *Store, p string) error {
 var (
 	lineByLine = WithCrashAfterLine(func(int) error { return nil }) // a saga, as on a cluster
 	elision    = WithLockElision(func(sku string) string { return "lock:{" + sku + "}" },
-		func(sku string) string { return "redisson_lock_token:lock:{" + sku + "}" })
+		func(sku string) string { return "redisson_lock_token:lock:{" + sku + "}" }, time.Hour)
 )
 
 // resendCases are every write of the package (TestEveryWriteScriptHasAResendCase checks the scripts).

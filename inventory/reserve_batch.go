@@ -10,8 +10,9 @@ import (
 
 // ElideLock as ReserveBatch's fence takes the SKU's lock inside the script (lock elision: Rajwar and
 // Goodman, "Speculative Lock Elision", MICRO 2001, done here by the server rather than the hardware):
-// when nobody holds the lock, the script draws a new token from the lock's fencing counter, as an
-// acquisition would, and decides the batch under it; the lock is held, as far as anyone can tell, for the
+// when nobody holds the lock, the script decides the batch under a token above every token that wrote and
+// every token the lock's fencing counter issued (the stored fence, when an elided batch raised it and
+// nothing happened since; reserve_batch.lua's elided); the lock is held, as far as anyone can tell, for the
 // duration of the script, which runs alone on the server. When the lock is held the batch fails with
 // ErrLocked and writes nothing. Needs WithLockElision.
 const ElideLock int64 = -1
@@ -144,10 +145,10 @@ func (s *Store) batchKeys(orders []Order, fence int64) []string {
 }
 
 // batchArgs are the arguments of reserve_batch.lua: the fence, the outcome TTL, whether a replay writes,
-// then each quantity.
+// the fencing counter's TTL, then each quantity.
 func (s *Store) batchArgs(orders []Order, fence int64) []any {
-	args := make([]any, 0, len(orders)+3)
-	args = append(args, fence, s.ttlMillis, s.replayWrites())
+	args := make([]any, 0, len(orders)+4)
+	args = append(args, fence, s.ttlMillis, s.replayWrites(), s.counterTTL)
 	for _, o := range orders {
 		args = append(args, o.Quantity)
 	}

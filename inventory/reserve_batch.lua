@@ -14,7 +14,9 @@
 -- ARGV[2]           outcome TTL in milliseconds
 -- ARGV[3]           1: a batch that writes nothing (all its orders replayed) rewrites its first record as
 --                   it is, as a replay does in reserve.lua (WithReplicaAcks)
--- ARGV[3+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 3
+-- ARGV[4]           with ARGV[1] = -1: the fencing counter's TTL in milliseconds (0: none), as the lock's
+--                   acquisitions set it, for a counter the call creates (elided)
+-- ARGV[4+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 4
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per order, in order.
 -- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>, LOCKED, IDCONFLICT <i>
 -- (order i's id has a basket's record). The checks run once,
@@ -27,7 +29,7 @@ local function int(v)
   return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
 end
 
-local token, n = tonumber(ARGV[1]), #ARGV - 3
+local token, n = tonumber(ARGV[1]), #ARGV - 4
 local first = #KEYS - n -- KEYS[first + i] is the record of order i
 local elide = token < 0
 if elide and redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('LOCKED') end
@@ -54,15 +56,22 @@ end
 -- ran out is refused (STALEFENCE) once the batch ran: max(fence, counter) + 1, the fence raised to it and
 -- marked "<fence>:<counter>" (stock field elided). A fence so marked, with the counter still at its mark,
 -- was raised by an elided batch and nothing since (no acquisition, no other write, the counter not lost):
--- it is kept, and nothing is written. The counter itself is never written: the next acquisition draws
--- the counter's + 1, at most the fence, which a fence takes (it refuses only lower tokens). A lost
--- counter (expired, deleted) marks nothing: each batch goes past the fence until an acquisition, refused,
--- raises the counter (RaiseToken).
+-- it is kept, and nothing is written. The counter is written only when there is none (a SKU never
+-- locked, a counter lost): created at the token's - 1 with ARGV[4]'s TTL, so that the next acquisition
+-- draws the fence, which a fence takes (it refuses only lower tokens), rather than a token below it.
 local function elided(stock, counter)
   local fence, issued = tonumber(stock[3]) or 0, redis.call('GET', counter)
   if issued and stock[4] == string.format('%d:%s', fence, issued) then return fence, nil end
   local token = math.max(fence, tonumber(issued or '0')) + 1
-  return token, issued and string.format('%d:%s', token, issued)
+  if not issued then
+    issued = string.format('%d', token - 1)
+    if tonumber(ARGV[4]) > 0 then
+      redis.call('SET', counter, issued, 'PX', ARGV[4])
+    else
+      redis.call('SET', counter, issued)
+    end
+  end
+  return token, string.format('%d:%s', token, issued)
 end
 
 local records, undecided, mark = {}, false, nil
@@ -102,7 +111,7 @@ for i = 1, n do
     local d = decided[key]
     replies[i] = {1, d[2], d[3], d[4], d[5], d[6]}
   else
-    replies[i] = decide(tonumber(ARGV[3 + i]))
+    replies[i] = decide(tonumber(ARGV[4 + i]))
     decided[key], fresh[#fresh + 1] = replies[i], i
   end
 end

@@ -7,12 +7,13 @@
 -- KEYS[k*(i-1)+4]  with k = 4 (lock elision, every token -1): the SKU's lock (lock:{SKU}, Redisson's layout)
 -- ARGV[1]          outcome TTL in milliseconds
 -- ARGV[2]          1: a replay rewrites the first record as it is, as in reserve.lua (WithReplicaAcks)
--- ARGV[3*i]        quantity of line i; ARGV[3*i+1] its fencing token (0 = unfenced; -1 with k = 4: the
+-- ARGV[3]          with k = 4: the fencing counters' TTL in milliseconds (0: none), as in reserve_batch.lua
+-- ARGV[3*i+1]      quantity of line i; ARGV[3*i+2] its fencing token (0 = unfenced; -1 with k = 4: the
 --                  call takes the line's lock itself, as reserve_batch.lua does: if any line's lock is held
---                  it fails with LOCKED and writes nothing, else each line is decided under a token above
---                  every token its counter issued, as reserve_batch.lua's elided gives it, the locks held
---                  for the duration of the call as if acquired and released around it);
---                  ARGV[3*i+2] the members its record adds (,"lines":[...] or ,"anchor":"..."; lines.go)
+--                  it fails with LOCKED and writes nothing, else each line is decided under the token
+--                  reserve_batch.lua's elided gives it, the locks held for the duration of the call as if
+--                  acquired and released around it);
+--                  ARGV[3*i+3] the members its record adds (,"lines":[...] or ,"anchor":"..."; lines.go)
 -- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per line, in order.
 -- Errors: LOCKED, PARTIAL (some lines have a record, some not: a basket begun line by line; lines.go finishes it
 -- that way), IDCONFLICT <line> (the line's record is another order's: the order id was reused),
@@ -41,7 +42,7 @@ local function same(o, extra)
   return true
 end
 
-local n = (#ARGV - 2) / 3
+local n = (#ARGV - 3) / 3
 local k = #KEYS / n
 local elide = k == 4
 if elide then
@@ -55,7 +56,7 @@ for i = 1, n do
   local raw = redis.call('GET', KEYS[k * (i - 1) + 2])
   if raw then
     records[i], have = cjson.decode(raw), have + 1
-    if not same(records[i], ARGV[3 * i + 2]) then return redis.error_reply('IDCONFLICT ' .. i) end
+    if not same(records[i], ARGV[3 * i + 3]) then return redis.error_reply('IDCONFLICT ' .. i) end
     if records[i].early then return redis.error_reply('EARLYCANCEL ' .. i) end
     if i == 1 then records.raw = raw end
   end
@@ -75,7 +76,7 @@ if have > 0 then return redis.error_reply('PARTIAL ' .. have .. ' of ' .. n) end
 -- Check every line, as reserve.lua does, before deciding.
 local lines, short = {}, false
 for i = 1, n do
-  local base, a = k * (i - 1), 3 * i
+  local base, a = k * (i - 1), 3 * i + 1
   local l = {stock = KEYS[base + 1], record = KEYS[base + 2], quantity = tonumber(ARGV[a]),
     token = tonumber(ARGV[a + 1]), extra = ARGV[a + 2]}
   local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence', 'elided')
@@ -103,12 +104,21 @@ if elide then
   -- Checked, so the writes may start: each line's token as in reserve_batch.lua's elided (scripts cannot
   -- share code).
   for i, l in ipairs(lines) do
-    local fence, issued = l.fence or 0, redis.call('GET', KEYS[k * (i - 1) + 3])
+    local counter = KEYS[k * (i - 1) + 3]
+    local fence, issued = l.fence or 0, redis.call('GET', counter)
     if issued and l.elided == string.format('%d:%s', fence, issued) then
       l.token = fence
     else
       l.token = math.max(fence, tonumber(issued or '0')) + 1
-      l.mark = issued and string.format('%d:%s', l.token, issued)
+      if not issued then
+        issued = string.format('%d', l.token - 1)
+        if tonumber(ARGV[3]) > 0 then
+          redis.call('SET', counter, issued, 'PX', ARGV[3])
+        else
+          redis.call('SET', counter, issued)
+        end
+      end
+      l.mark = string.format('%d:%s', l.token, issued)
     end
   end
 end

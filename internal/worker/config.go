@@ -126,7 +126,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Secret(&c.MetricsToken, "METRICS_TOKEN", "bearer token that /metrics requires, at least 16 characters (empty: none); /healthz and /readyz stay open")
 	s.String(&c.PprofAddr, "PPROF_ADDR", d.PprofAddr, "listen address for /debug/pprof/ only (empty: off); without a host (:6060) it listens on 127.0.0.1 only")
 	s.Bool(&c.TraceRedis, "TRACE_REDIS_COMMANDS", "with tracing on, add a span per Redis command (no arguments); at full load it costs more than tracing itself (see Numbers)")
-	s.Duration(&c.OutcomeTTL, "OUTCOME_TTL", d.OutcomeTTL, "how long the outcome of an order is kept for idempotency; also how long a SKU's fencing counter lives after its lock was last taken (lock elision does not count)")
+	s.Duration(&c.OutcomeTTL, "OUTCOME_TTL", d.OutcomeTTL, "how long the outcome of an order is kept for idempotency; also how long a SKU's fencing counter lives after its lock was last taken (an elided batch only creates a missing one)")
 	s.Duration(&c.StreamRetention, "STREAM_RETENTION", d.StreamRetention, "orders stream entries older than this are trimmed once no group needs them (must be shorter than OUTCOME_TTL)")
 	s.String(&c.GroupStart, "CONSUMER_GROUP_START", d.GroupStart, "where a new consumer group starts: $ (orders published from now on) or 0 (every order still in the stream that is younger than OUTCOME_TTL)")
 	s.Int(&c.ResultsMaxLen, "RESULTS_MAXLEN", d.ResultsMaxLen, "approximate number of outcome events kept in the results stream")

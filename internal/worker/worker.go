@@ -240,8 +240,9 @@ func (w *Worker) storeOptions() []inventory.Option {
 	opts := []inventory.Option{inventory.WithOutcomeTTL(w.cfg.OutcomeTTL),
 		inventory.WithReplicaAcks(w.cfg.Replicas.Acks, w.cfg.Replicas.Timeout)}
 	if w.fenceCounterAtStore() {
-		// The counter, and for lock elision (setHandler) the lock.
-		opts = append(opts, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey))
+		// The counter, and for lock elision (setHandler) the lock and the counter's TTL as the locker's
+		// acquisitions give it (newLocker).
+		opts = append(opts, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, w.cfg.OutcomeTTL))
 	}
 	return opts
 }
