@@ -106,7 +106,7 @@ func TestRaiseFenceRaisesAnExistingFence(t *testing.T) {
 
 // An elided batch after a holder that wrote (fence 7, the counter's 7) decides under 8, past the fence,
 // writing the fence and not the counter, and the holder's token 7 is then refused; the next acquisition's
-// 8 is taken.
+// 8 is taken. A counter behind the fence is raised with it.
 func TestAnElidedBatchGoesPastTheLastHoldersToken(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
@@ -129,5 +129,18 @@ func TestAnElidedBatchGoesPastTheLastHoldersToken(t *testing.T) {
 	rdb.Incr(ctx, rlock.TokenKey("A"))
 	if _, err := store.ReserveBatch(ctx, batchOf("A", inventory.Order{ID: "o-3", Quantity: 1}), 8); err != nil {
 		t.Fatalf("the next acquisition's token 8: %v, want taken", err)
+	}
+
+	// A counter behind the fence (recreated low) is raised with the fence, its TTL kept, so that the next
+	// acquisition's token is taken rather than refused and retried.
+	rdb.Set(ctx, rlock.TokenKey("A"), 3, time.Hour)
+	outs, err = store.ReserveBatch(ctx, batchOf("A", inventory.Order{ID: "o-4", Quantity: 1}), inventory.ElideLock)
+	if err != nil || outs[0].Fence != 9 || rdb.Get(ctx, rlock.TokenKey("A")).Val() != "8" || rdb.PTTL(ctx, rlock.TokenKey("A")).Val() < 59*time.Minute {
+		t.Fatalf("elided batch with the counter at 3, the fence at 8: %+v, %v, counter %s (TTL %v); want token 9, counter 8, its TTL kept",
+			outs, err, rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.PTTL(ctx, rlock.TokenKey("A")).Val())
+	}
+	rdb.Incr(ctx, rlock.TokenKey("A"))
+	if _, err := store.ReserveBatch(ctx, batchOf("A", inventory.Order{ID: "o-5", Quantity: 1}), 9); err != nil {
+		t.Fatalf("the next acquisition's token 9: %v, want taken", err)
 	}
 }

@@ -148,7 +148,7 @@ func WithFenceCounter(counter func(sku string) string) Option {
 // token that wrote and every token the counter issued, and raises the fence to it, so that a holder whose
 // lease ran out is refused; it writes the counter only when there is none (a SKU never locked, a counter
 // lost), creating it at the token's - 1 with the TTL counterTTL, as the lock's acquisitions set it
-// (rlock.Config.TokenTTL; 0: none). The next acquisition's token, the counter's + 1, is the fence, which
+// (rlock.Config.TokenTTL; 0: none), or when it is behind the fence (raised to the token's - 1). The next acquisition's token, the counter's + 1, is the fence, which
 // takes it. It implies WithFenceCounter(counter).
 func WithLockElision(lock, counter func(sku string) string, counterTTL time.Duration) Option {
 	return func(s *Store) {

@@ -57,8 +57,10 @@ end
 -- marked "<fence>:<counter>" (stock field elided). A fence so marked, with the counter still at its mark,
 -- was raised by an elided batch and nothing since (no acquisition, no other write, the counter not lost):
 -- it is kept, and nothing is written. The counter is written only when there is none (a SKU never
--- locked, a counter lost): created at the token's - 1 with ARGV[4]'s TTL, so that the next acquisition
--- draws the fence, which a fence takes (it refuses only lower tokens), rather than a token below it.
+-- locked, a counter lost: created at the token's - 1 with ARGV[4]'s TTL) or it is behind the fence (raised
+-- to the token's - 1), so that the next acquisition draws the fence, which a fence takes (it refuses only
+-- lower tokens), rather than a token below it. A counter rolled back (a failover that lost an INCR) can
+-- hand out again the token at the fence: fencing never covered tokens lost with their counter.
 local function elided(stock, counter)
   local fence, issued = tonumber(stock[3]) or 0, redis.call('GET', counter)
   if issued and stock[4] == string.format('%d:%s', fence, issued) then return fence, nil end
@@ -70,6 +72,9 @@ local function elided(stock, counter)
     else
       redis.call('SET', counter, issued)
     end
+  elseif tonumber(issued) < token - 1 then -- behind the fence: raised, as RaiseToken would after a refusal
+    issued = string.format('%d', token - 1)
+    redis.call('SET', counter, issued, 'KEEPTTL')
   end
   return token, string.format('%d:%s', token, issued)
 end

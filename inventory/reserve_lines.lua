@@ -117,6 +117,9 @@ if elide then
         else
           redis.call('SET', counter, issued)
         end
+      elseif tonumber(issued) < l.token - 1 then
+        issued = string.format('%d', l.token - 1)
+        redis.call('SET', counter, issued, 'KEEPTTL')
       end
       l.mark = string.format('%d:%s', l.token, issued)
     end
