@@ -33,23 +33,27 @@ type committer struct {
 }
 
 // commit is one batch in a round: its orders, oldest first, taken when the round starts, and the fence they
-// are decided under.
+// are decided under; or an order decided already (a basket, a lifecycle event: decided set), whose outcome
+// event and ack only join the round's transaction.
 type commit struct {
-	ctx   context.Context  // the batch leader's
-	take  func() []*queued // takes the batch: once, when the round starts (batch)
-	taken bool
-	batch []*queued
-	fence int64
-	err   error
-	done  chan struct{} // closed when err is set
-	lead  chan struct{} // this batch's leader commits the next round
+	ctx     context.Context  // the batch leader's
+	take    func() []*queued // takes the batch: once, when the round starts (batch)
+	taken   bool
+	batch   []*queued
+	fence   int64
+	decided []*message.Message // the outcome events of a batch decided already; nil: to be reserved
+	err     error
+	done    chan struct{} // closed when err is set
+	lead    chan struct{} // this batch's leader commits the next round
 }
 
 // orders takes b's batch, the first time, and notes how long its orders waited.
 func (b *commit) orders() []*queued {
 	if !b.taken {
 		b.batch, b.taken = b.take(), true
-		stamp(b.batch)
+		if b.decided == nil {
+			stamp(b.batch)
+		}
 	}
 	return b.batch
 }
@@ -57,7 +61,22 @@ func (b *commit) orders() []*queued {
 // decide decides the batch take returns (called when the next round starts) under fence, and returns it
 // with its outcome.
 func (c *committer) decide(ctx context.Context, take func() []*queued, fence int64) ([]*queued, error) {
-	b := &commit{ctx: ctx, take: take, fence: fence, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	b := &commit{ctx: ctx, take: take, fence: fence}
+	return c.join(b)
+}
+
+// publish publishes the outcome events of orders decided already, and acks their entries, in the next
+// round's transaction.
+func (c *committer) publish(ctx context.Context, batch []*queued, results []*message.Message) error {
+	b := &commit{ctx: ctx, take: func() []*queued { return batch }, decided: results}
+	_, err := c.join(b)
+	return err
+}
+
+// join queues b for the next round, commits the rounds when no round is running or b's leader is asked
+// to lead the next one, and returns b's batch and outcome once its round is done.
+func (c *committer) join(b *commit) ([]*queued, error) {
+	b.done, b.lead = make(chan struct{}), make(chan struct{}, 1)
 	c.mu.Lock()
 	c.waiting = append(c.waiting, b)
 	leads := !c.running
@@ -124,32 +143,37 @@ func (c *committer) handOn() {
 }
 
 // decideRound reserves the batches of a round in one pipeline (Store.ReserveBatches), then publishes the
-// outcome events and acks the entries of every batch that succeeded in one transaction (publish).
+// outcome events and acks the entries of every batch that succeeded, and of the orders decided already,
+// in one transaction (publish).
 func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(b.orders()) == 0 })
-	if len(round) == 0 {
-		return
+	toReserve := slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return b.decided != nil })
+	var reserved []inventory.BatchResult
+	if len(toReserve) > 0 {
+		batches := make([]inventory.Batch, len(toReserve))
+		for i, b := range toReserve {
+			batches[i] = inventory.Batch{Ctx: b.ctx, Orders: storeOrders(b.batch), Fence: b.fence}
+		}
+		reserved = h.cfg.Store.ReserveBatches(ctx, batches)
 	}
-	batches := make([]inventory.Batch, len(round))
-	for i, b := range round {
-		batches[i] = inventory.Batch{Ctx: b.ctx, Orders: storeOrders(b.batch), Fence: b.fence}
-	}
-	reserved := h.cfg.Store.ReserveBatches(ctx, batches)
 	var (
 		decided []*commit
 		orders  []*queued
 		results []*message.Message
 	)
-	for i, b := range round {
+	for i, b := range toReserve {
 		if b.err = reserved[i].Err; b.err != nil {
 			b.err = fmt.Errorf("reserve %s: %w", orderIDs(b.batch), asHandlerError(b.err))
 			continue
 		}
-		msgs, err := h.resultMessages(b.batch, reserved[i].Outcomes)
-		if b.err = err; err != nil {
+		if b.decided, b.err = h.resultMessages(b.batch, reserved[i].Outcomes); b.err != nil {
 			continue
 		}
-		decided, orders, results = append(decided, b), append(orders, b.batch...), append(results, msgs...)
+	}
+	for _, b := range round {
+		if b.err == nil && b.decided != nil {
+			decided, orders, results = append(decided, b), append(orders, b.batch...), append(results, b.decided...)
+		}
 	}
 	if len(decided) == 0 {
 		return

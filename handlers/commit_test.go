@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/stream"
@@ -182,6 +185,77 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 	if n := e.pending(t); n != 0 {
 		t.Errorf("%d entries pending, want every one acked", n)
 	}
+}
+
+// An order decided already (a basket, a lifecycle event) that comes while a round is being committed
+// joins the next round for its outcome event and ack: that round reserves only the batches, and one
+// transaction publishes and acks them all.
+func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
+	e := newRoundEnv(t)
+	ctx := context.Background()
+	e.store.gate = make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.h.committer.decide(ctx, fixed(e.batch(t, "SKU-A", 0)), 0)
+		first <- err
+	}()
+	for e.roundCount() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	basket := e.batch(t, "SKU-BASKET", 1)
+	result, err := e.h.resultMessage(ctx, Result{OrderID: basket[0].order.OrderID, Status: inventory.StatusReserved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	wg.Go(func() { errs[0] = e.h.committer.publish(ctx, basket, []*message.Message{result}) })
+	for i, sku := range []string{"SKU-B", "SKU-C"} {
+		batch := e.batch(t, sku, i)
+		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(ctx, fixed(batch), 0) })
+	}
+	for deadline := time.Now().Add(5 * time.Second); e.waiting() < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(e.store.gate)
+			t.Fatalf("%d commits waiting for the next round, want 3: the decided order's and the two batches", e.waiting())
+		}
+	}
+	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(e.store.gate)
+	wg.Wait()
+	if err := <-first; err != nil || errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("errors %v %v, want none", err, errs)
+	}
+	e.store.mu.Lock()
+	rounds := fmt.Sprint(e.store.rounds)
+	e.store.mu.Unlock()
+	if rounds != "[1 2]" {
+		t.Errorf("rounds reserving %s batches, want [1 2]: the decided order is not reserved again", rounds)
+	}
+	if r := e.outcomes(t)[basket[0].order.OrderID]; r.Status != inventory.StatusReserved {
+		t.Errorf("the decided order's outcome %+v, want its event published", r)
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d entries pending, want every one acked", n)
+	}
+	if execs := commandCalls(t, e.rdb, "exec"); execs != 2 {
+		t.Errorf("%d transactions after the stats were reset, want 2: the first round's, and one for the decided order and the two batches", execs)
+	}
+}
+
+// commandCalls is how many times Redis ran command since its statistics were last reset.
+func commandCalls(t *testing.T, rdb *redis.Client, command string) int {
+	t.Helper()
+	stats := rdb.Info(context.Background(), "commandstats").Val()
+	for _, line := range strings.Split(stats, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
 }
 
 // fixed is a take that returns batch.

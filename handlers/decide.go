@@ -23,7 +23,7 @@ func orderIDs(batch []*queued) string {
 
 // decideOrder decides a basket or a lifecycle event in sec (the locks of all its SKUs, fenced by each
 // one's token; elided: the script takes them; nil: unfenced), then publishes its outcome and acks its
-// entry.
+// entry in the next commit round's transaction, with the other orders decided meanwhile.
 func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section) error {
 	ctx := msg.Context()
 	var fences inventory.Fences
@@ -45,7 +45,7 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 	if err != nil {
 		return err
 	}
-	return h.publish(ctx, []*queued{q}, []*message.Message{result})
+	return h.committer.publish(ctx, []*queued{q}, []*message.Message{result})
 }
 
 // storeCall runs the store call of o's type.
