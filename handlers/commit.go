@@ -17,7 +17,8 @@ import (
 // leader to arrive commits a round; the leaders that arrive meanwhile wait and go into the next round
 // together, committed by the first of them once the round before is done. So a worker whose consumers hold
 // the orders of 50 SKUs decides them in two round trips rather than a hundred, and one leader alone
-// commits at once, without waiting for company.
+// commits at once, without waiting for company. A basket or a lifecycle event, decided alone (its own
+// script), joins a round the same way for its outcome event and ack.
 //
 // Every batch gets the outcome it would get alone: the scripts are separate calls (each atomic), and a
 // batch whose script fails fails alone. A failed transaction fails every batch of the round, which are all
