@@ -154,15 +154,7 @@ func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
 func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
-	e.store.gate = make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
-		_, err := e.h.committer.decide(ctx, fixed(e.batch(t, "SKU-A", 0)), 0)
-		first <- err
-	}()
-	for e.roundCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	first := e.gatedRound(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i, sku := range []string{"SKU-A", "SKU-B", "SKU-C"} {
@@ -193,15 +185,7 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
-	e.store.gate = make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
-		_, err := e.h.committer.decide(ctx, fixed(e.batch(t, "SKU-A", 0)), 0)
-		first <- err
-	}()
-	for e.roundCount() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	first := e.gatedRound(t)
 	basket := e.batch(t, "SKU-BASKET", 1)
 	result, err := e.h.resultMessage(ctx, Result{OrderID: basket[0].order.OrderID, Status: inventory.StatusReserved})
 	if err != nil {
@@ -256,6 +240,21 @@ func commandCalls(t *testing.T, rdb *redis.Client, command string) int {
 		}
 	}
 	return 0
+}
+
+// gatedRound starts a round of one batch of SKU-A that waits in its ReserveBatches until e.store.gate is
+// closed, and returns its outcome to come.
+func (e *roundEnv) gatedRound(t *testing.T) <-chan error {
+	e.store.gate = make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.h.committer.decide(context.Background(), fixed(e.batch(t, "SKU-A", 0)), 0)
+		first <- err
+	}()
+	for e.roundCount() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return first
 }
 
 // fixed is a take that returns batch.
