@@ -42,7 +42,8 @@ type commit struct {
 	taken   bool
 	batch   []*queued
 	fence   int64
-	decided []*message.Message // the outcome events of a batch decided already; nil: to be reserved
+	decided []*message.Message // the outcome events of an order decided already (publish); nil: to be reserved
+	results []*message.Message // the outcome events of a batch the round reserved
 	err     error
 	done    chan struct{} // closed when err is set
 	lead    chan struct{} // this batch's leader commits the next round
@@ -167,13 +168,15 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 			b.err = fmt.Errorf("reserve %s: %w", orderIDs(b.batch), asHandlerError(b.err))
 			continue
 		}
-		if b.decided, b.err = h.resultMessages(b.batch, reserved[i].Outcomes); b.err != nil {
-			continue
-		}
+		b.results, b.err = h.resultMessages(b.batch, reserved[i].Outcomes)
 	}
 	for _, b := range round {
-		if b.err == nil && b.decided != nil {
-			decided, orders, results = append(decided, b), append(orders, b.batch...), append(results, b.decided...)
+		msgs := b.decided
+		if msgs == nil {
+			msgs = b.results
+		}
+		if b.err == nil && msgs != nil {
+			decided, orders, results = append(decided, b), append(orders, b.batch...), append(results, msgs...)
 		}
 	}
 	if len(decided) == 0 {
