@@ -103,7 +103,9 @@ func (c *committer) commitRounds(own *commit) {
 		round := c.waiting
 		c.waiting = nil
 		c.mu.Unlock()
-		c.commit(own.ctx, round)
+		// Not cancellable: the leader's context ends when its lease is lost (a basket's, when any of its
+		// leases is), which is its own batch's concern (fencing refuses a stale write), not the round's.
+		c.commit(context.WithoutCancel(own.ctx), round)
 		for _, b := range round {
 			close(b.done)
 		}

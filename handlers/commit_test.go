@@ -198,12 +198,7 @@ func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 		batch := e.batch(t, sku, i)
 		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(ctx, fixed(batch), 0) })
 	}
-	for deadline := time.Now().Add(5 * time.Second); e.waiting() < 3; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			close(e.store.gate)
-			t.Fatalf("%d commits waiting for the next round, want 3: the decided order's and the two batches", e.waiting())
-		}
-	}
+	waitWaiting(t, e, 3) // the decided order's and the two batches
 	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +221,48 @@ func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	}
 	if execs := commandCalls(t, e.rdb, "exec"); execs != 2 {
 		t.Errorf("%d transactions after the stats were reset, want 2: the first round's, and one for the decided order and the two batches", execs)
+	}
+}
+
+// A round led by an order whose context ended (its lease was lost) still commits the other batches of the
+// round: the context is the leader's, the round is everyone's.
+func TestARoundOutlivesItsLeadersContext(t *testing.T) {
+	e := newRoundEnv(t)
+	first := e.gatedRound(t)
+	lost, cancel := context.WithCancel(context.Background())
+	cancel()
+	basket := e.batch(t, "SKU-BASKET", 1)
+	result, err := e.h.resultMessage(lost, Result{OrderID: basket[0].order.OrderID, Status: inventory.StatusReserved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	wg.Go(func() { errs[0] = e.h.committer.publish(lost, basket, []*message.Message{result}) })
+	waitWaiting(t, e, 1)
+	for i, sku := range []string{"SKU-B", "SKU-C"} {
+		batch := e.batch(t, sku, i)
+		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(context.Background(), fixed(batch), 0) })
+	}
+	waitWaiting(t, e, 3)
+	close(e.store.gate)
+	wg.Wait()
+	if err := <-first; err != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("errors %v %v, want none for the batches of a round whose leader's context ended", err, errs)
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d entries pending, want every one acked", n)
+	}
+}
+
+// waitWaiting waits until n commits wait for the next round.
+func waitWaiting(t *testing.T, e *roundEnv, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); e.waiting() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(e.store.gate)
+			t.Fatalf("%d commits waiting for the next round, want %d", e.waiting(), n)
+		}
 	}
 }
 
