@@ -34,7 +34,7 @@ type committer struct {
 }
 
 // commit is one batch in a round: its orders, oldest first, taken when the round starts, and the fence they
-// are decided under; or an order decided already (a basket, a lifecycle event: decided set), whose outcome
+// are decided under; or an order decided already (a basket, a lifecycle event: decided), whose outcome
 // event and ack only join the round's transaction.
 type commit struct {
 	ctx     context.Context  // the batch leader's
@@ -42,8 +42,8 @@ type commit struct {
 	taken   bool
 	batch   []*queued
 	fence   int64
-	decided []*message.Message // the outcome events of an order decided already (publish); nil: to be reserved
-	results []*message.Message // the outcome events of a batch the round reserved
+	decided bool               // decided already (publish): not reserved by the round
+	results []*message.Message // the outcome events: given (decided), or of the round's reservation
 	err     error
 	done    chan struct{} // closed when err is set
 	lead    chan struct{} // this batch's leader commits the next round
@@ -53,7 +53,7 @@ type commit struct {
 func (b *commit) orders() []*queued {
 	if !b.taken {
 		b.batch, b.taken = b.take(), true
-		if b.decided == nil {
+		if !b.decided {
 			stamp(b.batch)
 		}
 	}
@@ -70,7 +70,7 @@ func (c *committer) decide(ctx context.Context, take func() []*queued, fence int
 // publish publishes the outcome events of orders decided already, and acks their entries, in the next
 // round's transaction.
 func (c *committer) publish(ctx context.Context, batch []*queued, results []*message.Message) error {
-	b := &commit{ctx: ctx, take: func() []*queued { return batch }, decided: results}
+	b := &commit{ctx: ctx, take: func() []*queued { return batch }, decided: true, results: results}
 	_, err := c.join(b)
 	return err
 }
@@ -151,7 +151,7 @@ func (c *committer) handOn() {
 // in one transaction (publish).
 func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(b.orders()) == 0 })
-	toReserve := slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return b.decided != nil })
+	toReserve := slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return b.decided })
 	var reserved []inventory.BatchResult
 	if len(toReserve) > 0 {
 		batches := make([]inventory.Batch, len(toReserve))
@@ -173,12 +173,8 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 		b.results, b.err = h.resultMessages(b.batch, reserved[i].Outcomes)
 	}
 	for _, b := range round {
-		msgs := b.decided
-		if msgs == nil {
-			msgs = b.results
-		}
-		if b.err == nil && msgs != nil {
-			decided, orders, results = append(decided, b), append(orders, b.batch...), append(results, msgs...)
+		if b.err == nil && b.results != nil {
+			decided, orders, results = append(decided, b), append(orders, b.batch...), append(results, b.results...)
 		}
 	}
 	if len(decided) == 0 {
