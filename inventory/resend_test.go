@@ -99,6 +99,10 @@ var resendCases = []resendCase{
 	{"ReserveBatch", "reserve_batch.lua", nil, stocked("A"), reserveBatch(5)},
 	{"ReserveBatch, the lock elided", "reserve_batch.lua", []Option{elision}, stocked("A"), reserveBatch(ElideLock)},
 	{"ReserveLines", "reserve_lines.lua", nil, stocked("A", "B"), reserveLines},
+	{"ReserveLines, the locks elided", "reserve_lines.lua", []Option{elision}, stocked("A", "B"),
+		func(ctx context.Context, s *Store, p string) (any, error) {
+			return s.ReserveLines(ctx, "o-1", basketOf(p), Fences{p + "A": ElideLock, p + "B": ElideLock})
+		}},
 	{"ReserveLines line by line", "reserve.lua", []Option{lineByLine}, stocked("A", "B"), reserveLines},
 	// B is unknown: the saga gives A back (an abort).
 	{"ReserveLines line by line, a short line", "transition.lua", []Option{lineByLine}, stocked("A"), reserveLines},
