@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,8 +126,11 @@ func TestABasketElidesItsLocksAndWaitsForAForeignHolder(t *testing.T) {
 	rdb.Del(ctx, "lock:{B}")
 	rdb.Publish(ctx, "redisson_lock__channel:lock:{B}", 0)
 	waitFor(t, 5*time.Second, "the basket is decided once the holder unlocked", decided(rdb, "B", "o-2"))
-	if rec := rdb.Get(ctx, "order:{B}:o-2").Val(); !strings.Contains(rec, `"fence":42`) {
-		t.Fatalf("record %s, want the next token, 42", rec)
+	// A token past the holder's 41: 42, or 43 when an acquisition that drew 42 as the holder unlocked gave
+	// up at its deadline and the retry went past it (the two race on a slow machine).
+	rec := rdb.Get(ctx, "order:{B}:o-2").Val()
+	if m := regexp.MustCompile(`"fence":(\d+)`).FindStringSubmatch(rec); m == nil || (m[1] != "42" && m[1] != "43") {
+		t.Fatalf("record %s, want a token past the holder's 41 (42, or 43 after an acquisition that gave up)", rec)
 	}
 	if st := rdb.HGetAll(ctx, "stock:{B}").Val(); st["available"] != "7" || st["reserved"] != "3" {
 		t.Fatalf("stock of B %v, want 7 available and 3 reserved", st)
