@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -94,3 +95,44 @@ func BenchmarkEvalShaHincrby(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkReserveBatchesElided compares, by the CPU time Redis spends per order (redis-µs/order), commit
+// rounds of 100 one-order batches over 200 SKUs (a worker's uniform load) decided without a lock (token
+// 0, as the cost bench's minimal ideal decides) and with lock elision (each script checks the lock and the
+// fencing counter itself): what elision costs Redis over no lock at all (issue 29's floor).
+func BenchmarkReserveBatchesElided(b *testing.B) {
+	for _, way := range []string{"unlocked", "elided"} {
+		b.Run(way, func(b *testing.B) {
+			ctx := context.Background()
+			rdb := redistest.Start(b).Client()
+			store, fence := inventory.New(rdb), int64(0)
+			if way == "elided" {
+				store, fence = inventory.New(rdb, inventory.WithLockElision(lockKey, counterKey, time.Hour)), inventory.ElideLock
+			}
+			for i := range 200 {
+				if err := store.SetStock(ctx, "SKU-"+strconv.Itoa(i), inventory.MaxStock); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			redistest.ReportCPUPer(b, rdb, b.N, "order", func() {
+				for n := 0; n < b.N; {
+					batches := make([]inventory.Batch, 0, 100)
+					for ; len(batches) < 100 && n < b.N; n++ {
+						o := inventory.Order{ID: "o-" + strconv.Itoa(n), SKU: "SKU-" + strconv.Itoa(n%200), Quantity: 1}
+						batches = append(batches, inventory.Batch{Ctx: ctx, Orders: []inventory.Order{o}, Fence: fence})
+					}
+					for _, r := range store.ReserveBatches(ctx, batches) {
+						if r.Err != nil {
+							b.Fatal(r.Err)
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+// lockKey and counterKey name a SKU's lock and its fencing counter, in the stock's slot as rlock's are.
+func lockKey(sku string) string    { return "lock:{" + sku + "}" }
+func counterKey(sku string) string { return "lock:{" + sku + "}:fence" }

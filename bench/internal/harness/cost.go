@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -99,7 +101,7 @@ func (b *bench) costRound(ctx context.Context, t *Table, wl e2eWorkload, c costC
 		return fmt.Errorf("%s: %w", c.name, err)
 	}
 	defer procs.kill()
-	v, err := b.drain(ctx, procs, wl)
+	v, top, err := b.drain(ctx, procs, wl)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", wl.id, c.name, err)
 	}
@@ -107,6 +109,7 @@ func (b *bench) costRound(ctx context.Context, t *Table, wl e2eWorkload, c costC
 	b.progress("%s round %d/%d %-34s Redis %6.1f µs  %5.3f round trips  %5.2f commands  consumer %6.1f µs  %5.0f allocs  %6.0f orders/s",
 		wl.id, round+1, b.cfg.Rounds, c.name, v["redis_cpu_us"], v["round_trips"], v["commands"], v["consumer_cpu_us"],
 		v["allocs"], v["orders_per_s"])
+	b.progress("%s round %d/%d %-34s per order, calls × µs each: %s", wl.id, round+1, b.cfg.Rounds, c.name, top)
 	t.add(c.name, v)
 	return nil
 }
@@ -137,17 +140,18 @@ func (b *bench) startConsumers(ctx context.Context, c costContender, n int) (ben
 	return procs, nil
 }
 
-// drain publishes wl's orders while procs are stopped, then lets them drain the group and measures.
-func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (map[string]float64, error) {
+// drain publishes wl's orders while procs are stopped, then lets them drain the group and measures; top
+// says which commands Redis spent the most time on.
+func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (v map[string]float64, top string, err error) {
 	allocs0 := procs.allocations()
 	for _, p := range procs {
 		_ = p.Pause()
 	}
 	if err := b.publishStaged(ctx, wl); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := b.main.ConfigResetStat(ctx).Err(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var elapsed time.Duration
 	cpu, err := b.measureCPU(ctx, []string{b.mainAddr}, procs.pids(), func() error {
@@ -160,18 +164,19 @@ func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	stats, err := b.commandStats(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	n := float64(wl.orders)
-	return map[string]float64{
+	v = map[string]float64{
 		"redis_cpu_us": float64(cpu.redis.Microseconds()) / n, "consumer_cpu_us": float64(cpu.procs.Microseconds()) / n,
 		"round_trips": stats.reads / n, "commands": stats.commands / n, "scripts": stats.scripts / n,
 		"allocs": (procs.allocations() - allocs0) / n, "orders_per_s": n / elapsed.Seconds(),
-	}, nil
+	}
+	return v, stats.topCommands(n, 6), nil
 }
 
 // publishStaged publishes wl's orders to a stream of their own, then renames it to "orders" in one step,
@@ -220,8 +225,14 @@ func (b *bench) waitDrained(ctx context.Context, orders int64) error {
 }
 
 // redisStats are counts since the last CONFIG RESETSTAT: reads of client sockets (round trips), commands
-// (those run inside scripts included) and script calls.
-type redisStats struct{ reads, commands, scripts float64 }
+// (those run inside scripts included), script calls, and each command's calls and microseconds (a
+// script's usec include those of the commands it ran).
+type redisStats struct {
+	reads, commands, scripts float64
+	byCommand                map[string]commandStat
+}
+
+type commandStat struct{ calls, usec float64 }
 
 func (b *bench) commandStats(ctx context.Context) (redisStats, error) {
 	var s redisStats
@@ -234,8 +245,10 @@ func (b *bench) commandStats(ctx context.Context) (redisStats, error) {
 	if err != nil {
 		return s, err
 	}
+	s.byCommand = map[string]commandStat{}
 	for name, v := range infoFields(cmds) {
-		calls := commandCalls(v)
+		calls, usec := commandField(v, "calls="), commandField(v, "usec=")
+		s.byCommand[strings.TrimPrefix(name, "cmdstat_")] = commandStat{calls, usec}
 		s.commands += calls
 		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
 			s.scripts += calls
@@ -244,15 +257,28 @@ func (b *bench) commandStats(ctx context.Context) (redisStats, error) {
 	return s, nil
 }
 
-// commandCalls reads calls=N of a commandstats line.
-func commandCalls(v string) float64 {
+// commandField reads a field (calls=N, usec=N) of a commandstats line.
+func commandField(v, prefix string) float64 {
 	for _, field := range strings.Split(v, ",") {
-		if n, ok := strings.CutPrefix(field, "calls="); ok {
-			calls, _ := strconv.ParseFloat(n, 64)
-			return calls
+		if n, ok := strings.CutPrefix(field, prefix); ok {
+			f, _ := strconv.ParseFloat(n, 64)
+			return f
 		}
 	}
 	return 0
+}
+
+// topCommands says, per order, the calls and Redis µs of the commands that took the most time, costliest
+// first: where a contender's Redis time goes.
+func (s redisStats) topCommands(orders float64, n int) string {
+	names := slices.Collect(maps.Keys(s.byCommand))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Compare(s.byCommand[b].usec, s.byCommand[a].usec) })
+	var parts []string
+	for _, name := range names[:min(n, len(names))] {
+		c := s.byCommand[name]
+		parts = append(parts, fmt.Sprintf("%s %.2f×%.1fµs", name, c.calls/orders, c.usec/c.calls))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // allocations is the sum of the processes' heap allocations so far (runtime.MemStats.Mallocs, from the

@@ -8,6 +8,8 @@
 package redistest
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -108,4 +110,35 @@ func (s *Server) check(err error) {
 	if err != nil {
 		s.t.Fatalf("redistest: %v", err)
 	}
+}
+
+// ReportCPUPer measures the CPU time the server behind rdb spends (INFO cpu, user and system) while run
+// runs, and reports it on b per unit of work, as "redis-µs/<unit>": how benchmarks compare what Redis
+// spends on two ways of doing the same work, in the same run.
+func ReportCPUPer(b *testing.B, rdb *redis.Client, units int, unit string, run func()) {
+	b.Helper()
+	before := serverCPU(b, rdb)
+	run()
+	b.ReportMetric((serverCPU(b, rdb)-before)*1e6/float64(units), "redis-µs/"+unit)
+}
+
+// serverCPU is the server's CPU time so far, in seconds.
+func serverCPU(b *testing.B, rdb *redis.Client) float64 {
+	b.Helper()
+	info, err := rdb.Info(b.Context(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %s", line)
+			}
+			sum += v
+		}
+	}
+	return sum
 }
