@@ -161,7 +161,9 @@ func DecodeOrder(payload []byte) (Order, error) {
 	case len(payload) > MaxPayload:
 		return o, fmt.Errorf("%w: payload of %d bytes is over the %d byte limit", ErrBadInput, len(payload), MaxPayload)
 	}
-	if json.Unmarshal(payload, &o) != nil || !wellFormed(payload) {
+	if flat, ok := decodeFlat(payload); ok {
+		o = flat
+	} else if json.Unmarshal(payload, &o) != nil || !wellFormed(payload) {
 		// Not one object with its keys named once and as spelled: the key-by-key reading says why.
 		var err error
 		if o, err = decodeKeyByKey(payload); err != nil {

@@ -19,6 +19,9 @@ func FuzzDecodeOrder(f *testing.F) {
 		`{"order_id":"o","sku":"S","quantity":1,"extra":{"nested":[1,2,{"quantity":5}]}}`,
 		`{"order_id":"o","s\u212au":"S","quantity":1}`,
 		`[1,2]`, `null`, `{"order_id":`, `{} {}`,
+		`{"type":"cancel","order_id":"o-2","sku":"SKU-7"}`, ` { "order_id" : "o" , "sku":"S","quantity":007}`,
+		`{"order_id":"o","sku":"S","quantity":1} x`, `{"order_id":"o","order_id":"p","quantity":1e2}`,
+		`{"sku":"S","quantity":999999999999999999,"placed_at":"2026-11-21T10:00:00+01:00"}`, `{}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -33,6 +36,10 @@ func FuzzDecodeOrder(f *testing.F) {
 			}
 		} else if slowErr == nil {
 			t.Fatalf("%q: read key by key as %+v, refused by the fast way", payload, slow)
+		}
+		// The flat way reads only what the key-by-key way reads.
+		if flat, ok := decodeFlat(payload); ok && (slowErr != nil || !reflect.DeepEqual(flat, slow)) {
+			t.Fatalf("%q: the flat way reads %+v, key by key %+v (%v)", payload, flat, slow, slowErr)
 		}
 		o, err := DecodeOrder(payload)
 		if err != nil {

@@ -280,16 +280,16 @@ type claimReply struct {
 // parseFetch reads fetch.lua's reply {{{id, deliveries, {field, value, ...}}, ...}, {{id, bytes}, ...},
 // cursor, {deleted id, ...}} on partition p.
 func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]int64, claim claimReply, err error) {
-	bad := fmt.Errorf("stream: unexpected fetch reply %.200v", reply)
+	bad := func() error { return fmt.Errorf("stream: unexpected fetch reply %.200v", reply) } // on the error paths only
 	if len(reply) != 4 {
-		return nil, nil, claim, bad
+		return nil, nil, claim, bad()
 	}
 	list, ok1 := reply[0].([]any)
 	oversized, ok2 := reply[1].([]any)
 	claim.cursor, _ = reply[2].(string)
 	deleted, ok3 := reply[3].([]any)
 	if !ok1 || !ok2 || !ok3 {
-		return nil, nil, claim, bad
+		return nil, nil, claim, bad()
 	}
 	for _, id := range deleted {
 		if id, ok := id.(string); ok {
@@ -300,7 +300,7 @@ func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]
 	for _, e := range list {
 		entry, ok := parseEntry(e)
 		if !ok {
-			return nil, poisoned, claim, bad
+			return nil, poisoned, claim, bad()
 		}
 		entry.Partition = p.Index
 		entries = append(entries, entry)
@@ -308,11 +308,14 @@ func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]
 	return entries, poisoned, claim, nil
 }
 
-// parseOversized reads {{id, bytes}, ...}: the entries fetch.lua poisoned.
+// parseOversized reads {{id, bytes}, ...}: the entries fetch.lua poisoned (nil: none).
 func parseOversized(list []any) map[string]int64 {
-	poisoned := map[string]int64{}
+	var poisoned map[string]int64
 	for _, p := range list {
 		if p, ok := p.([]any); ok && len(p) == 2 {
+			if poisoned == nil {
+				poisoned = map[string]int64{}
+			}
 			id, _ := p[0].(string)
 			poisoned[id], _ = p[1].(int64)
 		}
