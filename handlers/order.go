@@ -154,19 +154,16 @@ func newOrderResult(o Order, out inventory.OrderOutcome, worker string, waited t
 // ("Quantity"), is refused. Go's decoder alone would match keys case-insensitively and keep the last, so
 // {"quantity":1,"Quantity":900000} would be read as 900000 where a case-sensitive gateway saw 1.
 func DecodeOrder(payload []byte) (Order, error) {
-	var o Order
 	switch {
 	case len(payload) == 0:
-		return o, fmt.Errorf("%w: empty payload", ErrBadInput)
+		return Order{}, fmt.Errorf("%w: empty payload", ErrBadInput)
 	case len(payload) > MaxPayload:
-		return o, fmt.Errorf("%w: payload of %d bytes is over the %d byte limit", ErrBadInput, len(payload), MaxPayload)
+		return Order{}, fmt.Errorf("%w: payload of %d bytes is over the %d byte limit", ErrBadInput, len(payload), MaxPayload)
 	}
-	if flat, ok := decodeFlat(payload); ok {
-		o = flat
-	} else if json.Unmarshal(payload, &o) != nil || !wellFormed(payload) {
-		// Not one object with its keys named once and as spelled: the key-by-key reading says why.
+	o, ok := decodeFlat(payload)
+	if !ok {
 		var err error
-		if o, err = decodeKeyByKey(payload); err != nil {
+		if o, err = decodeGeneral(payload); err != nil {
 			return o, fmt.Errorf("%w: %w", ErrBadInput, err)
 		}
 	}
@@ -174,6 +171,16 @@ func DecodeOrder(payload []byte) (Order, error) {
 		return o, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	return o, nil
+}
+
+// decodeGeneral reads any payload decodeFlat does not: with encoding/json when it is one object with its
+// keys named once and as spelled (wellFormed), else key by key, which says what is wrong.
+func decodeGeneral(payload []byte) (Order, error) {
+	var o Order
+	if json.Unmarshal(payload, &o) == nil && wellFormed(payload) {
+		return o, nil
+	}
+	return decodeKeyByKey(payload)
 }
 
 // validate checks a decoded order by its type, and merges and sorts a basket's lines.
