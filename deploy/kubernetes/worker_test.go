@@ -24,8 +24,12 @@ import (
 // use so that no secret sits in the environment, and the key of the Secret each file is.
 var fileSecrets = map[string]string{"REDIS_URL_FILE": "redis-url", "METRICS_TOKEN_FILE": "metrics-token"}
 
-// otelVars are the OpenTelemetry variables the worker honours (internal/otelsetup).
-var otelVars = regexp.MustCompile(`^OTEL_(SERVICE_NAME|RESOURCE_ATTRIBUTES|TRACES_EXPORTER|METRICS_EXPORTER|EXPORTER_OTLP_[A-Z_]+|TRACES_SAMPLER(_ARG)?|BSP_[A-Z_]+)$`)
+// otelVars are the OpenTelemetry variables the worker honours (internal/otelsetup), and goVars the Go
+// runtime's (docs/configuration.md).
+var (
+	otelVars = regexp.MustCompile(`^OTEL_(SERVICE_NAME|RESOURCE_ATTRIBUTES|TRACES_EXPORTER|METRICS_EXPORTER|EXPORTER_OTLP_[A-Z_]+|TRACES_SAMPLER(_ARG)?|BSP_[A-Z_]+)$`)
+	goVars   = regexp.MustCompile(`^(GOGC|GOMEMLIMIT|GOMAXPROCS)$`)
+)
 
 // workerSettings are the environment variables the worker reads.
 func workerSettings() map[string]bool {
@@ -74,7 +78,7 @@ func TestTheDeploymentSetsOnlyRealSettings(t *testing.T) {
 	_, names := env(c)
 	for _, name := range names {
 		switch {
-		case known[name] || otelVars.MatchString(name):
+		case known[name] || otelVars.MatchString(name) || goVars.MatchString(name):
 		case fileSecrets[name] != "" && known[strings.TrimSuffix(name, config.FileSuffix)]:
 		default:
 			t.Errorf("the Deployment sets %s, which the worker does not read", name)
