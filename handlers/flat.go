@@ -58,6 +58,7 @@ func (s *flatScan) field(o *Order, key []byte, seen *[5]bool) bool {
 		o.Quantity = n
 		return ok
 	}
+	s.space()
 	start := s.i
 	v, ok := s.str()
 	switch {

@@ -22,6 +22,7 @@ func FuzzDecodeOrder(f *testing.F) {
 		`{"type":"cancel","order_id":"o-2","sku":"SKU-7"}`, ` { "order_id" : "o" , "sku":"S","quantity":007}`,
 		`{"order_id":"o","sku":"S","quantity":1} x`, `{"order_id":"o","order_id":"p","quantity":1e2}`,
 		`{"sku":"S","quantity":999999999999999999,"placed_at":"2026-11-21T10:00:00+01:00"}`, `{}`,
+		`{"order_id": "o", "sku": "S", "quantity": 1, "placed_at": "2026-11-21T10:00:00Z"}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -134,5 +135,24 @@ func BenchmarkDecodeOrder(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The flat way takes the payloads producers send (the producer's own, written by encoding/json; one with
+// spaces; a lifecycle event) and reads them as the key-by-key way does.
+func TestTheFlatWayTakesWhatProducersSend(t *testing.T) {
+	placed, err := json.Marshal(Order{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, PlacedAt: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []string{string(placed),
+		`{ "order_id": "o-2", "sku": "SKU-7", "quantity": 10, "placed_at": "2026-11-21T10:00:00+01:00" }` + "\n",
+		`{"type":"cancel","order_id":"o-2","sku":"SKU-7"}`,
+	} {
+		flat, ok := decodeFlat([]byte(payload))
+		want, err := decodeKeyByKey([]byte(payload))
+		if !ok || err != nil || !reflect.DeepEqual(flat, want) {
+			t.Errorf("%s: the flat way reads %+v (%v), key by key %+v (%v)", payload, flat, ok, want, err)
+		}
 	}
 }

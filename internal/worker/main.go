@@ -81,14 +81,15 @@ func runMain(name string, args []string, ext Extension) error {
 // may grow to 5 times the live heap (about 20 MB) between collections (docs/configuration.md).
 const defaultGOGC = 400
 
-// setGC sets the collector's target to defaultGOGC unless GOGC is in the environment, and returns the
-// target in force.
-func setGC() string {
-	if v, ok := os.LookupEnv("GOGC"); ok {
-		return v
+// setGC sets the collector's target to defaultGOGC unless GOGC is in the environment (which the runtime
+// read at start), and returns the target in force (-1: off).
+func setGC() int {
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(defaultGOGC)
 	}
-	debug.SetGCPercent(defaultGOGC)
-	return fmt.Sprint(defaultGOGC)
+	percent := debug.SetGCPercent(100) // the only way to read it: set it back at once
+	debug.SetGCPercent(percent)
+	return percent
 }
 
 // flush flushes what the exporters buffered, also after a signal ended the run.
