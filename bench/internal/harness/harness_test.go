@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,37 @@ func TestAnAcquisitionCutOffByTheSocketDeadlineCountsAsStopped(t *testing.T) {
 	}
 	if stopped(context.Background()) {
 		t.Error("stopped without a deadline")
+	}
+}
+
+// Issue 29's targets are judged off comparison 8's tables: costs as at most a ratio of the ideal's (or a
+// value), rates as at least Watermill's.
+func TestTheCostTargetsAreJudgedOffComparisonEight(t *testing.T) {
+	uniform := costTable("cost-uniform", "uniform", 100)
+	uniform.add("stockflow worker", map[string]float64{"redis_cpu_us": 26, "consumer_cpu_us": 60, "round_trips": 0.09, "orders_per_s": 900})
+	uniform.add("Watermill ack-only", map[string]float64{"redis_cpu_us": 30, "consumer_cpu_us": 90, "round_trips": 2, "orders_per_s": 1000})
+	uniform.add("minimal ideal", map[string]float64{"redis_cpu_us": 20, "consumer_cpu_us": 20, "round_trips": 0.04, "orders_per_s": 3000})
+	uniform.add("stockflow worker, 2-line baskets", map[string]float64{"redis_cpu_us": 70})
+	r := &Report{Tables: []*Table{uniform}}
+	got := map[string]Target{}
+	for _, tg := range r.judgeTargets() {
+		got[tg.Name] = tg
+	}
+	for name, want := range map[string]struct {
+		got float64
+		met bool
+	}{
+		"cost uniform: Redis CPU vs minimal ideal":            {1.3, true},
+		"cost uniform: worker CPU vs minimal ideal":           {3, false},
+		"cost uniform: round trips per order":                 {0.09, true},
+		"cost uniform: drain rate vs Watermill ack-only":      {0.9, false},
+		"cost: 2-line basket's Redis CPU vs a single order's": {70.0 / 26, false},
+	} {
+		if tg, ok := got[name]; !ok || math.Abs(tg.Got-want.got) > 1e-9 || tg.Met != want.met {
+			t.Errorf("%s: judged %+v (found %v), want %v met %v", name, tg, ok, want.got, want.met)
+		}
+	}
+	if _, ok := got["cost hot SKU: round trips per order"]; ok {
+		t.Error("a target of the hot-SKU table was judged without the table")
 	}
 }

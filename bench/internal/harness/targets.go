@@ -5,7 +5,8 @@ import (
 	"math"
 )
 
-// A target is one acceptance target of issue 8, or as issue 12 raised it, judged on the medians.
+// A target is one acceptance target of issue 8 (or as issue 12 raised it) or of issue 29, judged on the
+// medians.
 type target interface {
 	// judge reads the target off the report; false when the comparison it needs did not run.
 	judge(r *Report) (Target, bool)
@@ -13,18 +14,34 @@ type target interface {
 
 // targets are judged in this order.
 var targets = []target{
-	ratioTarget{"uncontended, 1 goroutine, vs redislock", "uncontended-g1", "ops_per_s", "stockflow", "redislock", 1.0},
-	ratioTarget{"uncontended, 1 goroutine, vs physical limit", "uncontended-g1", "ops_per_s", "stockflow", physicalLimit, 0.85},
-	ratioTarget{"uncontended, 32 goroutines, vs redislock", "uncontended-g32", "ops_per_s", "stockflow", "redislock", 1.0},
-	ratioTarget{"uncontended, 32 goroutines, vs physical limit", "uncontended-g32", "ops_per_s", "stockflow", physicalLimit, 0.85},
-	ratioTarget{"hot key, 1 ms outside, vs redsync defaults", "hotkey-1ms", "sections_per_s", "stockflow", "redsync", 4},
-	ratioTarget{"hot key, 1 ms outside, vs redislock 1 ms", "hotkey-1ms", "sections_per_s", "stockflow", "redislock 1ms", 3},
+	ratioTarget{"uncontended, 1 goroutine, vs redislock", "uncontended-g1", "ops_per_s", "stockflow", "redislock", 1.0, false},
+	ratioTarget{"uncontended, 1 goroutine, vs physical limit", "uncontended-g1", "ops_per_s", "stockflow", physicalLimit, 0.85, false},
+	ratioTarget{"uncontended, 32 goroutines, vs redislock", "uncontended-g32", "ops_per_s", "stockflow", "redislock", 1.0, false},
+	ratioTarget{"uncontended, 32 goroutines, vs physical limit", "uncontended-g32", "ops_per_s", "stockflow", physicalLimit, 0.85, false},
+	ratioTarget{"hot key, 1 ms outside, vs redsync defaults", "hotkey-1ms", "sections_per_s", "stockflow", "redsync", 4, false},
+	ratioTarget{"hot key, 1 ms outside, vs redislock 1 ms", "hotkey-1ms", "sections_per_s", "stockflow", "redislock 1ms", 3, false},
 	hotKeyWaitTarget{},
-	ratioTarget{"Redlock uncontended vs redsync", "redlock-uncontended", "ops_per_s", "stockflow", "redsync", 1.0},
-	ratioTarget{"Redlock hot key vs redsync", "redlock-hotkey", "sections_per_s", "stockflow", "redsync", 1.5},
-	ratioTarget{"end to end uniform: lock on vs off", "e2e-uniform", "orders_per_s", e2eModes[0].name, e2eModes[1].name, 0.9},
-	ratioTarget{"end to end hot SKU: lock on vs off", "e2e-hot", "orders_per_s", e2eModes[0].name, e2eModes[1].name, 0.85},
+	ratioTarget{"Redlock uncontended vs redsync", "redlock-uncontended", "ops_per_s", "stockflow", "redsync", 1.0, false},
+	ratioTarget{"Redlock hot key vs redsync", "redlock-hotkey", "sections_per_s", "stockflow", "redsync", 1.5, false},
+	ratioTarget{"end to end uniform: lock on vs off", "e2e-uniform", "orders_per_s", e2eModes[0].name, e2eModes[1].name, 0.9, false},
+	ratioTarget{"end to end hot SKU: lock on vs off", "e2e-hot", "orders_per_s", e2eModes[0].name, e2eModes[1].name, 0.85, false},
 	workerRSSTarget{},
+}
+
+// The targets of issue 29 (the cost of an order, comparison 8).
+func init() {
+	const worker, wm, ideal = "stockflow worker", "Watermill ack-only", "minimal ideal"
+	for _, wl := range []struct{ table, name string }{{"cost-uniform", "uniform"}, {"cost-hot", "hot SKU"}} {
+		targets = append(targets,
+			ratioTarget{"cost " + wl.name + ": Redis CPU vs minimal ideal", wl.table, "redis_cpu_us", worker, ideal, 1.3, true},
+			ratioTarget{"cost " + wl.name + ": worker CPU vs minimal ideal", wl.table, "consumer_cpu_us", worker, ideal, 2.5, true},
+			valueTarget{"cost " + wl.name + ": round trips per order", wl.table, "round_trips", worker, 0.2},
+			ratioTarget{"cost " + wl.name + ": drain rate vs Watermill ack-only", wl.table, "orders_per_s", worker, wm, 1, false})
+	}
+	targets = append(targets,
+		ratioTarget{"cost: 2-line basket's Redis CPU vs a single order's", "cost-uniform", "redis_cpu_us",
+			worker + ", 2-line baskets", worker, 2.5, true},
+		valueTarget{"cost: idle Redis CPU, % of a core", "cost-idle", "redis_cpu_pct", "keyspace events (default)", 1})
 }
 
 // judgeTargets judges every target whose comparison ran.
@@ -38,10 +55,12 @@ func (r *Report) judgeTargets() []Target {
 	return out
 }
 
-// ratioTarget: in table, the median of key of contender of is at least want times that of base.
+// ratioTarget: in table, the median of key of contender of is at least want times that of base (a rate),
+// or at most (atMost: a cost).
 type ratioTarget struct {
 	name, table, key, of, base string
 	want                       float64
+	atMost                     bool
 }
 
 func (rt ratioTarget) judge(r *Report) (Target, bool) {
@@ -49,10 +68,32 @@ func (rt ratioTarget) judge(r *Report) (Target, bool) {
 	if t == nil {
 		return Target{}, false
 	}
-	of, base := t.value(rt.of, rt.key), t.value(rt.base, rt.key)
+	of, base, digits := t.value(rt.of, rt.key), t.value(rt.base, rt.key), 0
+	if rt.atMost {
+		digits = 1 // µs
+	}
 	tg := Target{Name: rt.name, Want: fmt.Sprintf(">= %.2fx", rt.want), Unit: "x",
-		Detail: fmt.Sprintf("%s vs %s; by round %s", format(of, 0), format(base, 0), t.pairedRatios(rt.of, rt.base, rt.key))}
+		Detail: fmt.Sprintf("%s vs %s; by round %s", format(of, digits), format(base, digits), t.pairedRatios(rt.of, rt.base, rt.key))}
+	if rt.atMost {
+		tg.Want = fmt.Sprintf("<= %.2fx", rt.want)
+		return tg.judged(of/base, func(got float64) bool { return got <= rt.want }), true
+	}
 	return tg.judged(of/base, func(got float64) bool { return got >= rt.want }), true
+}
+
+// valueTarget: in table, the median of key of contender of is at most max.
+type valueTarget struct {
+	name, table, key, of string
+	max                  float64
+}
+
+func (vt valueTarget) judge(r *Report) (Target, bool) {
+	t := r.table(vt.table)
+	if t == nil || t.find(vt.of) == nil {
+		return Target{}, false
+	}
+	tg := Target{Name: vt.name, Want: fmt.Sprintf("<= %g", vt.max)}
+	return tg.judged(t.value(vt.of, vt.key), func(got float64) bool { return got <= vt.max }), true
 }
 
 // hotKeyWaitTarget: stockflow's p99 wait on the hot key with 1 ms outside is at most 50 ms.
