@@ -272,11 +272,33 @@ func (w *Worker) addConsumer(faults *Faults) error {
 	}
 	chain := w.consumer.Chain(w.handler.Handle, steps...)
 	w.router.AddConsumerHandler(cfg.Name, cfg.OrdersStream, sub, func(msg *message.Message) error {
+		growStack()
 		_, err := chain(msg)
 		return err
 	})
 	return nil
 }
+
+// growStack grows the stack of the goroutine the Router starts for each message, at once, while it is
+// shallow: otherwise it grows by doublings deep in the chain, each copy adjusting every frame above it (in a
+// drain profile, 7-18 % of a worker's CPU went to copying stacks). Same-run cost bench, 5 rounds: worker CPU
+// per order 57.5 against 63.5 µs uniform, 58.0 against 67.5 hot.
+//
+//go:noinline
+func growStack() {
+	var pad [stackPad]byte
+	touch(pad[:])
+}
+
+// stackPad is about what a message's goroutine needs below the Router, the decoder's and a waiting
+// follower's depth; a commit round's leader, deeper in go-redis, may grow once more. A larger pad costs
+// more to clear (8 KiB measured no better).
+const stackPad = 4 << 10
+
+// touch keeps pad from being optimised away.
+//
+//go:noinline
+func touch(b []byte) { b[len(b)-1] = 1 }
 
 // quietLogger is Watermill's slog adapter, which builds the attributes of a Debug or Trace line only when
 // its level is on: the Router logs every message at Trace.
