@@ -416,6 +416,12 @@ func startStaleHolder(t *testing.T, redlock bool, aEnv ...string) *staleHolder {
 	}
 	xaddOrder(t, sc.rdb, "o-a", "P", 1)
 	waitFor(t, 10*time.Second, "worker a holds the lock", lockHeldBy(locks, "P", "a:"))
+	// Paused only once its acquisition is recorded, its write then 3 s away (FAULT_DELAY_WRITE): with
+	// Redlock, the lock on the first master is not the acquisition yet, and A paused midway took the lock
+	// again after B, with a newer token, and was not stale at all (seen once).
+	waitFor(t, 10*time.Second, "worker a recorded its acquisition", func() bool {
+		return strings.Contains(sc.rec.text(t), `"event":"acquired","worker":"a"`)
+	})
 	sc.a.pause()
 	startWorker(t, s, "b", append(env, "LOCK_WAIT=10s", "ORDERS_STREAM=orders-b", "FAULT_DELAY_WRITE=10s")...)
 	xaddOrderTo(t, sc.rdb, "orders-b", "o-b", "P", 1)
