@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/testing/redisproc"
 )
 
 // What the processes of a run cost: CPU time of the redis-servers and of processes, peak memory.
@@ -45,7 +47,7 @@ func (b *bench) redisCPU(ctx context.Context, addrs []string) ([]time.Duration, 
 	used := make([]time.Duration, len(addrs))
 	for i, addr := range addrs {
 		var err error
-		if used[i], err = serverCPU(ctx, b.infoClient(addr)); err != nil {
+		if used[i], err = redisproc.ServerCPU(ctx, b.infoClient(addr)); err != nil {
 			return nil, err
 		}
 	}
@@ -58,17 +60,6 @@ func (b *bench) infoClient(addr string) *redis.Client {
 		b.infoClients[addr] = newClient(addr)
 	}
 	return b.infoClients[addr]
-}
-
-func serverCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0, err
-	}
-	fields := infoFields(info)
-	sys, _ := strconv.ParseFloat(fields["used_cpu_sys"], 64)
-	user, _ := strconv.ParseFloat(fields["used_cpu_user"], 64)
-	return time.Duration((sys + user) * float64(time.Second)), nil
 }
 
 func processesCPU(pids []int) time.Duration {

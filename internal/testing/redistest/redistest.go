@@ -8,8 +8,6 @@
 package redistest
 
 import (
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -117,28 +115,14 @@ func (s *Server) check(err error) {
 // spends on two ways of doing the same work, in the same run.
 func ReportCPUPer(b *testing.B, rdb *redis.Client, units int, unit string, run func()) {
 	b.Helper()
-	before := serverCPU(b, rdb)
-	run()
-	b.ReportMetric((serverCPU(b, rdb)-before)*1e6/float64(units), "redis-µs/"+unit)
-}
-
-// serverCPU is the server's CPU time so far, in seconds.
-func serverCPU(b *testing.B, rdb *redis.Client) float64 {
-	b.Helper()
-	info, err := rdb.Info(b.Context(), "cpu").Result()
+	before, err := redisproc.ServerCPU(b.Context(), rdb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(info, "\r\n") {
-		name, value, _ := strings.Cut(line, ":")
-		if name == "used_cpu_user" || name == "used_cpu_sys" {
-			v, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				b.Fatalf("INFO cpu: %s", line)
-			}
-			sum += v
-		}
+	run()
+	after, err := redisproc.ServerCPU(b.Context(), rdb)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return sum
+	b.ReportMetric(float64((after-before).Microseconds())/float64(units), "redis-µs/"+unit)
 }
