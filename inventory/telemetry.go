@@ -82,10 +82,12 @@ func traceReserve(ctx context.Context, o Order, fence int64, reserve func(contex
 // traceReserveBatch runs reserve inside one SpanReserveBatch span and counts the outcome of each order;
 // the outcomes are not span attributes, a batch has many.
 func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve func(context.Context) ([]Outcome, error)) ([]Outcome, error) {
-	ctx, span := otel.Tracer(scope).Start(ctx, SpanReserveBatch, trace.WithAttributes(
-		AttrSKU.String(batch[0].SKU), AttrFence.Int64(fence), AttrBatchSize.Int(len(batch)),
-		AttrLockElided.Bool(fence == ElideLock)))
+	ctx, span := otel.Tracer(scope).Start(ctx, SpanReserveBatch)
 	defer span.End()
+	if span.IsRecording() { // with no tracing, nothing is built
+		span.SetAttributes(AttrSKU.String(batch[0].SKU), AttrFence.Int64(fence), AttrBatchSize.Int(len(batch)),
+			AttrLockElided.Bool(fence == ElideLock))
+	}
 	outs, err := reserve(ctx)
 	if err != nil {
 		return nil, failed(span, err)

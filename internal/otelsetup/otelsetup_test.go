@@ -132,14 +132,15 @@ func otelGoroutines() []string {
 func TestOneTracePerOrder(t *testing.T) {
 	unsetOTel(t)
 	restoreGlobals(t)
-	spans := tracetest.NewSpanRecorder()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
 	waitsBefore, _ := lockWaitHistogram(t)
-	tel, err := otelsetup.Setup(context.Background(), "test", false) // only the propagator: nothing configured
+	// Nothing configured: the propagator and the no-op tracer provider, which the test's recorder replaces.
+	tel, err := otelsetup.Setup(context.Background(), "test", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tel.Shutdown(context.Background())
+	spans := tracetest.NewSpanRecorder()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
 
 	// With persistence: after the restart the group is there and the worker ready at once. (Without, it
 	// is not ready until an order recreates the stream: internal/e2e TestLostConsumerGroupIsRecreated.)

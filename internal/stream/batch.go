@@ -22,11 +22,15 @@ type Batch struct {
 	Server []attribute.KeyValue
 	spans  []trace.Span
 	cmds   []*redis.StringCmd
+	send   sendSpans // built at the first Add
 }
 
 // Add queues the XADD of msg on pipe.
 func (b *Batch) Add(pipe redis.Pipeliner, msg *message.Message) error {
-	ctx, span := startSend(msg, b.Topic, b.Server)
+	if b.send.name == "" {
+		b.send = newSendSpans(b.Topic, b.Server)
+	}
+	ctx, span := b.send.start(msg)
 	values, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal(b.Topic, msg)
 	if err != nil {
 		Fail(span, err)
@@ -53,13 +57,23 @@ func (b *Batch) End() error {
 	return first
 }
 
-// startSend starts the producer span of sending msg to topic, "send <topic>", under the message's context,
-// and writes its trace context into the message's metadata.
-func startSend(msg *message.Message, topic string, server []attribute.KeyValue) (ctx context.Context, span trace.Span) {
+// sendSpans start the producer spans "send <topic>" of the messages sent to one topic.
+type sendSpans struct {
+	name string
+	opts []trace.SpanStartOption
+}
+
+func newSendSpans(topic string, server []attribute.KeyValue) sendSpans {
 	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationSend),
 		semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic)}, server...)
-	ctx, span = Tracer().Start(msg.Context(), SpanName(OperationSend, topic),
-		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	return sendSpans{name: SpanName(OperationSend, topic),
+		opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...)}}
+}
+
+// start starts the producer span of sending msg, under the message's context, and writes its trace context
+// into the message's metadata.
+func (s sendSpans) start(msg *message.Message) (ctx context.Context, span trace.Span) {
+	ctx, span = Tracer().Start(msg.Context(), s.name, s.opts...)
 	Inject(ctx, msg)
 	return ctx, span
 }

@@ -42,8 +42,10 @@ func PoisonReason(r string) metric.MeasurementOption {
 
 // Tracer is the tracer of the stockflow binaries.
 func Tracer() trace.Tracer {
-	return otel.Tracer("github.com/stockflow/stockflow", trace.WithSchemaURL(semconv.SchemaURL))
+	return otel.Tracer("github.com/stockflow/stockflow", schemaURL)
 }
+
+var schemaURL = trace.WithSchemaURL(semconv.SchemaURL)
 
 // System is the messaging.system of the streams. The conventions name no value for Redis Streams; "redis"
 // is what OpenTelemetry's Redis instrumentations use for the database.
@@ -111,23 +113,29 @@ func (c Consumer) Spans() ProcessSpans {
 		semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName(c.Stream),
 		semconv.MessagingConsumerGroupName(c.Group), semconv.MessagingClientID(c.Name)}, c.Server...)
 	return ProcessSpans{name: SpanName(OperationProcess, c.Stream),
-		start: trace.WithAttributes(attrs...), kind: trace.WithSpanKind(trace.SpanKindConsumer)}
+		opts: []trace.SpanStartOption{trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindConsumer)}}
 }
 
 // ProcessSpans starts the consumer spans of one consumer (Consumer.Spans).
 type ProcessSpans struct {
-	name        string
-	start, kind trace.SpanStartOption
+	name string
+	opts []trace.SpanStartOption // the same for every message
 }
 
-// Start starts the consumer span of processing msg under ctx, as Consumer.StartProcess does.
+// Start starts the consumer span of processing msg under ctx, as Consumer.StartProcess does. What differs
+// by message (its id, the link) is added only to a span that records: with no tracing, a span costs
+// nothing.
 func (p ProcessSpans) Start(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
 	ctx = Extract(ctx, msg)
-	opts := []trace.SpanStartOption{p.kind, p.start, trace.WithAttributes(semconv.MessagingMessageID(msg.UUID))}
-	if sent := trace.SpanContextFromContext(ctx); sent.IsRemote() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sent}))
+	sent := trace.SpanContextFromContext(ctx)
+	ctx, span := Tracer().Start(ctx, p.name, p.opts...)
+	if span.IsRecording() {
+		span.SetAttributes(semconv.MessagingMessageID(msg.UUID))
+		if sent.IsRemote() {
+			span.AddLink(trace.Link{SpanContext: sent})
+		}
 	}
-	return Tracer().Start(ctx, p.name, opts...)
+	return ctx, span
 }
 
 // Publisher traces every publish with a producer span, "send <topic>", and passes the trace context on in
@@ -148,7 +156,7 @@ func (p Publisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (p Publisher) publish(topic string, msg *message.Message) error {
-	_, span := startSend(msg, topic, p.Server)
+	_, span := newSendSpans(topic, p.Server).start(msg)
 	defer span.End()
 	err := p.Publisher.Publish(topic, msg)
 	if err != nil {
