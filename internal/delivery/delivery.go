@@ -1,12 +1,13 @@
 // Package delivery is what happens to a stream entry around its handler, at least once: the steps of a
 // consumer's chain, outermost first, each a message.HandlerMiddleware:
 //
-//	trace ▶ poison ▶ recoverPanic ▶ drain ▶ retry ▶ keepAlive ▶ (the handler's own steps: package handlers)
+//	trace ▶ poison ▶ recoverPanic ▶ retry ▶ keepAlive ▶ (the handler's own steps: package handlers)
 //
 // trace continues the producer's trace; poison sends what can never succeed to the poison stream and acks it;
-// recoverPanic turns a panic into poison; drain lets an order in flight finish on shutdown; retry hands a
-// failed attempt back to the group (retry.go: which failures count); keepAlive keeps an entry being handled
-// from being claimed by another worker.
+// recoverPanic turns a panic into poison; retry hands a failed attempt back to the group (retry.go: which
+// failures count); keepAlive keeps an entry being handled from being claimed by another worker. (An order
+// in flight finishes on shutdown because its message's context outlives the subscription:
+// stream.SubscriberConfig.Handling.)
 //
 // Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
 // back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
@@ -41,8 +42,6 @@ type Config struct {
 	MaxAttempts  int                   // deliveries of an entry before it is poisoned (MAX_ATTEMPTS)
 	ClaimIdle    time.Duration         // CLAIM_IDLE
 	Logger       *slog.Logger
-	// Drain ends when in-flight orders must stop (SHUTDOWN_TIMEOUT after SIGTERM, or Close).
-	Drain context.Context
 	// RaiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	RaiseToken func(ctx context.Context, key string, token int64) error
 }
@@ -51,7 +50,7 @@ type Config struct {
 func New(cfg Config) *Consumer {
 	c := &Consumer{rdb: cfg.Redis, parts: cfg.Partitions,
 		group: cfg.Group, name: cfg.Name, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
-		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, drainCtx: cfg.Drain, raiseToken: cfg.RaiseToken,
+		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, raiseToken: cfg.RaiseToken,
 		handling: make(map[*message.Message]time.Time), live: make(map[*message.Message]*liveEntry)}
 	server := stream.ServerAttributes(cfg.Redis)
 	for _, p := range cfg.Partitions {
@@ -74,8 +73,6 @@ type Consumer struct {
 	maxAttempts  int
 	claimIdle    time.Duration
 	logger       *slog.Logger
-	// drainCtx ends when in-flight orders must stop (SHUTDOWN_TIMEOUT after SIGTERM, or Close).
-	drainCtx context.Context
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
 
@@ -116,7 +113,7 @@ func (c *Consumer) partition(msg *message.Message) stream.Partition {
 // Chain wraps h, the handler, in the consumer's delivery steps and then inner, the steps between them and h
 // (outermost first).
 func (c *Consumer) Chain(h message.HandlerFunc, inner ...message.HandlerMiddleware) message.HandlerFunc {
-	steps := append([]message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.drain, c.retry, c.keepAlive},
+	steps := append([]message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.retry, c.keepAlive},
 		inner...)
 	for i := len(steps) - 1; i >= 0; i-- {
 		h = steps[i](h)
@@ -185,23 +182,6 @@ func (c *Consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
 				err = p
 			}
 		}()
-		return h(msg)
-	}
-}
-
-// drain runs the handler under a context that survives the router's shutdown (which cancels message
-// contexts at once) until drainCtx ends, so in-flight orders finish on SIGTERM.
-func (c *Consumer) drain(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		orig := msg.Context()
-		ctx, cancel := context.WithCancelCause(context.WithoutCancel(orig))
-		stop := context.AfterFunc(c.drainCtx, func() { cancel(context.Cause(c.drainCtx)) })
-		defer func() {
-			stop()
-			cancel(nil)
-			msg.SetContext(orig)
-		}()
-		msg.SetContext(ctx)
 		return h(msg)
 	}
 }

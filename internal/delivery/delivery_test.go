@@ -174,35 +174,6 @@ func TestRetryHandsFailuresBackAndCountsOnlyPermanentOnes(t *testing.T) {
 	}
 }
 
-func TestDrainOutlivesTheMessageContextUntilTheDeadline(t *testing.T) {
-	e := newChainEnv(t)
-	drain, stopDrain := context.WithCancelCause(context.Background())
-	e.c.drainCtx = drain
-	msgCtx, cancelMsg := context.WithCancel(context.Background())
-	msg := e.deliver(t, 1)
-	msg.SetContext(msgCtx)
-
-	var during, after error
-	errDeadline := errors.New("shutdown timeout")
-	h := func(msg *message.Message) ([]*message.Message, error) {
-		cancelMsg() // the router shuts down
-		during = msg.Context().Err()
-		stopDrain(errDeadline) // SHUTDOWN_TIMEOUT passes
-		<-msg.Context().Done()
-		after = context.Cause(msg.Context())
-		return nil, nil
-	}
-	if _, err := e.c.drain(h)(msg); err != nil {
-		t.Fatal(err)
-	}
-	if during != nil || !errors.Is(after, errDeadline) {
-		t.Fatalf("handler context: %v once the message context ended (want alive), cause %v at the deadline (want %v)", during, after, errDeadline)
-	}
-	if msg.Context() != msgCtx {
-		t.Fatal("the message context was not restored")
-	}
-}
-
 // Too few replica acks is handed back for about 5 s (replicaRetryDelay), other transient failures for about
 // 1 s: a shard without a replica would otherwise keep consumers waiting on its orders' WAITs.
 func TestReplicaAckFailuresWaitLongerBeforeTheirRetry(t *testing.T) {

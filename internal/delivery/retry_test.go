@@ -26,7 +26,7 @@ var testParts = []stream.Partition{{Orders: "orders", Results: "order-results", 
 
 func testConsumer(rdb redis.UniversalClient) *Consumer {
 	return New(Config{Redis: rdb, Partitions: testParts, Group: "g", Name: "c1", PoisonMaxLen: 1000, MaxAttempts: 3,
-		ClaimIdle: 30 * time.Second, Drain: context.Background(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		ClaimIdle: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 // subscribe starts consumer name of group g on testParts (claim idle time claimIdle, claim rounds every

@@ -432,6 +432,35 @@ func TestShutdownHandsBackUnfinishedEntries(t *testing.T) {
 	}
 }
 
+// On SIGTERM the orders a worker is deciding finish before it exits, within SHUTDOWN_TIMEOUT: their
+// messages' contexts outlive the router's shutdown (stream.SubscriberConfig.Handling). Two of the three
+// orders follow the first, whose write is held back 2 s; a follower whose context ended would give up and
+// be handed back.
+func TestShutdownFinishesTheOrdersInFlight(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	ctx := context.Background()
+	rdb.HSet(ctx, "stock:{H}", "available", 10)
+	leaving := startWorker(t, s, "leaving", "WORKER_CONCURRENCY=3", "LOCK_WAIT=5s", "CLAIM_IDLE=30s", "FAULT_DELAY_WRITE=2s", "SHUTDOWN_TIMEOUT=8s")
+	for i := range 3 {
+		xaddOrder(t, rdb, "h-"+strconv.Itoa(i), "H", 1)
+	}
+	waitFor(t, 10*time.Second, "the worker holds the three orders", func() bool {
+		p := rdb.XPending(ctx, "orders", "inventory").Val()
+		return p != nil && p.Count == 3
+	})
+	leaving.signal(syscall.SIGTERM)
+	if err, ok := leaving.exited(15 * time.Second); !ok || err != nil {
+		t.Fatalf("worker after SIGTERM: exited %v, %v; want exit 0", ok, err)
+	}
+	if p := rdb.XPending(ctx, "orders", "inventory").Val(); p == nil || p.Count != 0 {
+		t.Fatalf("pending after the shutdown: %+v, want none\n%s", p, leaving.logText())
+	}
+	if r := rdb.HGet(ctx, "stock:{H}", "reserved").Val(); r != "3" {
+		t.Fatalf("reserved %s, want 3\n%s", r, leaving.logText())
+	}
+}
+
 // A message handled for longer than CLAIM_IDLE makes the worker not ready, and the oldest pending entry's
 // age shows on /metrics; both clear once it is done.
 func TestStuckMessageShowsInReadyzAndMetrics(t *testing.T) {

@@ -67,6 +67,10 @@ type SubscriberConfig struct {
 	// ReplayFrom is where a lost group is created again: the first entry whose outcome record may still
 	// exist (see the worker's OUTCOME_TTL). Required.
 	ReplayFrom func(time.Time) string
+	// Handling is what the messages' contexts derive from instead of the subscription's: a message being
+	// handled when the subscription ends (the router closes) keeps its context until Handling ends (the
+	// worker's SHUTDOWN_TIMEOUT), with Handling's cause. nil: the subscription's context.
+	Handling context.Context
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -136,9 +140,9 @@ func (c SubscriberConfig) Validate() error {
 // ClaimIdle (by any consumer, this one too), and frees its place after NackPause; a nacked message is
 // never sent again.
 //
-// A message's context ends when it is acked or nacked, or when the subscription ends. Close ends the
-// subscription and waits for its goroutines; it does not wait for the messages being handled, and does not
-// close the Redis client.
+// A message's context ends when it is acked or nacked, or when the subscription ends (when Handling ends,
+// if set). Close ends the subscription and waits for its goroutines; it does not wait for the messages
+// being handled, and does not close the Redis client.
 type Subscriber struct {
 	rdb redis.UniversalClient
 	cfg SubscriberConfig
@@ -263,7 +267,11 @@ func (s *Subscriber) awaitRoom(ctx context.Context) bool {
 // send hands msg to out, taking a place in flight until the router acks or nacks it; it reports false when
 // ctx ended first.
 func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg *message.Message) bool {
-	msgCtx, cancel := context.WithCancel(ctx)
+	handling := ctx
+	if s.cfg.Handling != nil {
+		handling = s.cfg.Handling
+	}
+	msgCtx, cancel := context.WithCancel(handling)
 	msg.SetContext(msgCtx)
 	s.slots <- struct{}{} // never blocks: the read took no more than the free places
 	select {
@@ -273,13 +281,13 @@ func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg 
 		<-s.slots
 		return false
 	}
-	go s.awaitAck(ctx, msg, cancel)
+	go s.awaitAck(ctx, msg, msgCtx, cancel)
 	return true
 }
 
 // awaitAck frees msg's place in flight once it is acked, or NackPause after it is nacked (which keeps a
-// failing handler from racing through the stream), or when the subscription ends.
-func (s *Subscriber) awaitAck(ctx context.Context, msg *message.Message, cancel context.CancelFunc) {
+// failing handler from racing through the stream), or when its context ends.
+func (s *Subscriber) awaitAck(ctx context.Context, msg *message.Message, msgCtx context.Context, cancel context.CancelFunc) {
 	defer func() {
 		cancel()
 		<-s.slots
@@ -292,7 +300,7 @@ func (s *Subscriber) awaitAck(ctx context.Context, msg *message.Message, cancel 
 	case <-msg.Acked():
 	case <-msg.Nacked():
 		pauseFor(ctx, s.cfg.NackPause)
-	case <-ctx.Done():
+	case <-msgCtx.Done():
 	}
 }
 

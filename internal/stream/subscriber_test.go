@@ -292,6 +292,34 @@ func TestSubscriberCloseEndsTheSubscription(t *testing.T) {
 	}
 }
 
+// With Handling set, the message in hand when the subscription ends (the router closes on SIGTERM) keeps
+// its context, so its order finishes, until Handling ends (SHUTDOWN_TIMEOUT), whose cause it then has.
+func TestAMessageInHandOutlivesTheSubscriptionUntilHandlingEnds(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	parts := threeParts[:1]
+	createGroups(t, rdb, parts...)
+	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", "p"}})
+	handling, stop := context.WithCancelCause(context.Background())
+	s := newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) { c.Handling = handling })
+	msg := receive(t, subscribe(t, s))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := msg.Context().Err(); err != nil {
+		t.Fatalf("the message in hand: %v once the subscription ended, want its context alive", err)
+	}
+	errDeadline := errors.New("shutdown timeout")
+	stop(errDeadline)
+	select {
+	case <-msg.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the message's context outlived Handling")
+	}
+	if cause := context.Cause(msg.Context()); !errors.Is(cause, errDeadline) {
+		t.Fatalf("the message's context ended with %v, want Handling's cause", cause)
+	}
+}
+
 func TestSubscriberConfigValidate(t *testing.T) {
 	err := SubscriberConfig{MaxInFlight: -1}.Validate()
 	for _, want := range []string{"partitions", "consumer group", "consumer name", "MaxInFlight", "ClaimIdle", "ReplayFrom"} {

@@ -260,13 +260,15 @@ func (w *Worker) addConsumer(faults *Faults) error {
 	cfg := w.cfg
 	w.consumer = delivery.New(delivery.Config{Redis: w.rdb, Partitions: w.parts, Group: cfg.ConsumerGroup, Name: cfg.Name,
 		PoisonMaxLen: cfg.PoisonMaxLen, MaxAttempts: cfg.MaxAttempts, ClaimIdle: cfg.ClaimIdle, Logger: w.logger,
-		Drain: w.drain, RaiseToken: w.raiseToken})
+		RaiseToken: w.raiseToken})
 	sub, err := stream.NewSubscriber(w.subRDB, stream.SubscriberConfig{Partitions: w.parts, Group: cfg.ConsumerGroup,
 		Consumer: cfg.Name, MaxInFlight: cfg.Concurrency, PoisonMaxLen: cfg.PoisonMaxLen,
 		Events: keyspaceEvents[cfg.KeyspaceEvents], ClaimIdle: cfg.ClaimIdle,
 		// Failed attempts are handed back to be claimed after about a second (attempts).
 		ClaimInterval: min(cfg.ClaimIdle/4, time.Second),
-		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom})
+		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom,
+		// The orders in flight finish on shutdown, until SHUTDOWN_TIMEOUT.
+		Handling: w.drain})
 	if err != nil {
 		return err
 	}
