@@ -72,8 +72,9 @@ type queued struct {
 	// back undecided (putBack), the order gets it rather than a second wait.
 	gaveUp error
 	waited time.Duration // from joining until its batch was decided
-	done   chan error    // the batch's outcome: nil when decided, published and acked
-	lead   chan struct{} // this order's consumer leads now
+	// A follower's (join); nil for the order that leads on arrival.
+	done chan error    // the batch's outcome: nil when decided, published and acked
+	lead chan struct{} // this order's consumer leads now
 }
 
 func newCombiner(maxWait time.Duration, decide func(context.Context, func() []*queued, int64) ([]*queued, error)) *combiner {
@@ -88,7 +89,7 @@ func (c *combiner) step(h message.HandlerFunc) message.HandlerFunc {
 		if err != nil || !o.Single() {
 			return h(msg) // a basket or lifecycle event is decided alone
 		}
-		p := &queued{msg: msg, order: o, since: time.Now(), done: make(chan error, 1), lead: make(chan struct{}, 1)}
+		p := &queued{msg: msg, order: o, since: time.Now()}
 		if !c.join(p) {
 			if leads, err := c.follow(p); !leads {
 				return nil, err
@@ -129,6 +130,7 @@ func (c *combiner) join(p *queued) (leads bool) {
 		c.skus[p.order.SKU] = &skuQueue{waiting: []*queued{p}, leader: p}
 		return true
 	}
+	p.done, p.lead = make(chan error, 1), make(chan struct{}, 1)
 	q.waiting = append(q.waiting, p)
 	return false
 }

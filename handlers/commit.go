@@ -45,8 +45,9 @@ type commit struct {
 	decided bool               // decided already (publish): not reserved by the round
 	results []*message.Message // the outcome events: given (decided), or of the round's reservation
 	err     error
-	done    chan struct{} // closed when err is set
-	lead    chan struct{} // this batch's leader commits the next round
+	// A batch that waits for its round (another leader commits) has these; nil for one that commits.
+	done chan struct{} // closed when err is set
+	lead chan struct{} // this batch's leader commits the next round
 }
 
 // orders takes b's batch, the first time, and notes how long its orders waited.
@@ -78,11 +79,13 @@ func (c *committer) publish(ctx context.Context, batch []*queued, results []*mes
 // join queues b for the next round, commits the rounds when no round is running or b's leader is asked
 // to lead the next one, and returns b's batch and outcome once its round is done.
 func (c *committer) join(b *commit) ([]*queued, error) {
-	b.done, b.lead = make(chan struct{}), make(chan struct{}, 1)
 	c.mu.Lock()
 	c.waiting = append(c.waiting, b)
 	leads := !c.running
 	c.running = true
+	if !leads {
+		b.done, b.lead = make(chan struct{}), make(chan struct{}, 1)
+	}
 	c.mu.Unlock()
 	if !leads {
 		select {
@@ -107,13 +110,13 @@ func (c *committer) commitRounds(own *commit) {
 		// leases is), which is its own batch's concern (fencing refuses a stale write), not the round's.
 		c.commit(context.WithoutCancel(own.ctx), round)
 		for _, b := range round {
-			close(b.done)
+			if b.done != nil {
+				close(b.done)
+			}
 		}
-		select {
-		case <-own.done:
+		if slices.Contains(round, own) { // else own came after this round was taken: it is in the next
 			c.handOn()
 			return
-		default: // own came after this round was taken: it is in the next
 		}
 	}
 }

@@ -93,16 +93,17 @@ func (c *Consumer) Longest() time.Duration {
 	return longest
 }
 
-// handle notes that msg is being handled, until the returned function is called.
-func (c *Consumer) handle(msg *message.Message) (done func()) {
+// handle notes that msg is being handled, until handled.
+func (c *Consumer) handle(msg *message.Message) {
 	c.mu.Lock()
 	c.handling[msg] = time.Now()
 	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		delete(c.handling, msg)
-		c.mu.Unlock()
-	}
+}
+
+func (c *Consumer) handled(msg *message.Message) {
+	c.mu.Lock()
+	delete(c.handling, msg)
+	c.mu.Unlock()
 }
 
 // partition is the partition msg's entry was read from.
@@ -128,9 +129,9 @@ func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 		orig := msg.Context()
 		ctx, span := c.spans[stream.EntryPartition(msg)].Start(orig, msg)
 		inFlight.Add(ctx, 1)
-		handled := c.handle(msg)
+		c.handle(msg)
 		defer func() {
-			handled()
+			c.handled(msg)
 			inFlight.Add(context.WithoutCancel(ctx), -1)
 			span.End()
 			msg.SetContext(orig)
