@@ -11,6 +11,9 @@ import (
 // or a Redis error reply about the data. Anything else, known or not, is transient, so that an
 // infrastructure fault never gives up on a valid order.
 func IsPermanent(err error) bool {
+	if err == nil { // the usual case, without errors.As's allocation
+		return false
+	}
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) {
 		return true
 	}

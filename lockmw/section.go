@@ -142,10 +142,8 @@ type Wait struct {
 // ctx, and as attributes of that span. The middleware records the messages it runs; a handler that decides
 // other messages in its section (a batch) records theirs with PathBatched.
 func RecordWait(ctx context.Context, w Wait) {
-	// Not cancellable: the SDK drops a measurement whose context ended (a released lease's, say).
-	ctx = context.WithoutCancel(ctx)
 	waited := w.Until.Sub(w.From).Seconds()
-	waitHist.Record(ctx, waited, pathAttrs[w.Path])
+	waitHist.Record(ctx, waited, pathAttrs[w.Path]) // recorded even under an ended context (a released lease's)
 	parent := trace.SpanFromContext(ctx)
 	if !parent.IsRecording() {
 		return

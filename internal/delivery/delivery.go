@@ -132,7 +132,7 @@ func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 		c.handle(msg)
 		defer func() {
 			c.handled(msg)
-			inFlight.Add(context.WithoutCancel(ctx), -1)
+			inFlight.Add(ctx, -1)
 			span.End()
 			msg.SetContext(orig)
 		}()

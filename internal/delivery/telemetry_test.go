@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -55,5 +58,45 @@ func TestTraceStepStartsTheProcessSpan(t *testing.T) {
 	}
 	if sp.Status().Code != codes.Error {
 		t.Fatalf("process span status %v, want Error", sp.Status())
+	}
+}
+
+// The messages in flight count up as a message's handling starts and down as it ends, even when the
+// message's context ended meanwhile (a lost lease, the shutdown timeout). (OpenTelemetry's SDK once dropped
+// a measurement under an ended context, which would leave the gauge up for good.)
+func TestInFlightComesBackDownWhenTheMessageContextEnded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+	inFlightNow := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == "stockflow.messages.in_flight" {
+					for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+						n += dp.Value
+					}
+				}
+			}
+		}
+		return n
+	}
+	e := newChainEnv(t)
+	msg := e.deliver(t, 1)
+	ctx, cancel := context.WithCancel(msg.Context())
+	msg.SetContext(ctx)
+	var during int64
+	_, _ = e.c.trace(func(*message.Message) ([]*message.Message, error) {
+		during = inFlightNow()
+		cancel()
+		return nil, nil
+	})(msg)
+	if after := inFlightNow(); during != 1 || after != 0 {
+		t.Fatalf("messages in flight: %d while handled, %d after; want 1, then 0", during, after)
 	}
 }
