@@ -61,9 +61,12 @@ func (h *Handler) storeCall(ctx context.Context, o Order, fences inventory.Fence
 
 // resultMessage is the outcome event of r, continuing the trace of the order's context.
 func (h *Handler) resultMessage(ctx context.Context, r Result) (*message.Message, error) {
-	payload, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
+	payload, ok := r.appendFlat(make([]byte, 0, 256))
+	if !ok {
+		var err error
+		if payload, err = json.Marshal(r); err != nil {
+			return nil, err
+		}
 	}
 	msg := message.NewMessage(watermill.NewUUID(), payload)
 	msg.SetContext(ctx)

@@ -1,6 +1,9 @@
 package handlers
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // decodeFlat reads the payload most producers send, a flat object of plain values:
 //
@@ -131,4 +134,49 @@ func (s *flatScan) int() (int64, bool) {
 	}
 	digits := s.i - start
 	return n, digits > 0 && digits <= 18 && (digits == 1 || s.data[start] != '0')
+}
+
+// appendFlat appends the JSON of r, a single-SKU order's outcome (no type, no lines), exactly as
+// encoding/json writes it (the test compares them) without its reflection; ok is false for any other
+// result, and for strings encoding/json would escape, which resultMessage marshals the general way.
+func (r *Result) appendFlat(b []byte) (_ []byte, ok bool) {
+	if r.Type != "" || r.Lines != nil || !plain(r.OrderID) || !plain(r.SKU) || !plain(string(r.Status)) ||
+		!plain(string(r.Reason)) || !plain(r.Worker) || r.ProcessedAt.Year() < 0 || r.ProcessedAt.Year() > 9999 ||
+		r.LockWaitMs != 0 && !(r.LockWaitMs >= 1e-6 && r.LockWaitMs < 1e21) { // else json writes an exponent
+		return b, false
+	}
+	b = append(b, `{"order_id":"`...)
+	b = append(b, r.OrderID...)
+	b = append(b, `","sku":"`...)
+	b = append(b, r.SKU...)
+	b = append(b, `","quantity":`...)
+	b = strconv.AppendInt(b, r.Quantity, 10)
+	b = append(b, `,"status":"`...)
+	b = append(b, r.Status...)
+	b = append(b, `","reason":"`...)
+	b = append(b, r.Reason...)
+	b = append(b, `","available_after":`...)
+	b = strconv.AppendInt(b, r.AvailableAfter, 10)
+	b = append(b, `,"fence":`...)
+	b = strconv.AppendInt(b, r.Fence, 10)
+	b = append(b, `,"replayed":`...)
+	b = strconv.AppendBool(b, r.Replayed)
+	b = append(b, `,"worker":"`...)
+	b = append(b, r.Worker...)
+	b = append(b, `","processed_at":"`...)
+	b = r.ProcessedAt.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","lock_wait_ms":`...)
+	b = strconv.AppendFloat(b, r.LockWaitMs, 'f', -1, 64)
+	return append(b, '}'), true
+}
+
+// plain: s is printable ASCII that encoding/json writes as it is (no quote, backslash, or <, >, & which it
+// escapes for HTML).
+func plain(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/stockflow/stockflow/inventory"
 )
 
 // FuzzDecodeOrder: any payload is either refused as bad input or decoded into a valid order that the
@@ -63,4 +66,45 @@ func FuzzDecodeOrder(f *testing.F) {
 			t.Fatalf("round trip of %+v: %+v, %v", o, o2, err)
 		}
 	})
+}
+
+// FuzzFlatOutcome: the outcome of a single-SKU order written by appendFlat is byte for byte what
+// encoding/json writes, and appendFlat takes the outcomes a worker writes (printable names, a wait in
+// microseconds).
+//
+//	go test -run '^$' -fuzz FuzzFlatOutcome -fuzztime 2m ./handlers/
+func FuzzFlatOutcome(f *testing.F) {
+	f.Add("o-1", "SKU-1", "worker-1", "reserved", "", int64(2), int64(4998), int64(7), true, int64(1795833230899351403), int64(1234))
+	f.Add("o-<1>", "SKU&1", "w\"1", "rejected", "insufficient_stock", int64(-1), int64(-5), int64(-1), false, int64(0), int64(0))
+	f.Add("ö", "\u2028", "w\\", "x", "y\n", int64(9e18), int64(0), int64(0), false, int64(-62135596800000000), int64(1e17))
+	f.Add("o", "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, int64(253402300800000000), int64(-3))
+	for _, id := range []string{"o<1", "o>1", "o&1", "o\x7f", "o\x1f"} { // each alone: encoding/json escapes it
+		f.Add(id, "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, int64(0), int64(1))
+	}
+	f.Fuzz(func(t *testing.T, id, sku, worker, status, reason string, qty, avail, fence int64, replayed bool, unixNano, waitUs int64) {
+		r := Result{OrderID: id, SKU: sku, Quantity: qty, Status: inventory.Status(status), Reason: inventory.Reason(reason),
+			AvailableAfter: avail, Fence: fence, Replayed: replayed, Worker: worker,
+			ProcessedAt: time.Unix(0, unixNano).UTC(), LockWaitMs: float64(waitUs) / 1000}
+		got, ok := r.appendFlat(nil)
+		if !ok {
+			return
+		}
+		want, err := json.Marshal(r)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("appendFlat wrote\n %s\nencoding/json\n %s (%v)", got, want, err)
+		}
+	})
+}
+
+// The outcomes a worker writes take the flat way (else they would be right, and slow).
+func TestTheFlatWayWritesAWorkersOutcomes(t *testing.T) {
+	for _, out := range []inventory.Outcome{
+		{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, Status: inventory.StatusReserved, AvailableAfter: 3, Fence: -1},
+		{OrderID: "order-7f3a", SKU: "SKU-0", Quantity: 9, Status: inventory.StatusRejected, Reason: inventory.ReasonInsufficientStock, Replayed: true},
+	} {
+		r := newResult(out, "worker-1", 1500*time.Microsecond)
+		if _, ok := r.appendFlat(nil); !ok {
+			t.Errorf("%+v went the general way", r)
+		}
+	}
 }
