@@ -69,28 +69,31 @@ func FuzzDecodeOrder(f *testing.F) {
 }
 
 // FuzzFlatOutcome: the outcome of a single-SKU order written by appendFlat is byte for byte what
-// encoding/json writes, and appendFlat takes the outcomes a worker writes (printable names, a wait in
-// microseconds).
+// encoding/json writes; appendFlat leaves to encoding/json what it would write otherwise (escaped strings,
+// exponents, years it refuses).
 //
 //	go test -run '^$' -fuzz FuzzFlatOutcome -fuzztime 2m ./handlers/
 func FuzzFlatOutcome(f *testing.F) {
-	f.Add("o-1", "SKU-1", "worker-1", "reserved", "", int64(2), int64(4998), int64(7), true, int64(1795833230899351403), int64(1234))
-	f.Add("o-<1>", "SKU&1", "w\"1", "rejected", "insufficient_stock", int64(-1), int64(-5), int64(-1), false, int64(0), int64(0))
-	f.Add("ö", "\u2028", "w\\", "x", "y\n", int64(9e18), int64(0), int64(0), false, int64(-62135596800000000), int64(1e17))
-	f.Add("o", "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, int64(253402300800000000), int64(-3))
+	f.Add("o-1", "SKU-1", "worker-1", "reserved", "", int64(2), int64(4998), int64(7), true, int64(1795833230), int64(899351403), 1.234)
+	f.Add("o-<1>", "SKU&1", "w\"1", "rejected", "insufficient_stock", int64(-1), int64(-5), int64(-1), false, int64(0), int64(0), 0.0)
+	f.Add("ö", "\u2028", "w\\", "x", "y\n", int64(9e18), int64(0), int64(0), false, int64(-62135596800), int64(0), 1e17)
 	for _, id := range []string{"o<1", "o>1", "o&1", "o\x7f", "o\x1f"} { // each alone: encoding/json escapes it
-		f.Add(id, "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, int64(0), int64(1))
+		f.Add(id, "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, int64(0), int64(0), 1.0)
 	}
-	f.Fuzz(func(t *testing.T, id, sku, worker, status, reason string, qty, avail, fence int64, replayed bool, unixNano, waitUs int64) {
+	// Years encoding/json refuses (before 0, after 9999), and waits it writes with an exponent.
+	for _, at := range []int64{-62167219201, 253402300800} {
+		f.Add("o", "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, at, int64(0), 1.0)
+	}
+	for _, wait := range []float64{1e-7, 1e21, 5e-324, -0.0} {
+		f.Add("o", "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, int64(0), int64(0), wait)
+	}
+	f.Fuzz(func(t *testing.T, id, sku, worker, status, reason string, qty, avail, fence int64, replayed bool, sec, nsec int64, waitMs float64) {
 		r := Result{OrderID: id, SKU: sku, Quantity: qty, Status: inventory.Status(status), Reason: inventory.Reason(reason),
 			AvailableAfter: avail, Fence: fence, Replayed: replayed, Worker: worker,
-			ProcessedAt: time.Unix(0, unixNano).UTC(), LockWaitMs: float64(waitUs) / 1000}
+			ProcessedAt: time.Unix(sec, nsec).UTC(), LockWaitMs: waitMs}
 		got, ok := r.appendFlat(nil)
-		if !ok {
-			return
-		}
 		want, err := json.Marshal(r)
-		if err != nil || string(got) != string(want) {
+		if ok && (err != nil || string(got) != string(want)) {
 			t.Fatalf("appendFlat wrote\n %s\nencoding/json\n %s (%v)", got, want, err)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -65,10 +66,7 @@ func TestTraceStepStartsTheProcessSpan(t *testing.T) {
 // message's context ended meanwhile (a lost lease, the shutdown timeout). (OpenTelemetry's SDK once dropped
 // a measurement under an ended context, which would leave the gauge up for good.)
 func TestInFlightComesBackDownWhenTheMessageContextEnded(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	prev := otel.GetMeterProvider()
-	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
-	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+	reader := meterReader()
 	inFlightNow := func() int64 {
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -100,3 +98,11 @@ func TestInFlightComesBackDownWhenTheMessageContextEnded(t *testing.T) {
 		t.Fatalf("messages in flight: %d while handled, %d after; want 1, then 0", during, after)
 	}
 }
+
+// meterReader reads the package's instruments. They are bound to the first meter provider set in the
+// process, so the provider is set once (go test -count=2 runs a test twice in one process).
+var meterReader = sync.OnceValue(func() *sdkmetric.ManualReader {
+	reader := sdkmetric.NewManualReader()
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	return reader
+})
