@@ -87,7 +87,7 @@ func TestNothingConfiguredExportsNothing(t *testing.T) {
 	unsetOTel(t)
 	restoreGlobals(t)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator()) // passes nothing on
-	otel.SetTracerProvider(sdktrace.NewTracerProvider()) // Setup replaces it
+	otel.SetTracerProvider(sdktrace.NewTracerProvider())                   // Setup replaces it
 	mp := otel.GetMeterProvider()
 	before, beforeOTel := runtime.NumGoroutine(), len(otelGoroutines())
 	tel, err := otelsetup.Setup(context.Background(), "test", false)
