@@ -406,18 +406,7 @@ func TestShutdownHandsBackUnfinishedEntries(t *testing.T) {
 	// Three orders in flight, the write held back 10 s, past the leaving worker's SHUTDOWN_TIMEOUT of 1 s
 	// (and the Router's 2 s more): cut off by the shutdown, pending for it.
 	env := []string{"WORKER_CONCURRENCY=3", "CLAIM_IDLE=30s", "LOCK_WAIT=1s"}
-	leaving := startWorker(t, s, "leaving", append(env, "FAULT_DELAY_WRITE=10s", "SHUTDOWN_TIMEOUT=1s")...)
-	for i := range 3 {
-		xaddOrder(t, rdb, "h-"+strconv.Itoa(i), "H", 1)
-	}
-	waitFor(t, 10*time.Second, "the leaving worker holds the three orders", func() bool {
-		p := rdb.XPending(ctx, "orders", "inventory").Val()
-		return p != nil && p.Count == 3
-	})
-	leaving.signal(syscall.SIGTERM)
-	if err, ok := leaving.exited(10 * time.Second); !ok || err != nil {
-		t.Fatalf("worker after SIGTERM: exited %v, %v; want exit 0", ok, err)
-	}
+	leaving := terminateHoldingThree(t, s, 10*time.Second, append(env, "FAULT_DELAY_WRITE=10s", "SHUTDOWN_TIMEOUT=1s")...)
 	if !strings.Contains(leaving.logText(), "handed back entries read but not finished") {
 		t.Fatal("the leaving worker handed nothing back")
 	}
@@ -441,24 +430,34 @@ func TestShutdownFinishesTheOrdersInFlight(t *testing.T) {
 	rdb := s.Client()
 	ctx := context.Background()
 	rdb.HSet(ctx, "stock:{H}", "available", 10)
-	leaving := startWorker(t, s, "leaving", "WORKER_CONCURRENCY=3", "LOCK_WAIT=5s", "CLAIM_IDLE=30s", "FAULT_DELAY_WRITE=2s", "SHUTDOWN_TIMEOUT=8s")
-	for i := range 3 {
-		xaddOrder(t, rdb, "h-"+strconv.Itoa(i), "H", 1)
-	}
-	waitFor(t, 10*time.Second, "the worker holds the three orders", func() bool {
-		p := rdb.XPending(ctx, "orders", "inventory").Val()
-		return p != nil && p.Count == 3
-	})
-	leaving.signal(syscall.SIGTERM)
-	if err, ok := leaving.exited(15 * time.Second); !ok || err != nil {
-		t.Fatalf("worker after SIGTERM: exited %v, %v; want exit 0", ok, err)
-	}
+	leaving := terminateHoldingThree(t, s, 15*time.Second,
+		"WORKER_CONCURRENCY=3", "LOCK_WAIT=5s", "CLAIM_IDLE=30s", "FAULT_DELAY_WRITE=2s", "SHUTDOWN_TIMEOUT=8s")
 	if p := rdb.XPending(ctx, "orders", "inventory").Val(); p == nil || p.Count != 0 {
 		t.Fatalf("pending after the shutdown: %+v, want none\n%s", p, leaving.logText())
 	}
 	if r := rdb.HGet(ctx, "stock:{H}", "reserved").Val(); r != "3" {
 		t.Fatalf("reserved %s, want 3\n%s", r, leaving.logText())
 	}
+}
+
+// terminateHoldingThree starts worker "leaving" with env, publishes three orders of SKU H, sends it SIGTERM
+// once it holds all three, and waits up to exit for it to exit 0.
+func terminateHoldingThree(t *testing.T, s *redistest.Server, exit time.Duration, env ...string) *proc {
+	t.Helper()
+	rdb := s.Client()
+	leaving := startWorker(t, s, "leaving", env...)
+	for i := range 3 {
+		xaddOrder(t, rdb, "h-"+strconv.Itoa(i), "H", 1)
+	}
+	waitFor(t, 10*time.Second, "the leaving worker holds the three orders", func() bool {
+		p := rdb.XPending(context.Background(), "orders", "inventory").Val()
+		return p != nil && p.Count == 3
+	})
+	leaving.signal(syscall.SIGTERM)
+	if err, ok := leaving.exited(exit); !ok || err != nil {
+		t.Fatalf("worker after SIGTERM: exited %v, %v; want exit 0", ok, err)
+	}
+	return leaving
 }
 
 // A message handled for longer than CLAIM_IDLE makes the worker not ready, and the oldest pending entry's
