@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -21,8 +22,9 @@ import (
 // script), joins a round the same way for its outcome event and ack.
 //
 // Every batch gets the outcome it would get alone: the scripts are separate calls (each atomic), and a
-// batch whose script fails fails alone. A failed transaction fails every batch of the round, which are all
-// retried, and decide again the same way (their reservations are recorded per order).
+// batch whose script fails fails alone. A failed transaction fails the batches with an order in it (all of
+// the round on one Redis, a partition's on a cluster), which are retried and decide again the same way
+// (their reservations are recorded per order).
 
 // committer queues the batches waiting for a round.
 type committer struct {
@@ -183,10 +185,13 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	if len(decided) == 0 {
 		return
 	}
-	if err := h.publish(ctx, orders, results); err != nil {
-		for _, b := range decided {
-			b.err = err
-		}
+	errs := h.publish(ctx, orders, results)
+	if errs == nil {
+		return
+	}
+	for _, b := range decided { // a batch fails when any of its orders did
+		b.err = cmp.Or(errs[:len(b.batch)]...)
+		errs = errs[len(b.batch):]
 	}
 }
 

@@ -149,6 +149,56 @@ func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
 	}
 }
 
+// A round whose transaction fails for one partition (here its worker may not write that partition's
+// results stream: the XADD is refused while queued, which aborts the transaction) fails the batches with
+// an order read from that partition, and on a cluster, where each partition commits in a transaction of its
+// own, no other: their entries stay pending for the retry while the other partitions' are acked with their
+// outcomes. On one Redis the round is one transaction: every batch fails and nothing is acked.
+func TestAFailedPartitionFailsOnlyItsBatches(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cluster=%v", cluster), func(t *testing.T) {
+			e := newRoundEnv(t)
+			ctx := context.Background()
+			acl := []any{"ACL", "SETUSER", "w", "on", "nopass", "+@all", "~" + e.parts[0].Results}
+			for _, p := range e.parts {
+				acl = append(acl, "~"+p.Orders)
+			}
+			if err := e.rdb.Do(ctx, acl...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			opts := *e.rdb.Options()
+			opts.Username, opts.Password = "w", "any" // nopass: any password
+			e.h.cfg.Redis, e.h.cfg.Cluster = redis.NewClient(&opts), cluster
+			defer e.h.cfg.Redis.Close()
+			round := []*commit{
+				{ctx: ctx, take: fixed(e.batch(t, "SKU-A", 0, 0))},
+				{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 1))},
+				{ctx: ctx, take: fixed(e.batch(t, "SKU-C", 0, 1))},
+			}
+			e.h.decideRound(ctx, round)
+			pending := [2]int64{}
+			for i, p := range e.parts {
+				pending[i] = e.rdb.XPending(ctx, p.Orders, "g").Val().Count
+			}
+			outcomes, wantPending, okA := len(e.outcomes(t)), [2]int64{0, 2}, round[0].err == nil
+			if !cluster {
+				outcomes, wantPending, okA = outcomes+3, [2]int64{3, 2}, !okA
+			}
+			if !okA || round[1].err == nil || round[2].err == nil {
+				t.Fatalf("round errors %v, %v, %v: want SKU-B's and SKU-C's batches failed, SKU-A's too on one Redis only",
+					round[0].err, round[1].err, round[2].err)
+			}
+			if !strings.Contains(round[1].err.Error(), "NOPERM") {
+				t.Errorf("SKU-B's error %q, want its partition's XADD's NOPERM", round[1].err)
+			}
+			if outcomes != 3 || pending != wantPending {
+				t.Errorf("%d outcomes, pending by partition %v; want 3 (SKU-A's 2, SKU-C's 1) on a cluster and none on one Redis, pending %v",
+					len(e.outcomes(t)), pending, wantPending)
+			}
+		})
+	}
+}
+
 // Leaders that come while a round is being committed wait, and go into the next round together, which the
 // first of them commits: three batches, one round.
 func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {

@@ -17,7 +17,11 @@ import (
 // must not run the XACK, or the entries would be acked without an outcome (a command refused while queued
 // aborts the transaction). On a cluster a transaction cannot span slots: each partition's outcomes and
 // acks go in a MULTI of their own.
-func (h *Handler) publish(ctx context.Context, batch []*queued, results []*message.Message) error {
+//
+// It returns nil when every order's outcome is published and its entry acked, else each order's error,
+// by partition: nil for the orders of a partition whose commands all succeeded (on a cluster another
+// partition's transaction can fail alone).
+func (h *Handler) publish(ctx context.Context, batch []*queued, results []*message.Message) []error {
 	pipes := []redis.Pipeliner{h.cfg.Redis.TxPipeline()}
 	var sent []*outcomes
 	for i, part := range h.byPartition(batch) {
@@ -28,20 +32,32 @@ func (h *Handler) publish(ctx context.Context, batch []*queued, results []*messa
 		sent = append(sent, o)
 		if err != nil {
 			endAll(sent)
-			return err
+			return slices.Repeat([]error{err}, len(batch))
 		}
 	}
 	for _, pipe := range pipes {
-		_, _ = pipe.Exec(ctx) // each command's error is read by endAll
+		_, _ = pipe.Exec(ctx) // each command's error is read by end
 	}
-	if err := endAll(sent); err != nil {
-		return fmt.Errorf("publish and ack the outcomes of %d orders: %w", len(batch), err)
+	var errs []error
+	for _, o := range sent {
+		err := o.end()
+		if err == nil {
+			continue
+		}
+		if errs == nil {
+			errs = make([]error, len(batch))
+		}
+		err = fmt.Errorf("publish and ack the outcomes of %d orders in %s: %w", len(o.orders), o.Orders, err)
+		for _, k := range o.orders {
+			errs[k] = err
+		}
 	}
-	return nil
+	return errs
 }
 
 // outcomes are the outcome events and the ack of one partition's orders, queued on a pipeline.
 type outcomes struct {
+	partitionBatch
 	results stream.Batch
 	ack     *redis.IntCmd
 }
@@ -49,7 +65,7 @@ type outcomes struct {
 // queueOutcomes queues the outcome events (results, by the batch's order) of part's orders and their XACK
 // on pipe.
 func (h *Handler) queueOutcomes(ctx context.Context, pipe redis.Pipeliner, part partitionBatch, results []*message.Message) (*outcomes, error) {
-	o := &outcomes{results: stream.Batch{Topic: part.Results, MaxLen: h.cfg.ResultsMaxLen, Server: h.server}}
+	o := &outcomes{partitionBatch: part, results: stream.Batch{Topic: part.Results, MaxLen: h.cfg.ResultsMaxLen, Server: h.server}}
 	ids := make([]string, len(part.orders))
 	for i, k := range part.orders {
 		if err := o.results.Add(pipe, results[k]); err != nil {
@@ -61,16 +77,20 @@ func (h *Handler) queueOutcomes(ctx context.Context, pipe redis.Pipeliner, part 
 	return o, nil
 }
 
-// endAll ends the outcome events' spans and returns the first error of their XADDs and XACKs.
-func endAll(sent []*outcomes) error {
-	var first error
-	for _, o := range sent {
-		first = cmp.Or(first, o.results.End())
-		if o.ack != nil {
-			first = cmp.Or(first, o.ack.Err())
-		}
+// end ends the outcome events' spans and returns the first error of their XADDs and XACK.
+func (o *outcomes) end() error {
+	err := o.results.End()
+	if o.ack != nil {
+		err = cmp.Or(err, o.ack.Err())
 	}
-	return first
+	return err
+}
+
+// endAll ends the spans of sent's outcome events.
+func endAll(sent []*outcomes) {
+	for _, o := range sent {
+		_ = o.end()
+	}
 }
 
 // partitionBatch is the orders of a batch read from one partition (normally all of them: a SKU's orders
