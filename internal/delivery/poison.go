@@ -18,6 +18,9 @@ import (
 
 // poisonReason says why err sends its message to the poison stream, or "" when it does not.
 func poisonReason(err error) (string, metric.MeasurementOption) {
+	if err == nil {
+		return "", nil // without the two allocations errors.As makes
+	}
 	var panicked *panicError
 	var failed *permanentError
 	switch {

@@ -3,8 +3,12 @@ package stream
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/testing/redistest"
@@ -61,4 +65,69 @@ func addOrders(b *testing.B, rdb *redis.Client, n int) {
 			}
 		}
 	}
+}
+
+// chanSubscriber hands out n messages, at most inFlight unacked at once, each waited for by a goroutine of
+// its own until acked (as Subscriber does), and closes done once all are acked.
+type chanSubscriber struct {
+	n, inFlight int
+	done        chan struct{}
+}
+
+func (s *chanSubscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+	out := make(chan *message.Message)
+	go func() {
+		defer close(out)
+		slots, acked := make(chan struct{}, s.inFlight), make(chan struct{}, s.n)
+		for range s.n {
+			slots <- struct{}{}
+			msg := message.NewMessage("1-0", []byte(`{"order_id":"o","sku":"SKU-1","quantity":1}`))
+			msg.SetContext(ctx)
+			out <- msg
+			go func() {
+				<-msg.Acked()
+				<-slots
+				acked <- struct{}{}
+			}()
+		}
+		for range s.n {
+			<-acked
+		}
+		close(s.done)
+		<-ctx.Done()
+	}()
+	return out, nil
+}
+
+func (s *chanSubscriber) Close() error { return nil }
+
+// BenchmarkRouterFloor is what Watermill's Router costs per message on its own: messages handed over from
+// memory (no Redis), a handler that does nothing, an ack waited for by a goroutine per message. It is the
+// floor under the worker's CPU per order in the cost bench that keeping the Router (the design) sets.
+func BenchmarkRouterFloor(b *testing.B) {
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub := &chanSubscriber{n: b.N, inFlight: DefaultMaxInFlight, done: make(chan struct{})}
+	router.AddConsumerHandler("h", "orders", sub, func(*message.Message) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := processCPU(b)
+	go func() { _ = router.Run(ctx) }()
+	<-sub.done
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	_ = router.Close()
+}
+
+// processCPU is the CPU time, user and system, this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

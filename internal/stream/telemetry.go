@@ -42,10 +42,11 @@ func PoisonReason(r string) metric.MeasurementOption {
 
 // Tracer is the tracer of the stockflow binaries.
 func Tracer() trace.Tracer {
-	return otel.Tracer("github.com/stockflow/stockflow", schemaURL)
+	return otel.Tracer("github.com/stockflow/stockflow", tracerOptions...)
 }
 
-var schemaURL = trace.WithSchemaURL(semconv.SchemaURL)
+// tracerOptions are Tracer's, made once: a slice made for each call would be allocated.
+var tracerOptions = []trace.TracerOption{trace.WithSchemaURL(semconv.SchemaURL)}
 
 // System is the messaging.system of the streams. The conventions name no value for Redis Streams; "redis"
 // is what OpenTelemetry's Redis instrumentations use for the database.
