@@ -617,11 +617,22 @@ func recordMembers(lines []Line, i int) string {
 
 // decodeLineOutcomes reads one decodeOutcome reply per line.
 func decodeLineOutcomes(b basket, reply []any) ([]Outcome, error) {
-	orders := make([]Order, len(b.lines))
-	for i, l := range b.lines {
-		orders[i] = Order{ID: b.id, SKU: l.SKU, Quantity: l.Quantity}
+	if len(reply) != len(b.lines) {
+		return nil, fmt.Errorf("inventory: unexpected script reply %v for a basket of %d lines", reply, len(b.lines))
 	}
-	return decodeOutcomes(orders, reply)
+	outs := make([]Outcome, len(b.lines))
+	for i, l := range b.lines {
+		fields, ok := reply[i].([]any)
+		if !ok {
+			return nil, fmt.Errorf("inventory: unexpected script reply %v for order %q", reply[i], b.id)
+		}
+		out, err := decodeOutcome(b.id, l.SKU, fields)
+		if err != nil {
+			return nil, err
+		}
+		outs[i] = out
+	}
+	return outs, nil
 }
 
 // summarize makes the order's outcome from its lines' outcomes: the most final of their statuses

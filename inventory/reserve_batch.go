@@ -3,7 +3,10 @@ package inventory
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -101,7 +104,7 @@ func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResu
 
 // batchOutcomes reads the reply of reserve_batch.lua for orders.
 func batchOutcomes(orders []Order, fence int64, cmd *redis.Cmd) ([]Outcome, error) {
-	reply, err := cmd.Slice()
+	reply, err := cmd.Text()
 	if err != nil {
 		return nil, scriptError(fmt.Sprintf("reserve %d orders of", len(orders)), "", orders[0].SKU, fence, err)
 	}
@@ -155,22 +158,126 @@ func (s *Store) batchArgs(orders []Order, fence int64) []any {
 	return args
 }
 
-// decodeOutcomes reads the reply of reserve_batch.lua: one decodeOutcome reply per order.
-func decodeOutcomes(orders []Order, reply []any) ([]Outcome, error) {
-	if len(reply) != len(orders) {
-		return nil, fmt.Errorf("inventory: unexpected script reply %v for a batch of %d orders", reply, len(orders))
-	}
+// decodeOutcomes reads the reply of reserve_batch.lua: a line per order, its replayed mark ("0" or "1")
+// and its outcome record.
+func decodeOutcomes(orders []Order, reply string) ([]Outcome, error) {
 	outs := make([]Outcome, len(orders))
+	rest, more := reply, true
 	for i, o := range orders {
-		fields, ok := reply[i].([]any)
+		var line string
+		if !more {
+			return nil, fmt.Errorf("inventory: unexpected script reply %.200q for a batch of %d orders", reply, len(orders))
+		}
+		line, rest, more = strings.Cut(rest, "\n")
+		var rec outcomeRecord
+		ok := line != "" && (line[0] == '0' || line[0] == '1')
+		if ok {
+			rec, ok = parseRecord(line[1:])
+		}
 		if !ok {
-			return nil, fmt.Errorf("inventory: unexpected script reply %v for order %q", reply[i], o.ID)
+			return nil, fmt.Errorf("inventory: unexpected script reply %.200q for order %q", line, o.ID)
 		}
-		out, err := decodeOutcome(o.ID, o.SKU, fields)
-		if err != nil {
-			return nil, err
-		}
-		outs[i] = out
+		outs[i] = Outcome{OrderID: o.ID, SKU: o.SKU, Replayed: line[0] == '1', Status: rec.Status, Reason: rec.Reason,
+			Quantity: rec.Quantity, AvailableAfter: rec.AvailableAfter, Fence: rec.Fence}
+	}
+	if more {
+		return nil, fmt.Errorf("inventory: unexpected script reply %.200q for a batch of %d orders", reply, len(orders))
 	}
 	return outs, nil
+}
+
+// outcomeRecord is what an order's outcome record says of its decision.
+type outcomeRecord struct {
+	Status         Status `json:"status"`
+	Reason         Reason `json:"reason"`
+	Quantity       int64  `json:"quantity"`
+	AvailableAfter int64  `json:"available_after"`
+	Fence          int64  `json:"fence"`
+}
+
+// parseRecord reads an outcome record: the way the scripts write a fresh one
+// ({"status":"..","reason":"..","quantity":N,"available_after":N,"fence":N}) without encoding/json, any other
+// (a replayed record that a later event rewrote, say) with it. ok is false for one that is not a JSON object
+// or has no status.
+func parseRecord(s string) (rec outcomeRecord, ok bool) {
+	p := recordScan{s: s, ok: true}
+	p.lit(`{"status":"`)
+	rec.Status = Status(p.str())
+	p.lit(`,"reason":"`)
+	rec.Reason = Reason(p.str())
+	p.lit(`,"quantity":`)
+	rec.Quantity = p.int()
+	p.lit(`,"available_after":`)
+	rec.AvailableAfter = p.int()
+	p.lit(`,"fence":`)
+	rec.Fence = p.int()
+	p.lit("}")
+	if !p.ok || p.s != "" {
+		rec = outcomeRecord{}
+		if json.Unmarshal([]byte(s), &rec) != nil {
+			return rec, false
+		}
+	}
+	return rec, rec.Status != ""
+}
+
+// recordScan reads a record written the scripts' way; ok turns false at the first difference.
+type recordScan struct {
+	s  string
+	ok bool
+}
+
+func (p *recordScan) lit(want string) {
+	if p.ok = p.ok && strings.HasPrefix(p.s, want); p.ok {
+		p.s = p.s[len(want):]
+	}
+}
+
+// str reads a string up to its closing quote (the scripts write no escapes), which it consumes; a status or
+// reason of the package's is returned as its constant, another copied, so that neither keeps the reply.
+func (p *recordScan) str() string {
+	i := strings.IndexByte(p.s, '"')
+	if p.ok = p.ok && i >= 0 && plain(p.s[:i]); !p.ok {
+		return ""
+	}
+	v := p.s[:i]
+	p.s = p.s[i+1:]
+	switch v {
+	case "":
+		return ""
+	case string(StatusReserved):
+		return string(StatusReserved)
+	case string(StatusRejected):
+		return string(StatusRejected)
+	case string(ReasonInsufficientStock):
+		return string(ReasonInsufficientStock)
+	case string(ReasonUnknownSKU):
+		return string(ReasonUnknownSKU)
+	}
+	return strings.Clone(v)
+}
+
+// plain reports whether encoding/json reads s, inside quotes, as it is: printable ASCII, no backslash.
+func plain(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e || s[i] == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// int reads a decimal integer.
+func (p *recordScan) int() int64 {
+	if !p.ok {
+		return 0
+	}
+	i := 0
+	for i < len(p.s) && (p.s[i] == '-' || p.s[i] >= '0' && p.s[i] <= '9') {
+		i++
+	}
+	digits := strings.TrimPrefix(p.s[:i], "-")
+	v, err := strconv.ParseInt(p.s[:i], 10, 64)
+	p.ok, p.s = err == nil && (len(digits) == 1 || digits[0] != '0'), p.s[i:] // JSON has no leading zeros
+	return v
 }

@@ -17,7 +17,9 @@
 -- ARGV[4]           with ARGV[1] = -1: the fencing counter's TTL in milliseconds (0: none), as the lock's
 --                   acquisitions set it, for a counter the call creates (elided)
 -- ARGV[4+i]         quantity of order i, 1..MaxQuantity; n = #ARGV - 4
--- Returns one {replayed (0|1), status, reason, quantity, available_after, fence} per order, in order.
+-- Returns one line per order, in order, joined by "\n": "0" or "1" (replayed), then the order's outcome
+-- record as stored: {"status":"..","reason":"..","quantity":N,"available_after":N,"fence":N}. (One
+-- string: turning a table per order into a reply cost Redis, and the worker reading it, more.)
 -- Errors: STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>, LOCKED, IDCONFLICT <i>
 -- (order i's id has a basket's record). The checks run once,
 -- before the first write, so an error leaves Redis untouched. As in reserve.lua a recorded order is
@@ -33,10 +35,6 @@ local token, n = tonumber(ARGV[1]), #ARGV - 4
 local first = #KEYS - n -- KEYS[first + i] is the record of order i
 local elide = token < 0
 if elide and redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('LOCKED') end
-
-local function replay(o)
-  return {1, o.status, o.reason, o.quantity, o.available_after, o.fence}
-end
 
 -- reserve.lua's checks; returns the error, or nil.
 local function check(stock)
@@ -99,26 +97,34 @@ end
 -- Decide in memory first; the writes follow, the stock first, so that HINCRBY refusing a value (as in
 -- reserve.lua, its first write) leaves Redis untouched.
 local available, taken = tonumber(stock[1]), 0 -- available: nil for an unknown SKU
+-- decide returns the record of an order of quantity (reserve.lua's, field for field).
 local function decide(quantity)
-  if not available then return {0, 'rejected', 'unknown_sku', quantity, 0, token} end
-  if available < quantity then return {0, 'rejected', 'insufficient_stock', quantity, available, token} end
-  available, taken = available - quantity, taken + quantity
-  return {0, 'reserved', '', quantity, available, token}
+  local status, reason, after = 'reserved', '', 0
+  if not available then
+    status, reason = 'rejected', 'unknown_sku'
+  elseif available < quantity then
+    status, reason, after = 'rejected', 'insufficient_stock', available
+  else
+    available, taken = available - quantity, taken + quantity
+    after = available
+  end
+  return string.format('{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d}',
+    status, reason, quantity, after, token)
 end
 
-local replies, decided, fresh = {}, {}, {}
+-- reply holds, per order, its replayed mark, its record and a line break.
+local reply, decided, fresh = {}, {}, {}
 for i = 1, n do
-  local key = KEYS[first + i]
-  if records[i] then
-    replies[i] = replay(cjson.decode(records[i]))
+  local key, record, replayed = KEYS[first + i], records[i], '1'
+  if record then
+    cjson.decode(record) -- a record that is not JSON fails the batch here, before any write
   elseif decided[key] then
-    -- The order id came earlier in this batch: replay the decision just made.
-    local d = decided[key]
-    replies[i] = {1, d[2], d[3], d[4], d[5], d[6]}
+    record = decided[key] -- the order id came earlier in this batch: replay the decision just made
   else
-    replies[i] = decide(tonumber(ARGV[4 + i]))
-    decided[key], fresh[#fresh + 1] = replies[i], i
+    record, replayed = decide(tonumber(ARGV[4 + i])), '0'
+    decided[key], fresh[#fresh + 1] = record, i
   end
+  reply[3 * i - 2], reply[3 * i - 1], reply[3 * i] = replayed, record, '\n'
 end
 
 if taken > 0 then
@@ -138,9 +144,7 @@ if #fresh == 0 and ARGV[3] == '1' then
   redis.call('SET', KEYS[first + 1], records[1], 'KEEPTTL')
 end
 for _, i in ipairs(fresh) do
-  local r = replies[i]
-  redis.call('SET', KEYS[first + i], string.format(
-    '{"status":"%s","reason":"%s","quantity":%d,"available_after":%d,"fence":%d}',
-    r[2], r[3], r[4], r[5], r[6]), 'PX', ARGV[2])
+  redis.call('SET', KEYS[first + i], reply[3 * i - 1], 'PX', ARGV[2])
 end
-return replies
+reply[3 * n] = nil -- no line break after the last
+return table.concat(reply)
