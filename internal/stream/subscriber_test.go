@@ -117,6 +117,38 @@ func TestSubscriberKeepsAtMostMaxInFlightOut(t *testing.T) {
 	}
 }
 
+// With Released, a message's place is freed by Release, not by its ack: the next message comes only once
+// the handler released the one out; a failed one's place comes back after NackPause.
+func TestAReleasedSubscriberFreesPlacesOnRelease(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := threeParts[:1]
+	createGroups(t, rdb, parts...)
+	for i := range 3 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
+	}
+	s := newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		c.MaxInFlight, c.Released, c.NackPause = 1, true, 300*time.Millisecond
+	})
+	msgs := subscribe(t, s)
+	first := receive(t, msgs)
+	done(t, rdb, first) // acked, not released
+	select {
+	case msg := <-msgs:
+		t.Fatalf("message %s came while the one out was not released", msg.UUID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	s.Release(false)
+	second := receive(t, msgs)
+	second.Nack()
+	start := time.Now()
+	s.Release(true)
+	receive(t, msgs)
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("the next message came %v after a failed release, want NackPause (300 ms) or more", waited)
+	}
+}
+
 // An idle subscriber turns Redis's keyspace events on and waits for one rather than polling: while no entry
 // comes it reads about once per claim round; an XADD wakes it.
 func TestIdleSubscriberWaitsForAKeyspaceEvent(t *testing.T) {

@@ -268,14 +268,17 @@ func (w *Worker) addConsumer(faults *Faults) error {
 		ClaimInterval: min(cfg.ClaimIdle/4, time.Second),
 		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom,
 		// The orders in flight finish on shutdown, until SHUTDOWN_TIMEOUT.
-		Handling: w.drain})
+		Handling: w.drain, Released: true})
 	if err != nil {
 		return err
 	}
 	chain := w.consumer.Chain(w.handler.Handle, steps...)
 	w.router.AddConsumerHandler(cfg.Name, cfg.OrdersStream, sub, func(msg *message.Message) error {
+		failed := true
+		defer func() { sub.Release(failed) }() // a panic too: the router nacks the message
 		growStack()
 		_, err := chain(msg)
+		failed = err != nil
 		return err
 	})
 	return nil
