@@ -73,7 +73,7 @@ func newSendSpans(topic string, server []attribute.KeyValue) sendSpans {
 // start starts the producer span of sending msg, under the message's context, and writes its trace context
 // into the message's metadata.
 func (s sendSpans) start(msg *message.Message) (ctx context.Context, span trace.Span) {
-	ctx, span = Tracer().Start(msg.Context(), s.name, s.opts...)
+	ctx, span = startSpan(msg.Context(), s.name, s.opts...)
 	Inject(ctx, msg)
 	return ctx, span
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 var (
@@ -43,6 +44,19 @@ func PoisonReason(r string) metric.MeasurementOption {
 // Tracer is the tracer of the stockflow binaries.
 func Tracer() trace.Tracer {
 	return otel.Tracer("github.com/stockflow/stockflow", tracerOptions...)
+}
+
+// startSpan starts a span with Tracer. With the no-op tracer (nothing exports spans: otelsetup) it returns
+// ctx and the non-recording span ctx holds (the producer's trace context, say), which is what the no-op
+// tracer returns, without the context it would make to hold that same span again.
+func startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	t := Tracer()
+	if _, ok := t.(noop.Tracer); ok {
+		if span := trace.SpanFromContext(ctx); !span.IsRecording() {
+			return ctx, span
+		}
+	}
+	return t.Start(ctx, name, opts...)
 }
 
 // tracerOptions are Tracer's, made once: a slice made for each call would be allocated.
@@ -129,7 +143,7 @@ type ProcessSpans struct {
 func (p ProcessSpans) Start(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
 	ctx = Extract(ctx, msg)
 	sent := trace.SpanContextFromContext(ctx)
-	ctx, span := Tracer().Start(ctx, p.name, p.opts...)
+	ctx, span := startSpan(ctx, p.name, p.opts...)
 	if span.IsRecording() {
 		span.SetAttributes(semconv.MessagingMessageID(msg.UUID))
 		if sent.IsRemote() {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
@@ -81,6 +82,44 @@ func TestMessagingSpansFollowTheConventions(t *testing.T) {
 	}
 	if l := process.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != send.SpanContext().SpanID() {
 		t.Errorf("process span links %v, want one to the send span", l)
+	}
+}
+
+// With the no-op tracer provider (nothing exports spans), the producer's trace context still reaches the
+// outcome event: the process span is the producer's span context, which the outcome's send puts in its
+// metadata.
+func TestTheNoopTracerPassesTheProducersTraceContextOn(t *testing.T) {
+	tp, prop := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	otel.SetTracerProvider(noop.NewTracerProvider())
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() {
+		otel.SetTracerProvider(tp)
+		otel.SetTextMapPropagator(prop)
+	})
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	msg := stream.Entry{ID: "1-1", Values: map[string]any{"payload": `{}`}}.Message()
+	msg.Metadata.Set("traceparent", traceparent)
+	ctx, span := stream.Consumer{Stream: "orders", Group: "g", Name: "c"}.StartProcess(context.Background(), msg)
+	if sc := span.SpanContext(); !sc.IsRemote() || sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" ||
+		!trace.SpanContextFromContext(ctx).Equal(sc) {
+		t.Fatalf("process span %v (context %v), want the producer's", sc, trace.SpanContextFromContext(ctx))
+	}
+	out := message.NewMessage("o", []byte(`{}`))
+	out.SetContext(ctx)
+	rdb := redistest.Start(t).Client()
+	batch := stream.Batch{Topic: "results"}
+	pipe := rdb.Pipeline()
+	if err := batch.Add(pipe, out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipe.Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.End(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.Metadata.Get("traceparent"); got != traceparent {
+		t.Fatalf("outcome traceparent %q, want the producer's %q", got, traceparent)
 	}
 }
 
