@@ -3,6 +3,8 @@ package stream
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
+	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -31,7 +33,7 @@ func (b *Batch) Add(pipe redis.Pipeliner, msg *message.Message) error {
 		b.send = newSendSpans(b.Topic, b.Server)
 	}
 	ctx, span := b.send.start(msg)
-	values, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal(b.Topic, msg)
+	values, err := entryValues(msg)
 	if err != nil {
 		Fail(span, err)
 		span.End()
@@ -40,6 +42,54 @@ func (b *Batch) Add(pipe redis.Pipeliner, msg *message.Message) error {
 	b.cmds = append(b.cmds, pipe.XAdd(ctx, &redis.XAddArgs{Stream: b.Topic, Values: values, MaxLen: b.MaxLen, Approx: true}))
 	b.spans = append(b.spans, span)
 	return nil
+}
+
+// entryValues are the fields of msg's entry in redisstream's format, as its DefaultMarshallerUnmarshaller
+// writes them (_watermill_message_uuid, metadata: a msgpack map of strings, payload), without the map and
+// the msgpack encoder it makes for each message.
+func entryValues(msg *message.Message) ([]any, error) {
+	if msg.Metadata.Get(redisstream.UUIDHeaderKey) != "" {
+		return nil, fmt.Errorf("metadata %s is reserved by watermill for message UUID", redisstream.UUIDHeaderKey)
+	}
+	var md []byte
+	if len(msg.Metadata) > 0 {
+		size := 5
+		for k, v := range msg.Metadata {
+			size += len(k) + len(v) + 10
+		}
+		md = make([]byte, 0, size)
+		md = appendMsgpackMapLen(md, len(msg.Metadata))
+		for k, v := range msg.Metadata {
+			md = appendMsgpackStr(appendMsgpackStr(md, k), v)
+		}
+	}
+	return []any{redisstream.UUIDHeaderKey, msg.UUID, "metadata", md, "payload", []byte(msg.Payload)}, nil
+}
+
+// appendMsgpackMapLen appends the header of a msgpack map of n pairs.
+func appendMsgpackMapLen(b []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(b, 0x80|byte(n)) // fixmap
+	case n < 1<<16:
+		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n)) // map 16
+	}
+	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n)) // map 32
+}
+
+// appendMsgpackStr appends s as a msgpack string.
+func appendMsgpackStr(b []byte, s string) []byte {
+	switch n := len(s); {
+	case n < 32:
+		b = append(b, 0xa0|byte(n)) // fixstr
+	case n < 1<<8:
+		b = append(b, 0xd9, byte(n)) // str 8
+	case n < 1<<16:
+		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n)) // str 16
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n)) // str 32
+	}
+	return append(b, s...)
 }
 
 // End ends the spans of the messages added, once the pipeline was sent, and returns the first error of

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -114,4 +115,53 @@ func asRedisReturnsThem(values map[string]any) map[string]any {
 		}
 	}
 	return values
+}
+
+// FuzzEntryValues holds the outcome events' fields (entryValues) to redisstream's: what its unmarshaller
+// reads back is the message, and a one-pair metadata is byte for byte what its marshaller writes.
+func FuzzEntryValues(f *testing.F) {
+	f.Add("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", 1, []byte(`{"order_id":"o"}`))
+	f.Add("k", strings.Repeat("v", 300), 20, []byte{})
+	f.Add("", strings.Repeat("v", 70000), 0, []byte(nil))
+	f.Fuzz(func(t *testing.T, key, value string, pairs int, payload []byte) {
+		msg := message.NewMessage("uuid-1", payload)
+		for i := range pairs % 40 {
+			msg.Metadata.Set(key+strconv.Itoa(i), value)
+		}
+		if pairs%40 == 1 {
+			msg.Metadata = message.Metadata{key: value}
+		}
+		values, err := entryValues(msg)
+		want, werr := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("t", msg)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("entryValues: %v; redisstream: %v", err, werr)
+		}
+		if err != nil {
+			return
+		}
+		fields := map[string]any{} // as go-redis reads an entry back
+		for i := 0; i < len(values); i += 2 {
+			switch v := values[i+1].(type) {
+			case string:
+				fields[values[i].(string)] = v
+			case []byte:
+				fields[values[i].(string)] = string(v)
+			}
+		}
+		got, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(fields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.UUID != msg.UUID || string(got.Payload) != string(msg.Payload) || len(got.Metadata) != len(msg.Metadata) {
+			t.Fatalf("read back %s %q %v, want %s %q %v", got.UUID, got.Payload, got.Metadata, msg.UUID, msg.Payload, msg.Metadata)
+		}
+		for k, v := range msg.Metadata {
+			if got.Metadata[k] != v {
+				t.Fatalf("metadata %q: %q read back, want %q", k, got.Metadata[k], v)
+			}
+		}
+		if len(msg.Metadata) == 1 && string(values[3].([]byte)) != string(want["metadata"].([]byte)) {
+			t.Fatalf("metadata %x, redisstream writes %x", values[3], want["metadata"])
+		}
+	})
 }
