@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ const (
 	DefaultLines        = ""              // single-SKU orders, no baskets
 	DefaultCancel       = 0               // no order is cancelled
 	DefaultFulfil       = 0               // no order is fulfilled
+	DefaultPublishers   = 8               // goroutines publishing at once
 )
 
 // Config is the producer's configuration.
@@ -42,6 +44,9 @@ type Config struct {
 	Cancel, Fulfil float64
 	// Rate is orders per second, 0 (the default): as fast as possible.
 	Rate float64
+	// Publishers is how many goroutines publish at once; default DefaultPublishers. 1 publishes the
+	// events in order.
+	Publishers int
 	// SeedStock is set as each SKU's available stock before publishing; < 0 (DefaultSeedStock): leave the
 	// stock as it is. Seeding refuses SKUs that have stock already, unless Force.
 	SeedStock int
@@ -66,6 +71,7 @@ func DefaultConfig() Config {
 		Lines:        DefaultLines,
 		Cancel:       DefaultCancel,
 		Fulfil:       DefaultFulfil,
+		Publishers:   DefaultPublishers,
 		SeedStock:    DefaultSeedStock,
 		Timeout:      DefaultWaitTimeout,
 		Replicas:     stream.Replicas{Timeout: stream.DefaultReplicaAckTimeout},
@@ -87,6 +93,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Float(&c.Cancel, "cancel", d.Cancel, fmt.Sprintf("`fraction` of the orders (0..1) that a cancel event of the order follows, %d orders later", lifecycleLag))
 	s.Float(&c.Fulfil, "fulfil", d.Fulfil, fmt.Sprintf("`fraction` of the orders (0..1) that a fulfil event of the order follows, %d orders later; --cancel + --fulfil <= 1", lifecycleLag))
 	s.Float(&c.Rate, "rate", d.Rate, "orders per second (0: as fast as possible)")
+	s.Int(&c.Publishers, "publishers", d.Publishers, "goroutines publishing at once (1: the events in order)")
 	s.Int(&c.SeedStock, "seed-stock", d.SeedStock, "set each SKU's available stock to this first (-1: leave it); refused if a SKU has stock, unless --force")
 	s.Bool(&c.Force, "force", "with --seed-stock: overwrite the stock of SKUs that have some")
 	s.Bool(&c.Wait, "wait", "wait for every outcome, print a summary and check consistency")
@@ -99,7 +106,7 @@ func Flags(s *config.Set, c *Config) {
 func (c *Config) Validate() error {
 	for _, validate := range []func() error{
 		c.validateOrders, c.validateSKUs, c.validateSKUList, c.validateQuantity, c.validateDistribution,
-		c.validateLines, c.validateLifecycle, c.validateRedisURL, c.validateRunID, c.Replicas.Validate,
+		c.validateLines, c.validateLifecycle, c.validatePace, c.validateRedisURL, c.validateRunID, c.Replicas.Validate,
 	} {
 		if err := validate(); err != nil {
 			return err
@@ -114,6 +121,16 @@ func (c *Config) validateOrders() error {
 		return fmt.Errorf("invalid --orders %d: want at least 0", c.Orders)
 	case c.Orders == 0 && c.SeedStock < 0:
 		return errors.New("invalid --orders 0: publishes nothing; with --seed-stock it only seeds the stock")
+	}
+	return nil
+}
+
+func (c *Config) validatePace() error {
+	switch {
+	case !(c.Rate >= 0) || math.IsInf(c.Rate, 1):
+		return fmt.Errorf("invalid --rate %v: want orders per second, 0 or more (0: as fast as possible)", c.Rate)
+	case c.Publishers < 1:
+		return fmt.Errorf("invalid --publishers %d: want at least 1", c.Publishers)
 	}
 	return nil
 }

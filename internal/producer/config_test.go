@@ -81,6 +81,10 @@ func TestValidateNamesTheFirstBadSetting(t *testing.T) {
 		{"a fulfil fraction over 1", func(c *Config) { c.Fulfil = 1.5 }, "invalid --fulfil 1.5: want a fraction 0..1"},
 		{"a cancel fraction that is not a number", func(c *Config) { c.Cancel = math.NaN() }, "invalid --cancel NaN"},
 		{"cancels and fulfils over 1 together", func(c *Config) { c.Cancel, c.Fulfil = 0.6, 0.5 }, "invalid --cancel 0.6 and --fulfil 0.5: they add up to over 1"},
+		{"a negative rate", func(c *Config) { c.Rate = -5 }, "invalid --rate -5"},
+		{"a rate that is not a number", func(c *Config) { c.Rate = math.NaN() }, "invalid --rate NaN"},
+		{"an endless rate", func(c *Config) { c.Rate = math.Inf(1) }, "invalid --rate +Inf"},
+		{"no publishers", func(c *Config) { c.Publishers = 0 }, "invalid --publishers 0: want at least 1"},
 		{"not a Redis URL", func(c *Config) { c.RedisURL = "http://localhost" }, "invalid REDIS_URL"},
 		{"a run id that makes bad order ids", func(c *Config) { c.RunID = "run 1" }, "invalid --run-id"},
 	} {

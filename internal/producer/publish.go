@@ -59,7 +59,10 @@ type heldEvent struct {
 }
 
 // publish publishes the run's orders, and the cancel and fulfil events that follow some of them, through
-// Watermill, from several goroutines unless a rate is set, and returns the events it placed.
+// Watermill, from cfg.Publishers goroutines, and returns the events it placed. With a rate, order i is due at
+// (i-1)/rate after the start and waits for it: a late publish does not delay the orders after it, so the
+// rate holds while one publish takes longer than 1/rate (one goroutine a tick topped out near 1,000 orders
+// a second).
 func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
 	wpub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{r.cfg.Replicas.Publishing(r.rdb)}}, watermill.NopLogger{})
 	if err != nil {
@@ -75,13 +78,10 @@ func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
 		placed: make(map[eventKey]placedOrder, r.cfg.Orders),
 	}
 	defer p.bar.done()
-	goroutines := 8
 	if r.cfg.Rate > 0 {
-		t := time.NewTicker(time.Duration(float64(time.Second) / r.cfg.Rate))
-		defer t.Stop()
-		p.tick, goroutines = t.C, 1
+		p.start, p.interval = time.Now(), time.Duration(float64(time.Second)/r.cfg.Rate)
 	}
-	return p.placed, p.publishAll(ctx, goroutines)
+	return p.placed, p.publishAll(ctx, r.cfg.Publishers)
 }
 
 // publisher publishes the orders of one run, numbered 1 .. Orders, from any number of goroutines.
@@ -90,9 +90,11 @@ type publisher struct {
 	parts []stream.Partition
 	skus  []string
 	pub   message.Publisher
-	tick  <-chan time.Time // with a rate: an order a tick
-	bar   *bar
-	next  atomic.Int64 // the number of the last order taken
+	// With a rate: order i is due at start + (i-1) * interval; interval 0: no rate.
+	start    time.Time
+	interval time.Duration
+	bar      *bar
+	next     atomic.Int64 // the number of the last order taken
 
 	mu     sync.Mutex
 	placed map[eventKey]placedOrder
@@ -124,7 +126,7 @@ func (p *publisher) publishAll(ctx context.Context, n int) error {
 // taken or one fails.
 func (p *publisher) publishOrders(ctx context.Context, d *draw) error {
 	for i := p.next.Add(1); i <= int64(p.cfg.Orders); i = p.next.Add(1) {
-		if err := p.awaitTick(ctx); err != nil {
+		if err := p.awaitDue(ctx, i); err != nil {
 			return err
 		}
 		if err := p.placeOrder(ctx, d, i); err != nil {
@@ -147,13 +149,19 @@ func (p *publisher) placeOrder(ctx context.Context, d *draw, i int64) error {
 	return p.release(ctx, i)
 }
 
-// awaitTick waits for the next tick when a rate is set.
-func (p *publisher) awaitTick(ctx context.Context) error {
-	if p.tick == nil {
+// awaitDue waits until order number i is due, when a rate is set.
+func (p *publisher) awaitDue(ctx context.Context, i int64) error {
+	if p.interval == 0 {
 		return nil
 	}
+	wait := time.Until(p.start.Add(time.Duration(i-1) * p.interval))
+	if wait <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
 	select {
-	case <-p.tick:
+	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -166,12 +166,12 @@ func lifecycleEvents(t *testing.T, cfg Config, events []published) (map[string]h
 	return orders, count
 }
 
-// With one publishing goroutine (a rate), the event of order i comes right after order i+lifecycleLag,
-// or after the last order.
+// With one publishing goroutine, the event of order i comes right after order i+lifecycleLag, or after the
+// last order.
 func TestLifecycleEventsFollowTheirOrderLater(t *testing.T) {
 	const orders = 60
 	cfg := DefaultConfig()
-	cfg.Orders, cfg.SKUs, cfg.Cancel, cfg.Fulfil, cfg.Rate = orders, 3, 0.5, 0.5, 5000
+	cfg.Orders, cfg.SKUs, cfg.Cancel, cfg.Fulfil, cfg.Rate, cfg.Publishers = orders, 3, 0.5, 0.5, 5000, 1
 	events, _ := runProducer(t, cfg)
 	if len(events) != 2*orders {
 		t.Fatalf("%d events, want %d orders and as many cancels and fulfils", len(events), orders)
