@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +43,8 @@ type Config struct {
 	Cancel, Fulfil float64
 	// Rate is orders per second, 0 (the default): as fast as possible.
 	Rate float64
-	// Publishers is how many goroutines publish at once; default DefaultPublishers. 1 publishes the
-	// events in order.
+	// Publishers is how many goroutines publish at once; 0 means DefaultPublishers. 1 publishes the events
+	// in order.
 	Publishers int
 	// SeedStock is set as each SKU's available stock before publishing; < 0 (DefaultSeedStock): leave the
 	// stock as it is. Seeding refuses SKUs that have stock already, unless Force.
@@ -125,15 +124,22 @@ func (c *Config) validateOrders() error {
 	return nil
 }
 
+// validatePace checks the rate and the publishers; no publishers (a Config not from DefaultConfig) get
+// DefaultPublishers.
 func (c *Config) validatePace() error {
+	c.Publishers = cmp.Or(c.Publishers, DefaultPublishers)
 	switch {
-	case !(c.Rate >= 0) || math.IsInf(c.Rate, 1):
-		return fmt.Errorf("invalid --rate %v: want orders per second, 0 or more (0: as fast as possible)", c.Rate)
+	case c.Rate != 0 && !(c.Rate >= minRate && c.Rate <= maxRate): // NaN too
+		return fmt.Errorf("invalid --rate %v: want orders per second, %v to %v (0: as fast as possible)", c.Rate, minRate, maxRate)
 	case c.Publishers < 1:
 		return fmt.Errorf("invalid --publishers %d: want at least 1", c.Publishers)
 	}
 	return nil
 }
+
+// The rates a run can keep: an order every 1,000 s at the least (the schedule stays within time.Duration),
+// a microsecond apart at the most.
+const minRate, maxRate = 0.001, 1e6
 
 func (c *Config) validateSKUs() error {
 	if c.SKUList == "" && c.SKUs < 1 {

@@ -84,7 +84,8 @@ func TestValidateNamesTheFirstBadSetting(t *testing.T) {
 		{"a negative rate", func(c *Config) { c.Rate = -5 }, "invalid --rate -5"},
 		{"a rate that is not a number", func(c *Config) { c.Rate = math.NaN() }, "invalid --rate NaN"},
 		{"an endless rate", func(c *Config) { c.Rate = math.Inf(1) }, "invalid --rate +Inf"},
-		{"no publishers", func(c *Config) { c.Publishers = 0 }, "invalid --publishers 0: want at least 1"},
+		{"a rate too slow to schedule", func(c *Config) { c.Rate = 1e-4 }, "invalid --rate 0.0001: want orders per second, 0.001 to 1e+06"},
+		{"fewer than no publishers", func(c *Config) { c.Publishers = -1 }, "invalid --publishers -1: want at least 1"},
 		{"not a Redis URL", func(c *Config) { c.RedisURL = "http://localhost" }, "invalid REDIS_URL"},
 		{"a run id that makes bad order ids", func(c *Config) { c.RunID = "run 1" }, "invalid --run-id"},
 	} {
@@ -181,5 +182,14 @@ func TestDistributions(t *testing.T) {
 				t.Errorf("zipf gave the last SKU %d orders and the second %d: want best sellers (counts %v)", counts[n-1], counts[1], counts)
 			}
 		})
+	}
+}
+
+// A Config made without DefaultConfig (a struct literal) publishes from DefaultPublishers goroutines.
+func TestNoPublishersMeansTheDefault(t *testing.T) {
+	c := DefaultConfig()
+	c.Publishers = 0
+	if err := c.Validate(); err != nil || c.Publishers != DefaultPublishers {
+		t.Fatalf("Validate: %v, publishers %d; want no error and %d", err, c.Publishers, DefaultPublishers)
 	}
 }
