@@ -174,7 +174,10 @@ func decodeOutcomes(orders []Order, reply string) ([]Outcome, error) {
 		if ok {
 			rec, ok = parseRecord(line[1:])
 		}
-		if !ok {
+		switch {
+		case !ok && line != "" && line[0] == '1': // a stored record the script replayed as it found it
+			return nil, fmt.Errorf("%w: the outcome record of %s is not one: %.200q", ErrCorrupt, orderSubject(o.ID, o.SKU), line[1:])
+		case !ok:
 			return nil, fmt.Errorf("inventory: unexpected script reply %.200q for order %q", line, o.ID)
 		}
 		outs[i] = Outcome{OrderID: o.ID, SKU: o.SKU, Replayed: line[0] == '1', Status: rec.Status, Reason: rec.Reason,

@@ -197,6 +197,29 @@ func TestReserveBatchOnCorruptStockWritesNothing(t *testing.T) {
 	}
 }
 
+// A batch with an order whose stored outcome record is not one (JSON without a status, a number, text)
+// fails with ErrCorrupt, which no retry mends: the handler then decides the batch one order at a time, so
+// that only that order fails.
+func TestReserveBatchWithACorruptRecordIsCorrupt(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
+		t.Fatal(err)
+	}
+	for i, record := range []string{`{"quantity":1}`, `5`, `not json`} {
+		t.Run(record, func(t *testing.T) {
+			bad := fmt.Sprintf("o-bad-%d", i)
+			rdb.Set(ctx, inventory.OrderKey("SKU-1", bad), record, 0)
+			_, err := store.ReserveBatch(ctx, batchOf("SKU-1", inventory.Order{ID: fmt.Sprintf("o-%d", i), Quantity: 1},
+				inventory.Order{ID: bad, Quantity: 1}), 0)
+			if !inventory.IsPermanent(err) {
+				t.Fatalf("got %v, want a permanent error (ErrCorrupt)", err)
+			}
+		})
+	}
+}
+
 // commandCount counts the commands a client sends.
 type commandCount struct{ n atomic.Int64 }
 
