@@ -9,6 +9,9 @@
 #   scripts/bench.sh                  full mode, about 9 minutes
 #   scripts/bench.sh --record         full mode, and replace the committed results
 #   scripts/bench.sh --only hotkey    any harness flag passes through (--rounds N, --only a,b)
+#   scripts/bench.sh --quick --only cost --base 88c55e3
+#                                     an A/B: the bench worker of that commit runs too, as one more
+#                                     contender of the cost comparison ("base worker"), in the same rounds
 #
 # A run with --only names its result files after its comparisons.
 #
@@ -20,11 +23,14 @@ cd "$(dirname "$0")/../bench"
 
 out=results/latest
 args=()
-for arg in "$@"; do
-  case $arg in
+base=""
+while [ $# -gt 0 ]; do
+  case $1 in
     --record) out=results ;;
-    *) args+=("$arg") ;;
+    --base) base=${2:?--base needs a commit}; shift ;;
+    *) args+=("$1") ;;
   esac
+  shift
 done
 
 source "$scripts/ensure-redis.sh"
@@ -62,6 +68,14 @@ fi
 go build -o "$tmp/bench" ./cmd/bench
 go build -o "$tmp/benchworker" ./cmd/benchworker
 go build -o "$tmp/benchconsumer" ./cmd/benchconsumer
+if [ -n "$base" ]; then
+  # The base commit's bench worker, built in a worktree of its own (removed once built).
+  git worktree add --detach --quiet "$tmp/base-src" "$base"
+  (cd "$tmp/base-src/bench" && go build -o "$tmp/basebenchworker" ./cmd/benchworker) || status=$?
+  git worktree remove --force "$tmp/base-src"
+  [ -z "${status:-}" ] || exit 2
+  args+=(--base-worker "$tmp/basebenchworker")
+fi
 "$tmp/bench" --worker-bin "$tmp/benchworker" --consumer-bin "$tmp/benchconsumer" --out "$out" --pid-file "$pidfile" --commit "$commit" ${args[@]+"${args[@]}"} &
 harness=$!
 status=0

@@ -53,7 +53,10 @@ func TestRaiseToken(t *testing.T) {
 				defer lease.Release(ctx)
 				return lease.Token()
 			}
-			if tok := take(); tok != 1 {
+			// One Redis hands out exactly the next number. Redlock's tokens only increase: an attempt that
+			// timed out on a master (a loaded machine) has drawn a number there, and the retry draws the next.
+			exact := name == "reentrant"
+			if tok := take(); tok != 1 && (exact || tok < 1) {
 				t.Fatalf("first token %d, want 1", tok)
 			}
 			if err := l.RaiseToken(ctx, key, 40); err != nil {
@@ -62,14 +65,15 @@ func TestRaiseToken(t *testing.T) {
 			if pttl := servers[0].Client().PTTL(ctx, namesFor(key).token).Val(); pttl <= 0 {
 				t.Fatalf("raised counter has PTTL %v, want TokenTTL kept", pttl)
 			}
-			if tok := take(); tok != 41 {
-				t.Fatalf("token after raising to 40: %d, want 41", tok)
+			raised := take()
+			if raised != 41 && (exact || raised < 41) {
+				t.Fatalf("token after raising to 40: %d, want 41", raised)
 			}
 			if err := l.RaiseToken(ctx, key, 5); err != nil {
 				t.Fatal(err)
 			}
-			if tok := take(); tok != 42 {
-				t.Fatalf("token after a raise to a lower value: %d, want 42 (never lowered)", tok)
+			if tok := take(); tok != raised+1 && (exact || tok <= raised) {
+				t.Fatalf("token after a raise to a lower value: %d, want %d (never lowered)", tok, raised+1)
 			}
 		})
 	}

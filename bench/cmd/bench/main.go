@@ -49,6 +49,7 @@ func parseFlags(args []string) (harness.Config, error) {
 		"scripts/bench.sh --record writes the committed ones in results")
 	workerBin := fs.String("worker-bin", "", "the bench worker binary (bench/cmd/benchworker) for the end-to-end comparison; empty skips it")
 	consumerBin := fs.String("consumer-bin", "", "the peers of the cost comparison (bench/cmd/benchconsumer); empty skips it")
+	baseWorkerBin := fs.String("base-worker", "", "another build of the bench worker, run as one more contender of the cost comparison (scripts/bench.sh --base builds it)")
 	commit := fs.String("commit", "", "the commit measured, for the report")
 	pidFile := fs.String("pid-file", "", "append the pid of every child process and a part of its command line here (the script kills them if the harness dies)")
 	if err := fs.Parse(args); err != nil {
@@ -62,6 +63,7 @@ func parseFlags(args []string) (harness.Config, error) {
 		cfg.Rounds = *rounds
 	}
 	cfg.Only, cfg.Out, cfg.WorkerBin, cfg.ConsumerBin, cfg.Commit = only, *out, *workerBin, *consumerBin, *commit
+	cfg.BaseWorkerBin = *baseWorkerBin
 	cfg.Progress, cfg.OnPid = os.Stderr, pidRecorder(*pidFile)
 	return cfg, nil
 }

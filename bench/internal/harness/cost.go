@@ -73,9 +73,15 @@ func (b *bench) cost(ctx context.Context) error {
 		{"cost-hot", "200 SKUs, one hot SKU (half of the orders on SKU-0)", "hot", b.cfg.CostOrders, 0},
 	} {
 		t := b.addTable(costTable(wl.id, wl.title, wl.orders))
-		contenders := costContenders
+		contenders := slices.Clone(costContenders)
 		if wl.id == "cost-uniform" {
 			contenders = append(contenders, costContender{"stockflow worker, 2-line baskets", costContenders[0].args})
+		}
+		if base := b.cfg.BaseWorkerBin; base != "" {
+			contenders = append(contenders, costContender{"base worker", func(b *bench, i int, addr, pprof string) (string, []string) {
+				_, args := costContenders[0].args(b, i, addr, pprof)
+				return base, args
+			}})
 		}
 		err := interleave(b.cfg.Rounds, len(contenders), func(round, i int) error {
 			c, w := contenders[i], wl

@@ -37,12 +37,15 @@ type Config struct {
 	StockUnits, StockOrders, StockClients int
 	// End to end: orders per round for the uniform and the hot-SKU workload.
 	E2EOrders, E2EHotOrders int
-	CostOrders              int             // cost of an order: orders per round
-	WorkerBin               string          // the bench worker binary; "" skips the end-to-end comparison
-	ConsumerBin             string          // the peers of the cost comparison (bench/cmd/benchconsumer); "" skips it
-	Out                     string          // results directory; "": write nothing
-	Only                    map[string]bool // comparisons to run; empty: all
-	Progress                io.Writer       // a line per measurement; nil: none
+	CostOrders              int    // cost of an order: orders per round
+	WorkerBin               string // the bench worker binary; "" skips the end-to-end comparison
+	ConsumerBin             string // the peers of the cost comparison (bench/cmd/benchconsumer); "" skips it
+	// BaseWorkerBin is another build of the bench worker, run as one more contender of the cost comparison
+	// ("base worker"): an A/B of two builds in the same rounds. "": none.
+	BaseWorkerBin string
+	Out           string          // results directory; "": write nothing
+	Only          map[string]bool // comparisons to run; empty: all
+	Progress      io.Writer       // a line per measurement; nil: none
 	// OnPid is told every child process started (redis-servers, workers) and a string its command line
 	// holds, so a pid reused by another process is never taken for it.
 	OnPid func(pid int, cmdline string)
