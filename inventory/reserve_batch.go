@@ -161,30 +161,26 @@ func (s *Store) batchArgs(orders []Order, fence int64) []any {
 // decodeOutcomes reads the reply of reserve_batch.lua: a line per order, its replayed mark ("0" or "1")
 // and its outcome record.
 func decodeOutcomes(orders []Order, reply string) ([]Outcome, error) {
+	lines := strings.Split(reply, "\n")
+	if len(lines) != len(orders) {
+		return nil, fmt.Errorf("inventory: unexpected script reply %.200q for a batch of %d orders", reply, len(orders))
+	}
 	outs := make([]Outcome, len(orders))
-	rest, more := reply, true
 	for i, o := range orders {
-		var line string
-		if !more {
-			return nil, fmt.Errorf("inventory: unexpected script reply %.200q for a batch of %d orders", reply, len(orders))
+		line := lines[i]
+		if line == "" || line[0] != '0' && line[0] != '1' {
+			return nil, fmt.Errorf("inventory: unexpected script reply %.200q for order %q", line, o.ID)
 		}
-		line, rest, more = strings.Cut(rest, "\n")
-		var rec outcomeRecord
-		ok := line != "" && (line[0] == '0' || line[0] == '1')
-		if ok {
-			rec, ok = parseRecord(line[1:])
-		}
+		replayed := line[0] == '1'
+		rec, ok := parseRecord(line[1:])
 		switch {
-		case !ok && line != "" && line[0] == '1': // a stored record the script replayed as it found it
+		case !ok && replayed: // a stored record the script replayed as it found it
 			return nil, fmt.Errorf("%w: the outcome record of %s is not one: %.200q", ErrCorrupt, orderSubject(o.ID, o.SKU), line[1:])
 		case !ok:
 			return nil, fmt.Errorf("inventory: unexpected script reply %.200q for order %q", line, o.ID)
 		}
-		outs[i] = Outcome{OrderID: o.ID, SKU: o.SKU, Replayed: line[0] == '1', Status: rec.Status, Reason: rec.Reason,
+		outs[i] = Outcome{OrderID: o.ID, SKU: o.SKU, Replayed: replayed, Status: rec.Status, Reason: rec.Reason,
 			Quantity: rec.Quantity, AvailableAfter: rec.AvailableAfter, Fence: rec.Fence}
-	}
-	if more {
-		return nil, fmt.Errorf("inventory: unexpected script reply %.200q for a batch of %d orders", reply, len(orders))
 	}
 	return outs, nil
 }

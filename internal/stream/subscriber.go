@@ -147,8 +147,9 @@ func (c SubscriberConfig) Validate() error {
 // never sent again. (With Released set, the handler frees the places: Release.)
 //
 // A message's context is the subscription's, or Handling if set: it ends when that ends, not when the
-// message is acked or nacked (a context per message cost a worker ~4 % of its CPU). Close ends the subscription and waits for its goroutines; it does not wait for the messages
-// being handled, and does not close the Redis client.
+// message is acked or nacked (a context per message cost a worker ~4 % of its CPU). Close ends the
+// subscription and waits for its goroutines; it does not wait for the messages being handled, and does not
+// close the Redis client.
 type Subscriber struct {
 	rdb redis.UniversalClient
 	cfg SubscriberConfig
