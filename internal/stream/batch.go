@@ -3,7 +3,6 @@ package stream
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
@@ -64,32 +63,6 @@ func entryValues(msg *message.Message) ([]any, error) {
 		}
 	}
 	return []any{redisstream.UUIDHeaderKey, msg.UUID, "metadata", md, "payload", []byte(msg.Payload)}, nil
-}
-
-// appendMsgpackMapLen appends the header of a msgpack map of n pairs.
-func appendMsgpackMapLen(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x80|byte(n)) // fixmap
-	case n < 1<<16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n)) // map 16
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n)) // map 32
-}
-
-// appendMsgpackStr appends s as a msgpack string.
-func appendMsgpackStr(b []byte, s string) []byte {
-	switch n := len(s); {
-	case n < 32:
-		b = append(b, 0xa0|byte(n)) // fixstr
-	case n < 1<<8:
-		b = append(b, 0xd9, byte(n)) // str 8
-	case n < 1<<16:
-		b = binary.BigEndian.AppendUint16(append(b, 0xda), uint16(n)) // str 16
-	default:
-		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n)) // str 32
-	}
-	return append(b, s...)
 }
 
 // End ends the spans of the messages added, once the pipeline was sent, and returns the first error of

@@ -277,14 +277,14 @@ type claimReply struct {
 	deleted  []string
 }
 
-// parseFetch reads fetch.lua's reply {{{id, deliveries, {field, value, ...}}, ...}, {{id, bytes}, ...},
-// cursor, {deleted id, ...}} on partition p.
+// parseFetch reads fetch.lua's reply {entries (packed: unpackEntries), {{id, bytes}, ...}, cursor,
+// {deleted id, ...}} on partition p.
 func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]int64, claim claimReply, err error) {
 	bad := func() error { return fmt.Errorf("stream: unexpected fetch reply %.200v", reply) } // on the error paths only
 	if len(reply) != 4 {
 		return nil, nil, claim, bad()
 	}
-	list, ok1 := reply[0].([]any)
+	packed, ok1 := reply[0].(string)
 	oversized, ok2 := reply[1].([]any)
 	claim.cursor, _ = reply[2].(string)
 	deleted, ok3 := reply[3].([]any)
@@ -297,13 +297,11 @@ func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]
 		}
 	}
 	poisoned = parseOversized(oversized)
-	for _, e := range list {
-		entry, ok := parseEntry(e)
-		if !ok {
-			return nil, poisoned, claim, bad()
-		}
-		entry.Partition = p.Index
-		entries = append(entries, entry)
+	if entries, err = unpackEntries(packed); err != nil {
+		return nil, poisoned, claim, fmt.Errorf("%w: %w", err, bad())
+	}
+	for i := range entries {
+		entries[i].Partition = p.Index
 	}
 	return entries, poisoned, claim, nil
 }
@@ -321,30 +319,4 @@ func parseOversized(list []any) map[string]int64 {
 		}
 	}
 	return poisoned
-}
-
-// parseEntry reads {id, deliveries, {field, value, ...}}.
-func parseEntry(e any) (Entry, bool) {
-	parts, ok := e.([]any)
-	if !ok || len(parts) != 3 {
-		return Entry{}, false
-	}
-	id, ok1 := parts[0].(string)
-	deliveries, ok2 := parts[1].(int64)
-	fields, ok3 := parts[2].([]any)
-	values, ok4 := fieldMap(fields)
-	if !(ok1 && ok2 && ok3 && ok4) {
-		return Entry{}, false
-	}
-	return Entry{ID: id, Deliveries: deliveries, Values: values}, true
-}
-
-// fieldMap turns {field, value, ...} into a map.
-func fieldMap(fields []any) (map[string]any, bool) {
-	values := make(map[string]any, len(fields)/2)
-	for i := 0; i+1 < len(fields); i += 2 {
-		k, _ := fields[i].(string)
-		values[k] = fields[i+1]
-	}
-	return values, len(fields)%2 == 0
 }
