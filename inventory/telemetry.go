@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 const scope = "github.com/stockflow/stockflow/inventory"
@@ -82,7 +83,7 @@ func traceReserve(ctx context.Context, o Order, fence int64, reserve func(contex
 // traceReserveBatch runs reserve inside one SpanReserveBatch span and counts the outcome of each order;
 // the outcomes are not span attributes, a batch has many.
 func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve func(context.Context) ([]Outcome, error)) ([]Outcome, error) {
-	ctx, span := otel.Tracer(scope).Start(ctx, SpanReserveBatch)
+	ctx, span := startSpan(ctx, SpanReserveBatch)
 	defer span.End()
 	if span.IsRecording() { // with no tracing, nothing is built
 		span.SetAttributes(AttrSKU.String(batch[0].SKU), AttrFence.Int64(fence), AttrBatchSize.Int(len(batch)),
@@ -92,30 +93,60 @@ func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve 
 	if err != nil {
 		return nil, failed(span, err)
 	}
-	for _, out := range outs {
-		countOrder(ctx, out)
+	for i := 0; i < len(outs); { // a run of orders of one kind (most batches are one run) counted at once
+		k, n := kindOf(outs[i]), 1
+		for i+n < len(outs) && kindOf(outs[i+n]) == k {
+			n++
+		}
+		countOrders(ctx, k, int64(n))
+		i += n
 	}
 	return outs, nil
 }
 
+// startSpan starts a span of the package's tracer. With the no-op tracer (nothing exports spans) it
+// returns ctx and the span ctx holds rather than a context made to hold that same span again: a batch's
+// span costs nothing then.
+func startSpan(ctx context.Context, name string) (context.Context, trace.Span) {
+	t := otel.Tracer(scope)
+	if _, ok := t.(noop.Tracer); ok {
+		if span := trace.SpanFromContext(ctx); !span.IsRecording() {
+			return ctx, span
+		}
+	}
+	return t.Start(ctx, name)
+}
+
 // countOrder counts a decided order and returns the attributes it was counted under.
 func countOrder(ctx context.Context, out Outcome) attribute.Set {
-	k := outcomeKind{out.Status, out.Reason, out.Replayed}
-	set, ok := outcomeSets.Load(k)
+	return countOrders(ctx, kindOf(out), 1)
+}
+
+// countOrders counts n decided orders of kind k and returns the attributes they were counted under.
+func countOrders(ctx context.Context, k outcomeKind, n int64) attribute.Set {
+	c, ok := outcomeCounts.Load(k)
 	if !ok {
 		// A few kinds of outcome in all: each set is built once (sorted, hashed), not once per order. A
 		// replayed record is read back as stored, so a tampered one could bring any words: only so many
 		// kinds are kept.
-		set = attribute.NewSet(AttrOutcome.String(string(out.Status)), AttrReason.String(string(out.Reason)),
-			AttrReplayed.Bool(out.Replayed))
+		set := attribute.NewSet(AttrOutcome.String(string(k.status)), AttrReason.String(string(k.reason)),
+			AttrReplayed.Bool(k.replayed))
+		c = counted{set, metric.WithAttributeSet(set)}
 		if outcomeKinds.Add(1) <= maxOutcomeKinds {
-			outcomeSets.Store(k, set)
+			outcomeCounts.Store(k, c)
 		}
 	}
-	s := set.(attribute.Set)
-	orders.Add(ctx, 1, metric.WithAttributeSet(s))
-	return s
+	orders.Add(ctx, n, c.(counted).opt)
+	return c.(counted).set
 }
+
+// counted is how an outcomeKind is counted: its attributes, and the option that adds them.
+type counted struct {
+	set attribute.Set
+	opt metric.AddOption
+}
+
+func kindOf(out Outcome) outcomeKind { return outcomeKind{out.Status, out.Reason, out.Replayed} }
 
 // outcomeKind is what an order is counted by.
 type outcomeKind struct {
@@ -124,11 +155,11 @@ type outcomeKind struct {
 	replayed bool
 }
 
-// outcomeSets holds the attribute set of each outcomeKind seen, up to maxOutcomeKinds of them
-// (outcomeKinds counts the stores).
+// outcomeCounts holds how each outcomeKind seen is counted, up to maxOutcomeKinds of them (outcomeKinds
+// counts the stores).
 var (
-	outcomeSets  sync.Map
-	outcomeKinds atomic.Int64
+	outcomeCounts sync.Map
+	outcomeKinds  atomic.Int64
 )
 
 const maxOutcomeKinds = 64

@@ -197,3 +197,29 @@ func TestReserveBatchSpanAndCounter(t *testing.T) {
 		t.Errorf("stockflow.orders rose by %d, want 4", total(after)-total(before))
 	}
 }
+
+// A batch's orders of one outcome are counted together (one Add of n): each of them still counts.
+func TestReserveBatchCountsEveryOrderOfARunOfOneOutcome(t *testing.T) {
+	counts := orderCounts()
+	ctx := context.Background()
+	store := inventory.New(redistest.Start(t).Client())
+	if err := store.SetStock(ctx, "SKU-1", 3); err != nil {
+		t.Fatal(err)
+	}
+	before := counts(t)
+	var batch []inventory.Order
+	for _, id := range []string{"o-1", "o-2", "o-3", "o-4", "o-5"} { // 3 reserved, then 2 rejected
+		batch = append(batch, inventory.Order{ID: id, SKU: "SKU-1", Quantity: 1})
+	}
+	if _, err := store.ReserveBatch(ctx, batch, 0); err != nil {
+		t.Fatal(err)
+	}
+	after := counts(t)
+	reserved := ptr(attribute.NewSet(inventory.AttrOutcome.String("reserved"), inventory.AttrReason.String(""),
+		inventory.AttrReplayed.Bool(false))).Equivalent()
+	rejected := ptr(attribute.NewSet(inventory.AttrOutcome.String("rejected"),
+		inventory.AttrReason.String("insufficient_stock"), inventory.AttrReplayed.Bool(false))).Equivalent()
+	if r, j := after[reserved]-before[reserved], after[rejected]-before[rejected]; r != 3 || j != 2 {
+		t.Fatalf("stockflow.orders rose by %d reserved and %d rejected, want 3 and 2", r, j)
+	}
+}
