@@ -86,3 +86,29 @@ func TestSubscriberSkipsAFailingPartition(t *testing.T) {
 		t.Errorf("readable partitions %v, want the two that work", parts)
 	}
 }
+
+// A read that meets an oversized entry among others poisons it and hands over the others, in order.
+func TestAReadPoisonsTheOversizedEntryAmongOthers(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	p := threeParts[0]
+	createGroups(t, rdb, p)
+	var want []string
+	for i, payload := range []string{"first", strings.Repeat("x", MaxEntryBytes), "third"} {
+		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", payload}}).Val()
+		if i != 1 {
+			want = append(want, id)
+		}
+	}
+	s := newTestSubscriber(t, rdb, []Partition{p})
+	var got []string
+	for _, msg := range s.read(ctx, 10) {
+		if Deliveries(msg) != 1 || msg.Metadata.Get(MetaBadEntry) != "" {
+			t.Fatalf("read %s: %d deliveries, bad entry %q", msg.UUID, Deliveries(msg), msg.Metadata.Get(MetaBadEntry))
+		}
+		got = append(got, msg.UUID)
+	}
+	if !slices.Equal(got, want) || rdb.XLen(ctx, p.Poison).Val() != 1 {
+		t.Fatalf("read %v with %d poisoned, want %v and the oversized entry poisoned", got, rdb.XLen(ctx, p.Poison).Val(), want)
+	}
+}
