@@ -48,19 +48,60 @@ func (e Entry) Message() (msg *message.Message) {
 	if values == nil {
 		values = map[string]any{}
 	}
+	msg, ok := e.plainMessage()
+	if !ok {
+		if msg, ok = e.unmarshal(values); !ok {
+			return msg
+		}
+	}
+	markUnusual(msg, values)
+	return msg
+}
+
+// unmarshal reads values with redisstream's unmarshaller; false with a bad entry's message when it cannot.
+func (e Entry) unmarshal(values map[string]any) (*message.Message, bool) {
 	if _, ok := values[redisstream.UUIDHeaderKey]; !ok {
 		values[redisstream.UUIDHeaderKey] = e.ID
 	}
 	msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
 	if err != nil {
-		return badEntry(e.ID, "unreadable entry: "+err.Error())
+		return badEntry(e.ID, "unreadable entry: "+err.Error()), false
 	}
 	msg.UUID = e.ID
 	if msg.Metadata == nil { // a metadata field holding msgpack nil (found by FuzzUnmarshaller)
 		msg.Metadata = make(message.Metadata)
 	}
-	markUnusual(msg, values)
-	return msg
+	return msg, true
+}
+
+// plainMessage reads the entry as unmarshal would when it is what producers write (a payload, and
+// metadata that is a msgpack map of strings, or none), without redisstream's msgpack decoder (reflection,
+// a reader and a map grown key by key); false for any other entry, which unmarshal reads.
+// FuzzUnmarshaller holds the two equal.
+func (e Entry) plainMessage() (*message.Message, bool) {
+	payload, ok := e.Values["payload"].(string)
+	md, mdOK := e.Values["metadata"].(string)
+	if _, has := e.Values["metadata"]; !ok || has && !mdOK {
+		return nil, false
+	}
+	var metadata message.Metadata // none: the message's own
+	if md != "" {
+		u := &unpacker{s: strings.Clone(md)} // one copy, which the metadata's strings share (md may be a read's)
+		n := u.mapLen()
+		metadata = make(message.Metadata, n+2) // and the delivery count and partition (Message)
+		for range n {
+			k := u.str()
+			metadata[k] = u.str()
+		}
+		if u.err != nil || u.s != "" {
+			return nil, false
+		}
+	}
+	msg := message.NewMessage(e.ID, []byte(payload))
+	if metadata != nil {
+		msg.Metadata = metadata
+	}
+	return msg, true
 }
 
 // Unmarshaller reads an entry from its fields alone, as Entry.Message does, for a caller that has no

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"bytes"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,8 +93,19 @@ func FuzzUnmarshaller(f *testing.F) {
 	f.Add("payload", []byte(`{"order_id":"o"}`), good["metadata"].([]byte), "u")
 	f.Add("payload", []byte("p"), []byte("\xc1garbage"), "")
 	f.Add("other", []byte{}, []byte{0x81, 0xa1, 'k', 0xc0}, "x")
+	f.Add("payload", []byte("p"), []byte{0x82, 0xa1, 'k', 0xa1, 'v', 0xa1, 'k', 0xd9, 1, 'w'}, "u") // a key twice
+	f.Add("payload", []byte("p"), []byte{}, "u")
+	f.Add("payload", []byte("p"), []byte{0x81, 0xa1, 'k', 0xc4, 1, 'v'}, "u") // bin, read as a string by both
 	f.Fuzz(func(t *testing.T, field string, payload, metadata []byte, uuid string) {
 		values := map[string]any{field: string(payload), "metadata": string(metadata), redisstream.UUIDHeaderKey: uuid}
+		e := Entry{ID: "7-1", Partition: 5, Deliveries: 3, Values: maps.Clone(values)}
+		if plain, ok := e.plainMessage(); ok { // the fast path reads what redisstream reads
+			want, ok := e.unmarshal(maps.Clone(values))
+			if !ok || plain.UUID != want.UUID || !bytes.Equal(plain.Payload, want.Payload) || !maps.Equal(plain.Metadata, want.Metadata) {
+				t.Fatalf("plainMessage read %s %q %v, redisstream %s %q %v", plain.UUID, plain.Payload, plain.Metadata,
+					want.UUID, want.Payload, want.Metadata)
+			}
+		}
 		msg := Entry{ID: "7-1", Partition: 5, Deliveries: 3, Values: values}.Message()
 		if msg == nil {
 			t.Fatal("no message")
@@ -162,6 +175,35 @@ func FuzzEntryValues(f *testing.F) {
 		}
 		if len(msg.Metadata) == 1 && string(values[3].([]byte)) != string(want["metadata"].([]byte)) {
 			t.Fatalf("metadata %x, redisstream writes %x", values[3], want["metadata"])
+		}
+	})
+}
+
+// BenchmarkEntryMessage: an entry as producers write it, with a trace context, read as a message by
+// Entry.Message (plainMessage) and by redisstream's unmarshaller: 8 against 14 allocations here, 360
+// against 780 ns. (With no metadata, which the producer writes when nothing traces, the two are the same.)
+func BenchmarkEntryMessage(b *testing.B) {
+	m := message.NewMessage("u", []byte(`{"order_id":"o-1","sku":"SKU-1","quantity":1}`))
+	m.Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	marshalled, err := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("orders", m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	values := asRedisReturnsThem(marshalled)
+	b.Run("Entry.Message", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			Entry{ID: "1-1", Deliveries: 1, Values: values}.Message()
+		}
+	})
+	b.Run("redisstream", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e := Entry{ID: "1-1", Deliveries: 1, Values: values}
+			msg, _ := e.unmarshal(values)
+			markUnusual(msg, values)
+			msg.Metadata.Set(metaDeliveries, "1")
+			msg.Metadata.Set(metaPartition, "0")
 		}
 	})
 }

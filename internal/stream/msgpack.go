@@ -99,6 +99,26 @@ func (u *unpacker) arrayLen() int {
 	return int(n)
 }
 
+// mapLen reads a map's header: how many key-value pairs follow (at most one per two bytes left).
+func (u *unpacker) mapLen() int {
+	var n uint64
+	switch b := u.byte(); {
+	case b&0xf0 == 0x80:
+		n = uint64(b & 0x0f)
+	case b == 0xde:
+		n = u.uint(2)
+	case b == 0xdf:
+		n = u.uint(4)
+	default:
+		u.fail()
+	}
+	if 2*n > uint64(len(u.s)) {
+		u.fail()
+		return 0
+	}
+	return int(n)
+}
+
 func (u *unpacker) str() string {
 	var n uint64
 	switch b := u.byte(); {
