@@ -27,7 +27,9 @@ type Entry struct {
 	Partition int // its index in Config.Partitions
 	// Deliveries is how many times the entry was delivered, failed attempts given back not counted.
 	Deliveries int64
-	Values     map[string]any // its fields; Message may change them
+	// Values are its fields; Message may change them. Their strings may be part of the packed entries of
+	// the whole read (unpackEntries): Message copies what the message keeps.
+	Values map[string]any
 }
 
 // Message reads the entry as a message: a Watermill entry (_watermill_message_uuid, metadata, payload) or a
@@ -116,7 +118,7 @@ func (Unmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
 // as a field of its own, and marks an entry without a payload field as bad.
 func markUnusual(msg *message.Message, values map[string]any) {
 	if tp, ok := values["traceparent"].(string); ok && msg.Metadata.Get("traceparent") == "" {
-		msg.Metadata.Set("traceparent", tp)
+		msg.Metadata.Set("traceparent", strings.Clone(tp)) // not the read's packed entries, which tp is part of
 	}
 	dropUntrusted(msg.Metadata)
 	if _, ok := values["payload"]; !ok {

@@ -16,7 +16,8 @@
 -- poisoned = {{id, bytes}, ...}; claim: the next cursor (0-0: the scan is complete) and the ids of the
 -- pending entries found deleted from the stream (XAUTOCLAIM drops them from the pending list). (One string:
 -- turning 100 entries into a reply of some 900 values cost the worker reading it two dozen allocations an
--- entry; packing them costs Redis no more.)
+-- entry; packing them costs Redis no more.) A server without cmsgpack (miniredis, which the embedded demo
+-- runs) hands the same array over as a reply of its own.
 -- Errors: NOGROUP when the group (or the stream) is missing.
 local stream, poison = KEYS[1], KEYS[2]
 local mode, group, consumer = ARGV[1], ARGV[2], ARGV[3]
@@ -43,6 +44,14 @@ local function poisonEntry(id, fields, bytes)
   redis.call('XDEL', stream, id)
 end
 
+-- pack is how the entries are handed over: packed when the server can (rawget: a global the server lacks
+-- is an error otherwise).
+local msgpack = rawget(_G, 'cmsgpack')
+local function pack(list)
+  if msgpack then return msgpack.pack(list) end
+  return list
+end
+
 local entries, poisoned = {}, {}
 -- keep poisons an oversized entry, and keeps any other with its delivery count.
 local function keep(id, fields, deliveries)
@@ -57,15 +66,15 @@ end
 
 if mode == 'read' then
   local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
-  if not r then return {cmsgpack.pack({}), poisoned, '0-0', {}} end
+  if not r then return {pack({}), poisoned, '0-0', {}} end
   local read = r[1][2] -- {{id, {field, value, ...}}, ...}: handed over as it is when none is oversized
   for _, e in ipairs(read) do
     if size(e[2]) > limit then
       for _, e in ipairs(read) do keep(e[1], e[2], 1) end
-      return {cmsgpack.pack(entries), poisoned, '0-0', {}}
+      return {pack(entries), poisoned, '0-0', {}}
     end
   end
-  return {cmsgpack.pack(read), poisoned, '0-0', {}}
+  return {pack(read), poisoned, '0-0', {}}
 end
 
 local r = redis.call('XAUTOCLAIM', stream, group, consumer, ARGV[7], ARGV[8], 'COUNT', count)
@@ -75,4 +84,4 @@ for _, e in ipairs(r[2]) do
     keep(e[1], e[2], p[1][4])
   end
 end
-return {cmsgpack.pack(entries), poisoned, r[1], r[3] or {}}
+return {pack(entries), poisoned, r[1], r[3] or {}}

@@ -284,11 +284,10 @@ func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]
 	if len(reply) != 4 {
 		return nil, nil, claim, bad()
 	}
-	packed, ok1 := reply[0].(string)
 	oversized, ok2 := reply[1].([]any)
 	claim.cursor, _ = reply[2].(string)
 	deleted, ok3 := reply[3].([]any)
-	if !ok1 || !ok2 || !ok3 {
+	if !ok2 || !ok3 {
 		return nil, nil, claim, bad()
 	}
 	for _, id := range deleted {
@@ -297,7 +296,15 @@ func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]
 		}
 	}
 	poisoned = parseOversized(oversized)
-	if entries, err = unpackEntries(packed); err != nil {
+	switch list := reply[0].(type) {
+	case string:
+		entries, err = unpackEntries(list)
+	case []any: // from a server without cmsgpack
+		entries, err = parseEntries(list)
+	default:
+		err = errUnpack
+	}
+	if err != nil {
 		return nil, poisoned, claim, fmt.Errorf("%w: %w", err, bad())
 	}
 	for i := range entries {
@@ -319,4 +326,31 @@ func parseOversized(list []any) map[string]int64 {
 		}
 	}
 	return poisoned
+}
+
+// parseEntries reads the entries of a server without cmsgpack, the array that unpackEntries reads packed:
+// {{id, {field, value, ...}}, ...} or {id, {field, value, ...}, deliveries}.
+func parseEntries(list []any) ([]Entry, error) {
+	entries := make([]Entry, 0, len(list))
+	for _, e := range list {
+		parts, _ := e.([]any)
+		if len(parts) != 2 && len(parts) != 3 {
+			return nil, errUnpack
+		}
+		id, ok1 := parts[0].(string)
+		fields, ok2 := parts[1].([]any)
+		entry, ok3 := Entry{ID: id, Deliveries: 1, Values: make(map[string]any, len(fields)/2)}, true
+		if len(parts) == 3 {
+			entry.Deliveries, ok3 = parts[2].(int64)
+		}
+		if !ok1 || !ok2 || !ok3 || len(fields)%2 != 0 {
+			return nil, errUnpack
+		}
+		for i := 0; i < len(fields); i += 2 {
+			k, _ := fields[i].(string)
+			entry.Values[k] = fields[i+1]
+		}
+		entries = append(entries, entry)
+	}
+	return entries, nil
 }

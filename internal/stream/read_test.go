@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/testing/redistest"
@@ -110,5 +111,27 @@ func TestAReadPoisonsTheOversizedEntryAmongOthers(t *testing.T) {
 	}
 	if !slices.Equal(got, want) || rdb.XLen(ctx, p.Poison).Val() != 1 {
 		t.Fatalf("read %v with %d poisoned, want %v and the oversized entry poisoned", got, rdb.XLen(ctx, p.Poison).Val(), want)
+	}
+}
+
+// A server without cmsgpack (miniredis, which the embedded demo runs) hands the entries over as an array:
+// they read the same, a read's and a claim's with its delivery count.
+func TestAServerWithoutCmsgpackHandsTheEntriesOverAsAnArray(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	p := threeParts[0]
+	createGroups(t, rdb, p)
+	id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", "first"}}).Val()
+	s := newTestSubscriber(t, rdb, []Partition{p})
+	for _, mode := range []string{"read", "claim"} {
+		var args []any
+		if mode == "claim" {
+			args = []any{0, "0-0"} // idle for 0 ms: the entry just read
+		}
+		msgs, _, err := s.fetch(ctx, p, mode, 10, args...)
+		if err != nil || len(msgs) != 1 || msgs[0].UUID != id || string(msgs[0].Payload) != "first" ||
+			Deliveries(msgs[0]) != map[string]int{"read": 1, "claim": 2}[mode] {
+			t.Fatalf("%s on miniredis: %v, %v", mode, msgs, err)
+		}
 	}
 }
