@@ -76,16 +76,16 @@ func (s *Subscriber) claimReply(ctx context.Context, r partitionRead) []*message
 	if redis.HasErrorPrefix(err, "NOSCRIPT") {
 		msgs, reply, err = s.fetch(ctx, p, "claim", r.count, s.cfg.ClaimIdle.Milliseconds(), s.claims.cursors[p.Index])
 	}
+	if len(reply.deleted) > 0 { // even when the entries could not be read: the claim dropped these for good
+		s.cfg.Logger.Error("entries were deleted from the stream before they were decided: their orders are lost",
+			"stream", p.Orders, "ids", reply.deleted)
+		Deleted.Add(ctx, int64(len(reply.deleted)))
+	}
 	if err != nil {
 		s.logClaimFailure(ctx, p, err)
 		return nil
 	}
 	s.claims.cursors[p.Index] = cmp.Or(reply.cursor, "0-0")
-	if len(reply.deleted) > 0 {
-		s.cfg.Logger.Error("entries were deleted from the stream before they were decided: their orders are lost",
-			"stream", p.Orders, "ids", reply.deleted)
-		Deleted.Add(ctx, int64(len(reply.deleted)))
-	}
 	return msgs
 }
 
