@@ -8,7 +8,8 @@ import (
 )
 
 // The little msgpack the stream needs, both ways: an outcome event's metadata is written as a msgpack map of
-// strings (entryValues), and fetch.lua hands the entries it reads over packed by Redis's cmsgpack (unpacker).
+// strings (entryValues); fetch.lua hands the entries it reads over packed by Redis's cmsgpack, and an
+// order's metadata is such a map too (unpacker: unpackEntries, Entry.plainMessage).
 
 // appendMsgpackMapLen appends the header of a msgpack map of n pairs.
 func appendMsgpackMapLen(b []byte, n int) []byte {
