@@ -81,39 +81,26 @@ func (u *unpacker) byte() byte {
 }
 
 // arrayLen reads an array's header: how many values follow (at most one per byte left).
-func (u *unpacker) arrayLen() int {
-	var n uint64
-	switch b := u.byte(); {
-	case b&0xf0 == 0x90:
-		n = uint64(b & 0x0f)
-	case b == 0xdc:
-		n = u.uint(2)
-	case b == 0xdd:
-		n = u.uint(4)
-	default:
-		u.fail()
-	}
-	if n > uint64(len(u.s)) {
-		u.fail()
-		return 0
-	}
-	return int(n)
-}
+func (u *unpacker) arrayLen() int { return u.length(0x90, 0xdc, 1) }
 
 // mapLen reads a map's header: how many key-value pairs follow (at most one per two bytes left).
-func (u *unpacker) mapLen() int {
+func (u *unpacker) mapLen() int { return u.length(0x80, 0xde, 2) }
+
+// length reads the header of an array or a map: fix | n (n < 16), or the 16-bit (b16) or 32-bit (b16 + 1)
+// header and n; at most one item per size bytes left.
+func (u *unpacker) length(fix, b16 byte, size uint64) int {
 	var n uint64
 	switch b := u.byte(); {
-	case b&0xf0 == 0x80:
+	case b&0xf0 == fix:
 		n = uint64(b & 0x0f)
-	case b == 0xde:
+	case b == b16:
 		n = u.uint(2)
-	case b == 0xdf:
+	case b == b16+1:
 		n = u.uint(4)
 	default:
 		u.fail()
 	}
-	if 2*n > uint64(len(u.s)) {
+	if size*n > uint64(len(u.s)) {
 		u.fail()
 		return 0
 	}
