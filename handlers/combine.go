@@ -40,6 +40,17 @@ var errGaveUp = errors.New("handlers: waited the lock wait for a batch to decide
 // towards MAX_ATTEMPTS, so an order whose data makes the decision panic ends in the poison stream.
 var ErrPanicked = errors.New("handlers: deciding the order's batch panicked")
 
+// errLead wakes a follower to lead its SKU (stepDown).
+var errLead = errors.New("handlers: lead")
+
+// woken reads what woke a follower: it leads now (errLead), or its batch's outcome.
+func woken(err error) (leads bool, outcome error) {
+	if err == errLead {
+		return true, nil
+	}
+	return false, err
+}
+
 // errTakeLock: an elided batch decided nothing and goes back to be decided under the lock.
 var errTakeLock = errors.New("handlers: the batch is to be decided under the lock")
 
@@ -72,9 +83,9 @@ type queued struct {
 	// back undecided (putBack), the order gets it rather than a second wait.
 	gaveUp error
 	waited time.Duration // from joining until its batch was decided
-	// A follower's (join); nil for the order that leads on arrival.
-	done chan error    // the batch's outcome: nil when decided, published and acked
-	lead chan struct{} // this order's consumer leads now
+	// wake is a follower's (join; nil for the order that leads on arrival), told once: its batch's outcome
+	// (nil when decided, published and acked), or errLead: this order's consumer leads now.
+	wake chan error
 }
 
 func newCombiner(maxWait time.Duration, decide func(context.Context, func() []*queued, int64) ([]*queued, error)) *combiner {
@@ -112,7 +123,7 @@ func (c *combiner) putBack(sku string, batch []*queued) {
 	for _, p := range batch {
 		p.taken = false
 		if p.gaveUp != nil {
-			p.done <- p.gaveUp
+			p.wake <- p.gaveUp
 			continue
 		}
 		back = append(back, p)
@@ -130,7 +141,7 @@ func (c *combiner) join(p *queued) (leads bool) {
 		c.skus[p.order.SKU] = &skuQueue{waiting: []*queued{p}, leader: p}
 		return true
 	}
-	p.done, p.lead = make(chan error, 1), make(chan struct{}, 1)
+	p.wake = make(chan error, 1)
 	q.waiting = append(q.waiting, p)
 	return false
 }
@@ -146,10 +157,8 @@ func (c *combiner) follow(p *queued) (leads bool, err error) {
 	}
 	ctx := p.msg.Context()
 	select {
-	case err := <-p.done:
-		return false, err
-	case <-p.lead:
-		return true, nil
+	case err := <-p.wake:
+		return woken(err)
 	case <-timeout:
 		err = fmt.Errorf("lock %s: %w: %w", p.order.SKU, rlock.ErrNotObtained, errGaveUp)
 	case <-ctx.Done():
@@ -158,12 +167,7 @@ func (c *combiner) follow(p *queued) (leads bool, err error) {
 	if c.leave(p, err) {
 		return false, err
 	}
-	select { // taken into a batch, or made leader, meanwhile
-	case err := <-p.done:
-		return false, err
-	case <-p.lead:
-		return true, nil
-	}
+	return woken(<-p.wake) // taken into a batch, or made leader, meanwhile
 }
 
 // leave takes a follower that gives up out of its SKU's queue; false when it cannot: its order is being
@@ -194,7 +198,7 @@ func (c *combiner) stepDown(p *queued) {
 		return
 	}
 	q.leader = q.waiting[0]
-	q.leader.lead <- struct{}{}
+	q.leader.wake <- errLead
 }
 
 // take removes up to inventory.MaxBatch waiting orders of sku, oldest first, for a batch.
@@ -304,7 +308,7 @@ func (c *combiner) decided(leader *message.Message, batch []*queued, err error) 
 				Until: p.since.Add(p.waited), Path: lockmw.PathBatched})
 		}
 		select { // once: a panic's second call finds the outcome already there
-		case p.done <- err:
+		case p.wake <- err:
 		default:
 		}
 	}

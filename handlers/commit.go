@@ -47,9 +47,9 @@ type commit struct {
 	decided bool               // decided already (publish): not reserved by the round
 	results []*message.Message // the outcome events: given (decided), or of the round's reservation
 	err     error
-	// A batch that waits for its round (another leader commits) has these; nil for one that commits.
-	done chan struct{} // closed when err is set
-	lead chan struct{} // this batch's leader commits the next round
+	// wake is what a batch that waits for its round (another leader commits) is told, once: false, its
+	// round is done (err is set); true, its leader commits the next round. nil for one that commits.
+	wake chan bool
 }
 
 // orders takes b's batch, the first time, and notes how long its orders waited.
@@ -86,15 +86,11 @@ func (c *committer) join(b *commit) ([]*queued, error) {
 	leads := !c.running
 	c.running = true
 	if !leads {
-		b.done, b.lead = make(chan struct{}), make(chan struct{}, 1)
+		b.wake = make(chan bool, 1)
 	}
 	c.mu.Unlock()
-	if !leads {
-		select {
-		case <-b.done:
-			return b.batch, b.err
-		case <-b.lead:
-		}
+	if !leads && !<-b.wake {
+		return b.batch, b.err
 	}
 	c.commitRounds(b)
 	return b.batch, b.err
@@ -112,8 +108,8 @@ func (c *committer) commitRounds(own *commit) {
 		// leases is), which is its own batch's concern (fencing refuses a stale write), not the round's.
 		c.commit(context.WithoutCancel(own.ctx), round)
 		for _, b := range round {
-			if b.done != nil {
-				close(b.done)
+			if b.wake != nil {
+				b.wake <- false
 			}
 		}
 		if slices.Contains(round, own) { // else own came after this round was taken: it is in the next
@@ -148,7 +144,7 @@ func (c *committer) handOn() {
 		c.running = false
 		return
 	}
-	c.waiting[0].lead <- struct{}{}
+	c.waiting[0].wake <- true
 }
 
 // decideRound reserves the batches of a round in one pipeline (Store.ReserveBatches), then publishes the
