@@ -209,7 +209,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 	ctx, s.cancel = context.WithCancel(ctx)
 	Deleted.Add(ctx, 0) // on /metrics from the start, for the alert on its increase
 	if s.cfg.Events != EventsOff {
-		s.bell = newDoorbell(ctx, s.rdb, s.cfg.Partitions, s.cfg.Events, s.cfg.Logger)
+		s.bell = newDoorbell(ctx, s.rdb, s.cfg)
 	}
 	out := make(chan *message.Message)
 	s.running.Add(2)

@@ -41,6 +41,15 @@ const subscribeTimeout = time.Second
 // subscribed the subscriber reads only the partitions it wants: those whose event came, those whose last
 // read came back full, and every partition right after subscribing and every idlePoll (an event is lost
 // when a connection breaks, and none is sent when a lost group is created again).
+//
+// Every idle worker gets every event, but only one of them can have the entry (the group hands it to one
+// consumer): were each to read, an entry added while W workers idle would cost W reads, W-1 of them
+// empty (a herd). So a worker answers at once only the events of the partitions it owns, and one in
+// every few of the others' (owners): each partition has bellOwners owners among the live consumers of
+// the group, by rendezvous hashing, and an entry costs about bellOwners + 1/2 reads however many workers
+// idle. The others' events it answers still bring in every idle worker when a partition has more than
+// its owners take (a read that comes back full is read again at once); a partition whose owners all died
+// is still read on one of every few events, and every idlePoll by every worker.
 type doorbell struct {
 	rdb    redis.UniversalClient
 	ring   chan struct{}  // an event came, or a subscription broke
@@ -51,6 +60,7 @@ type doorbell struct {
 	logger *slog.Logger
 	armed  bool
 	stop   context.CancelFunc
+	owners *owners
 	// manage: the doorbell turns the events on itself (EventsAuto), at first and after a broken
 	// connection (Redis may have restarted without them); enabled says they were turned on since.
 	manage  bool
@@ -70,10 +80,12 @@ type bellSub struct {
 // KeyspaceChannel is the channel of the keyspace events of key in database db.
 func KeyspaceChannel(db int, key string) string { return fmt.Sprintf("__keyspace@%d__:%s", db, key) }
 
-func newDoorbell(ctx context.Context, rdb redis.UniversalClient, parts []Partition, mode Events, logger *slog.Logger) *doorbell {
+func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg SubscriberConfig) *doorbell {
 	ctx, stop := context.WithCancel(ctx)
-	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: logger, stop: stop, manage: mode == EventsAuto,
-		wanted: make([]atomic.Bool, len(parts)), index: make(map[string]int, len(parts))}
+	parts := cfg.Partitions
+	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: cfg.Logger, stop: stop, manage: cfg.Events == EventsAuto,
+		wanted: make([]atomic.Bool, len(parts)), index: make(map[string]int, len(parts)),
+		owners: newOwners(cfg.Consumer, parts)}
 	db := 0
 	if c, ok := rdb.(*redis.Client); ok {
 		db = c.Options().DB
@@ -88,6 +100,7 @@ func newDoorbell(ctx context.Context, rdb redis.UniversalClient, parts []Partiti
 		b.index[KeyspaceChannel(db, p.Orders)] = p.Index
 	}
 	go func() { <-ctx.Done(); b.closeSubs() }()
+	go b.owners.watch(ctx, rdb, parts[0].Orders, cfg.Group, cfg.Logger)
 	return b
 }
 
@@ -250,6 +263,9 @@ func (sub *bellSub) receive(ctx context.Context, b *doorbell) {
 			continue // an unsubscribe's confirmation, a pong
 		}
 		if i, known := b.index[channelOf(msg)]; known {
+			if !b.owners.answers(i) {
+				continue
+			}
 			b.want(i)
 		} else {
 			b.wantAll()

@@ -1,0 +1,114 @@
+package stream
+
+import (
+	"context"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// bellOwners is how many live consumers own a partition's keyspace events (doorbell): more than one, so
+// that a stalled or busy owner (one reading a backlog is not subscribed) does not leave a partition unread
+// until another worker's next read.
+const bellOwners = 2
+
+// liveWithin is how recently a consumer of the group must have read to count as live: an idle worker
+// reads every idlePoll, a busy one all the time (one waiting for its messages to be handled, at most a
+// few seconds).
+const liveWithin = 5 * idlePoll
+
+// owners says which partitions' events a consumer answers at once: those it owns, by rendezvous hashing
+// over the group's live consumers (each partition's bellOwners highest scores of name and stream), and one
+// in every few of the others'. Until it knows the live consumers, and when it cannot learn them, it
+// answers every event, as every worker did before.
+type owners struct {
+	self  string
+	parts []Partition
+	owned []atomic.Bool   // by partition index
+	seen  []atomic.Uint32 // by partition index: events of an unowned partition
+	every atomic.Uint32   // answers one in every so many events of a partition it does not own
+}
+
+func newOwners(self string, parts []Partition) *owners {
+	o := &owners{self: self, parts: parts, owned: make([]atomic.Bool, len(parts)), seen: make([]atomic.Uint32, len(parts))}
+	o.see(nil)
+	return o
+}
+
+// answers says whether an event of partition i is to be read now.
+func (o *owners) answers(i int) bool {
+	return o.owned[i].Load() || o.seen[i].Add(1)%o.every.Load() == 0
+}
+
+// see makes the partitions this consumer owns among live, the other live consumers, its own.
+func (o *owners) see(live []string) {
+	for _, p := range o.parts {
+		mine, higher := ownerScore(o.self, p.Orders), 0
+		for _, name := range live {
+			if name != o.self && ownerScore(name, p.Orders) > mine {
+				higher++
+			}
+		}
+		o.owned[p.Index].Store(higher < bellOwners)
+	}
+	// The others' events answered: about half a read an event among all of them, so that a backlog
+	// larger than the owners take brings in the rest within a few events.
+	o.every.Store(uint32(max(1, 2*(len(live)+1-bellOwners))))
+}
+
+// ownerScore is consumer name's rendezvous score for stream: FNV-1a, whose high bits names that differ
+// only at their end (w1, w2, ...) barely change, mixed by MurmurHash3's finalizer.
+func ownerScore(name, stream string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write([]byte(stream))
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// watch tells the group every idlePoll that this consumer is live, and learns which others are, until
+// ctx ends: a sorted set of the consumers by when they last said so (ConsumersKey; the consumers' idle
+// times in the group cannot tell, since Redis 7.0 counts an empty read as no interaction), whose members
+// older than liveWithin are removed, and which expires with the last consumer. A failed look keeps what
+// was seen last. (Clocks that disagree by more than liveWithin - idlePoll cost reads, not events: a
+// consumer that the others do not count answers the partitions it finds its own.)
+func (o *owners) watch(ctx context.Context, rdb redis.UniversalClient, stream, group string, logger *slog.Logger) {
+	key, warned := ConsumersKey(stream, group), false
+	t := time.NewTicker(idlePoll)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		pipe := rdb.Pipeline()
+		pipe.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMilli()), Member: o.self})
+		pipe.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(now.Add(-liveWithin).UnixMilli(), 10))
+		members := pipe.ZRange(ctx, key, 0, -1)
+		pipe.PExpire(ctx, key, 2*liveWithin)
+		if _, err := pipe.Exec(ctx); err == nil {
+			o.see(slices.DeleteFunc(members.Val(), func(name string) bool { return name == o.self }))
+		} else if !warned && ctx.Err() == nil {
+			warned = true // (once: it answers every event meanwhile, as when it is alone)
+			logger.Warn("idle consumers cannot learn of each other: each reads every new entry", "key", key, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ConsumersKey is the sorted set of the live consumers of group on the partitions whose first stream is
+// stream (the key is in that stream's slot): consumer name, scored by when it last said it was live
+// (unix ms).
+func ConsumersKey(stream, group string) string { return stream + ":consumers:" + group }
