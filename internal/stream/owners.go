@@ -78,7 +78,7 @@ func ownerScore(name, stream string) uint64 {
 }
 
 // watch tells the group every idlePoll that this consumer is live, and learns which others are, until
-// ctx ends: a sorted set of the consumers by when they last said so (ConsumersKey; the consumers' idle
+// ctx ends, when it takes the consumer out: a sorted set of the consumers by when they last said so (ConsumersKey; the consumers' idle
 // times in the group cannot tell, since Redis 7.0 counts an empty read as no interaction), whose members
 // older than liveWithin are removed, and which expires with the last consumer. A failed look keeps what
 // was seen last. (Clocks that disagree by more than liveWithin - idlePoll cost reads, not events: a
@@ -102,6 +102,10 @@ func (o *owners) watch(ctx context.Context, rdb redis.UniversalClient, stream, g
 		}
 		select {
 		case <-ctx.Done():
+			// Gone: the others count this consumer out at their next look rather than liveWithin later.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = rdb.ZRem(ctx, key, o.self).Err()
 			return
 		case <-t.C:
 		}

@@ -115,6 +115,16 @@ func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 	if len(owners) != bellOwners {
 		t.Fatalf("owners %v, want %d", owners, bellOwners)
 	}
+	key := ConsumersKey(parts[0].Orders, "g")
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		live := rdb.ZRange(ctx, key, 0, -1).Val()
+		if !slices.Contains(live, owners[0]) && !slices.Contains(live, owners[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s lists %v, want the closed owners %v taken out", key, live, owners)
+		}
+	}
 	for i := range 3 { // read by the others: one in every few events, or their next idlePoll read
 		add(entries + i)
 	}
