@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,21 +37,25 @@ func TestTLSOnlyServer(t *testing.T) {
 	}
 	url := s.URL()
 	other := redistest.NewCerts(t)
+	// The server refuses a client's certificate after the client's side of a TLS 1.3 handshake is done: the
+	// client's command then meets either the server's alert or, when the server closed first, a reset.
+	const reset = "connection reset by peer"
 	for _, c := range []struct {
 		name string
 		tls  config.TLSFiles
-		want string
+		want []string
 	}{
-		{"without a client certificate", config.TLSFiles{CAFile: certs.CAFile}, "certificate required"},
-		{"trusting another CA", config.TLSFiles{CAFile: other.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile}, "unknown authority"},
-		{"with another CA's client certificate", config.TLSFiles{CAFile: certs.CAFile, CertFile: other.ClientCertFile, KeyFile: other.ClientKeyFile}, "unknown certificate authority"},
+		{"without a client certificate", config.TLSFiles{CAFile: certs.CAFile}, []string{"certificate required", reset}},
+		{"trusting another CA", config.TLSFiles{CAFile: other.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKeyFile}, []string{"unknown authority"}},
+		{"with another CA's client certificate", config.TLSFiles{CAFile: certs.CAFile, CertFile: other.ClientCertFile, KeyFile: other.ClientKeyFile}, []string{"unknown certificate authority", reset}},
 	} {
 		opts, err := c.tls.RedisOptions(url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := pingWith(opts); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("a client %s: %v, want an error saying %q", c.name, err, c.want)
+		err = pingWith(opts)
+		if err == nil || !slices.ContainsFunc(c.want, func(w string) bool { return strings.Contains(err.Error(), w) }) {
+			t.Errorf("a client %s: %v, want an error saying one of %q", c.name, err, c.want)
 		}
 	}
 	plain, _ := config.RedisOptions(strings.Replace(url, "rediss://", "redis://", 1))
