@@ -2,10 +2,10 @@ package stream
 
 import (
 	"context"
+	_ "embed"
 	"hash/fnv"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -17,10 +17,13 @@ import (
 // until another worker's next read.
 const bellOwners = 2
 
-// liveWithin is how recently a consumer of the group must have read to count as live: an idle worker
-// reads every idlePoll, a busy one all the time (one waiting for its messages to be handled, at most a
-// few seconds).
+// liveWithin is how long a consumer counts as live after it last said so (every idlePoll), and how long a
+// consumer that cannot learn of the others keeps what it saw last before it answers every event.
 const liveWithin = 5 * idlePoll
+
+//go:embed live.lua
+var liveLua string
+var liveScript = redis.NewScript(liveLua)
 
 // owners says which partitions' events a consumer answers at once: those it owns, by rendezvous hashing
 // over the group's live consumers (each partition's bellOwners highest scores of name and stream), and one
@@ -36,6 +39,9 @@ type owners struct {
 
 func newOwners(self string, parts []Partition) *owners {
 	o := &owners{self: self, parts: parts, owned: make([]atomic.Bool, len(parts)), seen: make([]atomic.Uint32, len(parts))}
+	for _, p := range parts { // each consumer's own phase: the others do not answer the same event together
+		o.seen[p.Index].Store(uint32(ownerScore(self, p.Orders)))
+	}
 	o.see(nil)
 	return o
 }
@@ -77,35 +83,37 @@ func ownerScore(name, stream string) uint64 {
 	return x
 }
 
-// watch tells the group every idlePoll that this consumer is live, and learns which others are, until
-// ctx ends, when it takes the consumer out: a sorted set of the consumers by when they last said so (ConsumersKey; the consumers' idle
-// times in the group cannot tell, since Redis 7.0 counts an empty read as no interaction), whose members
-// older than liveWithin are removed, and which expires with the last consumer. A failed look keeps what
-// was seen last. (Clocks that disagree by more than liveWithin - idlePoll cost reads, not events: a
-// consumer that the others do not count answers the partitions it finds its own.)
-func (o *owners) watch(ctx context.Context, rdb redis.UniversalClient, stream, group string, logger *slog.Logger) {
-	key, warned := ConsumersKey(stream, group), false
+// watch says every idlePoll that this consumer is live, and learns which others are, until ctx ends, when
+// it takes the consumer out (done is closed then): live.lua on ConsumersKey. (The consumers' idle times
+// in the group cannot tell: Redis 7.0 counts an empty read as no interaction.) When it cannot learn them
+// for liveWithin, it answers every event until it can again.
+func (o *owners) watch(ctx context.Context, rdb redis.UniversalClient, stream, group string, logger *slog.Logger, done chan<- struct{}) {
+	defer close(done)
+	key, ms := ConsumersKey(stream, group), liveWithin.Milliseconds()
 	t := time.NewTicker(idlePoll)
 	defer t.Stop()
+	learnt, failing := time.Now(), false
 	for {
-		now := time.Now()
-		pipe := rdb.Pipeline()
-		pipe.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMilli()), Member: o.self})
-		pipe.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(now.Add(-liveWithin).UnixMilli(), 10))
-		members := pipe.ZRange(ctx, key, 0, -1)
-		pipe.PExpire(ctx, key, 2*liveWithin)
-		if _, err := pipe.Exec(ctx); err == nil {
-			o.see(slices.DeleteFunc(members.Val(), func(name string) bool { return name == o.self }))
-		} else if !warned && ctx.Err() == nil {
-			warned = true // (once: it answers every event meanwhile, as when it is alone)
-			logger.Warn("idle consumers cannot learn of each other: each reads every new entry", "key", key, "err", err)
+		live, err := liveScript.Run(ctx, rdb, []string{key}, o.self, ms, 0).StringSlice()
+		if err == nil {
+			o.see(slices.DeleteFunc(live, func(name string) bool { return name == o.self }))
+			learnt, failing = time.Now(), false
+		} else if ctx.Err() == nil {
+			if !failing {
+				failing = true
+				logger.Warn("cannot learn of the other idle consumers: answering the events of every partition "+
+					"after "+liveWithin.String(), "key", key, "err", err)
+			}
+			if time.Since(learnt) >= liveWithin {
+				o.see(nil)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			// Gone: the others count this consumer out at their next look rather than liveWithin later.
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			_ = rdb.ZRem(ctx, key, o.self).Err()
+			_ = liveScript.Run(ctx, rdb, []string{key}, o.self, ms, 1).Err()
 			return
 		case <-t.C:
 		}
@@ -114,5 +122,5 @@ func (o *owners) watch(ctx context.Context, rdb redis.UniversalClient, stream, g
 
 // ConsumersKey is the sorted set of the live consumers of group on the partitions whose first stream is
 // stream (the key is in that stream's slot): consumer name, scored by when it last said it was live
-// (unix ms).
+// (Redis's time, unix ms).
 func ConsumersKey(stream, group string) string { return stream + ":consumers:" + group }

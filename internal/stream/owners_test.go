@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -31,6 +30,22 @@ func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 			t.Errorf("%s answers one in %d of the others' events, want %d", self, every, 2*(7-bellOwners))
 		}
 	}
+	o := newOwners("w1", sixteenParts)
+	o.see(names[1:])
+	for _, p := range sixteenParts {
+		if o.owned[p.Index].Load() {
+			continue
+		}
+		answered := 0
+		for range 3 * o.every.Load() {
+			if o.answers(p.Index) {
+				answered++
+			}
+		}
+		if answered != 3 {
+			t.Errorf("a non-owner answered %d of %d events of partition %d, want 3", answered, 3*o.every.Load(), p.Index)
+		}
+	}
 	spread := map[string]bool{}
 	for _, p := range sixteenParts {
 		if len(owned[p.Index]) != bellOwners {
@@ -52,8 +67,8 @@ func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 }
 
 // Six idle workers on one partition: an entry is read by about two of them, its partition's owners (and
-// now and then a third), not by all six (a herd: six reads, five of them empty); and when the owners are
-// gone the others still read the partition's entries.
+// now and then a third), not by all six (a herd: six reads, five of them empty). Owners that close take
+// themselves out of the live ones, and two of the other four own the partition from their next look on.
 func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
@@ -75,13 +90,35 @@ func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(idlePoll + 500*time.Millisecond) // every consumer read once, and each saw the others
-	for _, name := range names {
-		o := subs[name].bell.owners
-		if got, want := o.every.Load(), uint32(2*(6-bellOwners)); got != want {
-			t.Fatalf("%s answers one in %d of the others' events, want %d: it did not see the other five", name, got, want)
+	// ownersOf waits until each of names sees the others (answers one in every 2 x (n - bellOwners) of the
+	// others' events), and returns those that own the partition.
+	ownersOf := func(names []string) (owners []string) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * idlePoll); ; time.Sleep(50 * time.Millisecond) {
+			saw := 0
+			for _, name := range names {
+				if subs[name].bell.owners.every.Load() == uint32(2*(len(names)-bellOwners)) {
+					saw++
+				}
+			}
+			if saw == len(names) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %v see the others within %v", saw, names, 3*idlePoll)
+			}
 		}
+		for _, name := range names {
+			if subs[name].bell.owners.owned[0].Load() {
+				owners = append(owners, name)
+			}
+		}
+		if len(owners) != bellOwners {
+			t.Fatalf("%v own the partition, want %d of %v", owners, bellOwners, names)
+		}
+		return owners
 	}
+	owners := ownersOf(names)
 	add := func(i int) {
 		t.Helper()
 		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}}).Val()
@@ -105,30 +142,14 @@ func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 		t.Fatalf("%d script calls for %d entries, want about %d: every idle worker read every entry", n, entries, entries*5/2)
 	}
 
-	var owners []string
-	for _, name := range names {
-		if subs[name].bell.owners.owned[0].Load() {
-			owners = append(owners, name)
-			_ = subs[name].Close()
-		}
+	for _, name := range owners { // they take themselves out of the live ones as they close
+		_ = subs[name].Close()
 	}
-	if len(owners) != bellOwners {
-		t.Fatalf("owners %v, want %d", owners, bellOwners)
+	if live := rdb.ZRange(ctx, ConsumersKey(parts[0].Orders, "g"), 0, -1).Val(); len(live) != 4 {
+		t.Fatalf("live consumers %v after two of six closed, want 4", live)
 	}
-	key := ConsumersKey(parts[0].Orders, "g")
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		live := rdb.ZRange(ctx, key, 0, -1).Val()
-		if !slices.Contains(live, owners[0]) && !slices.Contains(live, owners[1]) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s lists %v, want the closed owners %v taken out", key, live, owners)
-		}
-	}
-	for i := range 3 { // read by the others: one in every few events, or their next idlePoll read
+	ownersOf(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(owners, n) }))
+	for i := range 3 {
 		add(entries + i)
-	}
-	if reflect.DeepEqual(owners, names[:bellOwners]) {
-		t.Log("the owners were the first two") // (not a failure: which ones own the partition is the hash's)
 	}
 }

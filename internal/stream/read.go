@@ -177,7 +177,7 @@ func (s *Subscriber) idle(ctx context.Context) {
 	if s.bell.arm(ctx) {
 		return
 	}
-	s.bell.wait(ctx, min(idlePoll, untilClaims))
+	s.bell.wait(ctx, min(s.bell.untilAll(), untilClaims))
 }
 
 // noteRead records how a read of partition p went: a failure skips the partition for a while, longer

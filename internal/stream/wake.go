@@ -61,6 +61,8 @@ type doorbell struct {
 	armed  bool
 	stop   context.CancelFunc
 	owners *owners
+	// watched is closed when the owners' watch has ended (and taken this consumer out of the live ones).
+	watched chan struct{}
 	// manage: the doorbell turns the events on itself (EventsAuto), at first and after a broken
 	// connection (Redis may have restarted without them); enabled says they were turned on since.
 	manage  bool
@@ -85,7 +87,7 @@ func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg SubscriberC
 	parts := cfg.Partitions
 	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: cfg.Logger, stop: stop, manage: cfg.Events == EventsAuto,
 		wanted: make([]atomic.Bool, len(parts)), index: make(map[string]int, len(parts)),
-		owners: newOwners(cfg.Consumer, parts)}
+		owners: newOwners(cfg.Consumer, parts), watched: make(chan struct{})}
 	db := 0
 	if c, ok := rdb.(*redis.Client); ok {
 		db = c.Options().DB
@@ -100,7 +102,7 @@ func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg SubscriberC
 		b.index[KeyspaceChannel(db, p.Orders)] = p.Index
 	}
 	go func() { <-ctx.Done(); b.closeSubs() }()
-	go b.owners.watch(ctx, rdb, parts[0].Orders, cfg.Group, cfg.Logger)
+	go b.owners.watch(ctx, rdb, parts[0].Orders, cfg.Group, cfg.Logger, b.watched)
 	return b
 }
 
@@ -133,6 +135,12 @@ func (b *doorbell) wantAll() {
 		b.wanted[i].Store(true)
 	}
 	b.all.Store(time.Now().UnixNano())
+}
+
+// untilAll is how long until every partition is wanted again (wantedOf), at least a millisecond: an idle
+// subscriber waits no longer, whatever events of other partitions came meanwhile.
+func (b *doorbell) untilAll() time.Duration {
+	return max(idlePoll-time.Since(time.Unix(0, b.all.Load())), time.Millisecond)
 }
 
 // wantedOf returns the partitions of parts to be read while subscribed, every one of them idlePoll after
@@ -215,7 +223,12 @@ func (b *doorbell) wait(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (b *doorbell) close() { b.stop() }
+// close ends the doorbell, and waits until the consumer is out of the live ones (or could not be taken out
+// within a second).
+func (b *doorbell) close() {
+	b.stop()
+	<-b.watched
+}
 
 func (b *doorbell) closeSubs() {
 	for _, sub := range b.subs {

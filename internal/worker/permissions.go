@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 )
@@ -102,6 +103,12 @@ func (w *Worker) streamCommands() [][]string {
 		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},
 		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", rlock.TokenKey("probe")},
 		{"SET", w.cfg.LayoutKey(), "1", "NX", "GET"},
+	}
+	if w.cfg.KeyspaceEvents != "off" {
+		// The live consumers, of which an idle worker answers its own partitions' events (live.lua).
+		live := stream.ConsumersKey(o, g)
+		commands = append(commands, []string{"TIME"}, []string{"ZADD", live, "0", "probe"}, []string{"ZREM", live, "probe"},
+			[]string{"ZREMRANGEBYSCORE", live, "-inf", "0"}, []string{"ZRANGE", live, "0", "-1"}, []string{"PEXPIRE", live, "1"})
 	}
 	if w.cfg.Cluster {
 		// The cluster client's map of the slots, and its table of commands (to route them).
