@@ -94,6 +94,9 @@ func (b *bench) cost(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := b.lightCost(ctx); err != nil {
+		return err
+	}
 	return b.idleCost(ctx)
 }
 
@@ -308,6 +311,69 @@ func (ws benchWorkers) allocations() float64 {
 		}
 	}
 	return sum
+}
+
+// Light load, many workers: 8 worker processes on one partition, mostly idle, each entry's keyspace
+// event reaching every one of them.
+const (
+	lightWorkers = 8
+	lightRate    = 1000 // orders/s
+)
+
+// lightCost is a table of comparison 8: what an order costs Redis when the workers are many and mostly
+// idle, with reads of fetch.lua per order (an entry read by every idle worker is lightWorkers of them),
+// and its latency; the base worker as well when the run has one.
+func (b *bench) lightCost(ctx context.Context) error {
+	orders := max(b.cfg.CostOrders/2, 2000)
+	t := b.addTable(&Table{ID: "cost-light", Title: "8. cost of an order: many workers, light load",
+		Setup: fmt.Sprintf("%d worker processes, 1 partition, %d orders at %d/s over 200 SKUs, uniform", lightWorkers, orders, lightRate),
+		Columns: []Column{{Key: "redis_cpu_us", Header: "Redis CPU µs/order", Digits: 1},
+			{Key: "reads", Header: "fetch.lua reads/order", Digits: 2},
+			{Key: "p50_ms", Header: "p50 latency ms", Digits: 2}, {Key: "p99_ms", Header: "p99 latency ms", Digits: 1}}})
+	bins := []struct{ name, bin string }{{costContenders[0].name, b.cfg.WorkerBin}}
+	if b.cfg.BaseWorkerBin != "" {
+		bins = append(bins, struct{ name, bin string }{"base worker", b.cfg.BaseWorkerBin})
+	}
+	wl := e2eWorkload{id: "cost-light", distribution: "uniform", orders: orders}
+	return interleave(b.cfg.Rounds, len(bins), func(round, i int) error {
+		if err := b.main.FlushAll(ctx).Err(); err != nil {
+			return err
+		}
+		c := costContender{bins[i].name, func(b *bench, k int, addr, _ string) (string, []string) {
+			return bins[i].bin, []string{"--lock", "on", "--worker-name", "w" + strconv.Itoa(k), "--metrics-addr", addr,
+				"--redis-url", b.mainURL()}
+		}}
+		procs, err := b.startConsumers(ctx, c, lightWorkers)
+		if err != nil {
+			return err
+		}
+		defer procs.kill()
+		time.Sleep(3 * time.Second) // past the start: the group, first reads, subscriptions, the others seen
+		_ = b.main.ConfigResetStat(ctx).Err()
+		cfg := b.producerConfig(b.single(1), wl)
+		cfg.Rate = lightRate
+		var sum *producer.Summary
+		cpu, err := b.measureCPU(ctx, []string{b.mainAddr}, nil, func() (err error) {
+			sum, err = producer.Run(ctx, cfg, nil)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		stats, err := b.commandStats(ctx)
+		if err != nil {
+			return err
+		}
+		b.checks.expect("cost-light "+c.name+": every order decided once", sum.Consistent, "round %d: %v", round+1, sum.Problems)
+		n := float64(orders)
+		v := map[string]float64{"redis_cpu_us": float64(cpu.redis.Microseconds()) / n,
+			"reads":  stats.byCommand["xreadgroup"].calls / n,
+			"p50_ms": float64(sum.LatencyP50.Microseconds()) / 1000, "p99_ms": float64(sum.LatencyP99.Microseconds()) / 1000}
+		b.progress("cost-light round %d/%d %-20s Redis %6.1f µs  %5.2f reads  p50 %5.2f ms  p99 %6.1f ms", round+1,
+			b.cfg.Rounds, c.name, v["redis_cpu_us"], v["reads"], v["p50_ms"], v["p99_ms"])
+		t.add(c.name, v)
+		return procs.stop(30 * time.Second)
+	})
 }
 
 // idleCost is the last table of comparison 8: Redis CPU of 4 idle workers over 16 partitions, waiting for

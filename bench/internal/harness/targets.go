@@ -41,7 +41,8 @@ func init() {
 	targets = append(targets,
 		ratioTarget{"cost: 2-line basket's Redis CPU vs a single order's", "cost-uniform", "redis_cpu_us",
 			worker + ", 2-line baskets", worker, 2.5, true},
-		valueTarget{"cost: idle Redis CPU, % of a core", "cost-idle", "redis_cpu_pct", "keyspace events (default)", 1})
+		valueTarget{"cost: idle Redis CPU, % of a core", "cost-idle", "redis_cpu_pct", "keyspace events (default)", 1},
+		valueTarget{"cost: light load, 8 workers: reads per order", "cost-light", "reads", worker, 3})
 }
 
 // judgeTargets judges every target whose comparison ran.
