@@ -46,6 +46,7 @@ var aclClaims = map[string][]aclTry{
 		may("WAIT", 0, 0), may("CLUSTER", "SLOTS"), may("ZADD", "orders:consumers:inventory", 1, "w"),
 		may("ZREMRANGEBYSCORE", "orders:consumers:inventory", "-inf", 0), may("ZREM", "orders:consumers:inventory", "w"),
 		may("ZRANGE", "orders:consumers:inventory", 0, -1), may("PEXPIRE", "orders:consumers:inventory", 20000), may("TIME"),
+		may("PUBLISH", "orders:backlog:inventory", "backlog"), may("SUBSCRIBE", "orders:{0}:backlog:inventory"),
 		mayNot("FLUSHALL"), mayNot("CONFIG", "GET", "requirepass"), mayNot("CONFIG", "SET", "busy-reply-threshold", 0),
 		mayNot("ACL", "LIST"), mayNot("KEYS", "*"), mayNot("CLIENT", "LIST"), mayNot("GET", "session:1"),
 		mayNot("DEL", "session:1"), mayNot("EVAL", "return redis.call('GET', KEYS[1])", 1, "session:1"),

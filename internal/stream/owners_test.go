@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,36 +15,17 @@ import (
 )
 
 // Each partition has bellOwners owners, whichever of the live consumers looks, and a consumer that knows
-// of no other owns every partition and answers every event (as when it cannot learn of the others).
+// of no other owns every partition (as when it cannot learn of the others).
 func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 	names := []string{"w1", "w2", "w3", "w4", "w5", "w6", "w7"}
 	owned := map[int][]string{}
 	for _, self := range names {
-		o := newOwners(self, sixteenParts)
+		o := newOwners(nil, SubscriberConfig{Consumer: self, Group: "g", Partitions: sixteenParts}, func() {})
 		o.see(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == self }))
 		for _, p := range sixteenParts {
 			if o.owned[p.Index].Load() {
 				owned[p.Index] = append(owned[p.Index], self)
 			}
-		}
-		if every := o.every.Load(); every != 2*(7-bellOwners) {
-			t.Errorf("%s answers one in %d of the others' events, want %d", self, every, 2*(7-bellOwners))
-		}
-	}
-	o := newOwners("w1", sixteenParts)
-	o.see(names[1:])
-	for _, p := range sixteenParts {
-		if o.owned[p.Index].Load() {
-			continue
-		}
-		answered := 0
-		for range 3 * o.every.Load() {
-			if o.answers(p.Index) {
-				answered++
-			}
-		}
-		if answered != 3 {
-			t.Errorf("a non-owner answered %d of %d events of partition %d, want 3", answered, 3*o.every.Load(), p.Index)
 		}
 	}
 	spread := map[string]bool{}
@@ -58,67 +40,79 @@ func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 	if len(spread) < 5 {
 		t.Errorf("16 partitions owned by %d of 7 consumers, want them spread", len(spread))
 	}
-	alone := newOwners("w1", sixteenParts)
+	changed := 0
+	alone := newOwners(nil, SubscriberConfig{Consumer: "w1", Group: "g", Partitions: sixteenParts}, func() { changed++ })
 	for _, p := range sixteenParts {
-		if !alone.answers(p.Index) {
-			t.Fatalf("a consumer that knows of no other does not answer partition %d", p.Index)
+		if !alone.owned[p.Index].Load() {
+			t.Fatalf("a consumer that knows of no other does not own partition %d", p.Index)
 		}
+	}
+	if alone.see(names[1:]); changed != 1 || !alone.changed.Load() {
+		t.Errorf("seeing six others told of a change %d times (flag %v), want once", changed, alone.changed.Load())
 	}
 }
 
-// Six idle workers on one partition: an entry is read by about two of them, its partition's owners (and
-// now and then a third), not by all six (a herd: six reads, five of them empty). Owners that close take
-// themselves out of the live ones, and two of the other four own the partition from their next look on.
-func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	ctx := context.Background()
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+// idleWorkers starts n subscribers w1..wn on parts with keyspace events, each holding at most inFlight
+// messages, and returns them by name with one channel of all their messages.
+func idleWorkers(t *testing.T, rdb *redis.Client, parts []Partition, n, inFlight int) (map[string]*Subscriber, []string, chan *message.Message) {
+	t.Helper()
 	createGroups(t, rdb, parts...)
-	all := make(chan *message.Message)
+	all := make(chan *message.Message, 100)
 	subs := map[string]*Subscriber{}
 	var names []string
-	for i := range 6 {
+	for i := range n {
 		name := fmt.Sprintf("w%d", i+1)
 		names = append(names, name)
 		subs[name] = newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
-			c.Consumer, c.Events, c.ClaimInterval = name, EventsAuto, time.Minute // no claim round in the count
+			c.Consumer, c.Events, c.ClaimInterval, c.MaxInFlight = name, EventsAuto, time.Minute, inFlight
 		})
 		msgs := subscribe(t, subs[name])
 		go func() {
 			for m := range msgs {
+				m.Metadata.Set("worker", name)
 				all <- m
 			}
 		}()
 	}
-	// ownersOf waits until each of names sees the others (answers one in every 2 x (n - bellOwners) of the
-	// others' events), and returns those that own the partition.
-	ownersOf := func(names []string) (owners []string) {
-		t.Helper()
-		for deadline := time.Now().Add(3 * idlePoll); ; time.Sleep(50 * time.Millisecond) {
-			saw := 0
-			for _, name := range names {
-				if subs[name].bell.owners.every.Load() == uint32(2*(len(names)-bellOwners)) {
-					saw++
+	return subs, names, all
+}
+
+// settle waits until each of names knows of the others, and only the owners of the first partition are
+// subscribed to its events; it returns the owners.
+func settle(t *testing.T, rdb *redis.Client, subs map[string]*Subscriber, names []string, p Partition) (owners []string) {
+	t.Helper()
+	channel := KeyspaceChannel(0, p.Orders)
+	for deadline := time.Now().Add(3 * idlePoll); ; time.Sleep(50 * time.Millisecond) {
+		owners = owners[:0]
+		saw := 0
+		for _, name := range names {
+			if o := subs[name].bell.owners; o.live.Load() == int64(len(names)) {
+				saw++
+				if o.owned[p.Index].Load() {
+					owners = append(owners, name)
 				}
 			}
-			if saw == len(names) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %v see the others within %v", saw, names, 3*idlePoll)
-			}
 		}
-		for _, name := range names {
-			if subs[name].bell.owners.owned[0].Load() {
-				owners = append(owners, name)
-			}
+		heard := rdb.PubSubNumSub(context.Background(), channel).Val()[channel]
+		if saw == len(names) && len(owners) == bellOwners && heard == bellOwners {
+			return owners
 		}
-		if len(owners) != bellOwners {
-			t.Fatalf("%v own the partition, want %d of %v", owners, bellOwners, names)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %v know of the others, owners %v, %d subscribed to %s; want all, %d and %d",
+				saw, names, owners, heard, channel, bellOwners, bellOwners)
 		}
-		return owners
 	}
-	owners := ownersOf(names)
+}
+
+// Six idle workers on one partition: only the partition's two owners hear an entry's event and read (a
+// herd: six messages and six reads, five of them empty). Owners that close take themselves out of the
+// live ones, and two of the other four own the partition, and hear its events, from their next look on.
+func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+	subs, names, all := idleWorkers(t, rdb, parts, 6, 128)
+	owners := settle(t, rdb, subs, names, parts[0])
 	add := func(i int) {
 		t.Helper()
 		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}}).Val()
@@ -138,8 +132,8 @@ func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 	}
 	n := scriptCalls(t, rdb)
 	t.Logf("%d script calls for %d entries and 6 idle workers", n, entries)
-	if n > entries*4 { // owners 2 an entry, the others 1/2, a few idlePoll reads; every worker would be 6
-		t.Fatalf("%d script calls for %d entries, want about %d: every idle worker read every entry", n, entries, entries*5/2)
+	if n > entries*3 { // owners 2 an entry, a few idlePoll reads and looks; every worker would be 6
+		t.Fatalf("%d script calls for %d entries, want about %d: every idle worker read every entry", n, entries, entries*2)
 	}
 
 	for _, name := range owners { // they take themselves out of the live ones as they close
@@ -148,8 +142,46 @@ func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 	if live := rdb.ZRange(ctx, ConsumersKey(parts[0].Orders, "g"), 0, -1).Val(); len(live) != 4 {
 		t.Fatalf("live consumers %v after two of six closed, want 4", live)
 	}
-	ownersOf(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(owners, n) }))
+	settle(t, rdb, subs, slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(owners, n) }), parts[0])
 	for i := range 3 {
 		add(entries + i)
+	}
+}
+
+// A worker whose read comes back full asks the idle workers for help on the backlog channel, and they
+// read at once rather than at their next look (idlePoll): four workers holding one message each, four
+// entries added at once, the two owners read one each and the other two the rest.
+func TestABusyWorkerAsksTheIdleOnesForHelp(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+	subs, names, all := idleWorkers(t, rdb, parts, 4, 1)
+	owners := settle(t, rdb, subs, names, parts[0])
+	backlog := BacklogChannel(parts[0].Orders, "g")
+	if heard := rdb.PubSubNumSub(ctx, backlog).Val()[backlog]; heard != 4 {
+		t.Fatalf("%d idle workers subscribed to %s, want 4", heard, backlog)
+	}
+	time.Sleep(200 * time.Millisecond) // past the reads after subscribing
+	pipe := rdb.Pipeline()
+	for i := range 4 {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start, by := time.Now(), map[string]int{}
+	for range 4 {
+		by[receive(t, all).Metadata.Get("worker")]++
+	}
+	took := time.Since(start)
+	t.Logf("4 entries read in %v by %v (owners %v)", took, by, owners)
+	if len(by) != 4 {
+		t.Fatalf("read by %v, want one entry each (each holds one)", by)
+	}
+	if took >= idlePoll/2 {
+		t.Fatalf("the idle workers read the backlog %v after it came, want well within their next look (%v)", took, idlePoll)
+	}
+	if !strings.Contains(rdb.Info(ctx, "commandstats").Val(), "cmdstat_publish:") {
+		t.Fatal("no worker published on the backlog channel")
 	}
 }

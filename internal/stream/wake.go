@@ -42,14 +42,14 @@ const subscribeTimeout = time.Second
 // read came back full, and every partition right after subscribing and every idlePoll (an event is lost
 // when a connection breaks, and none is sent when a lost group is created again).
 //
-// Every idle worker gets every event, but only one of them can have the entry (the group hands it to one
-// consumer): were each to read, an entry added while W workers idle would cost W reads, W-1 of them
-// empty (a herd). So a worker answers at once only the events of the partitions it owns, and one in
-// every few of the others' (owners): each partition has bellOwners owners among the live consumers of
-// the group, by rendezvous hashing, and an entry costs about bellOwners + 1/2 reads however many workers
-// idle. The others' events it answers still bring in every idle worker when a partition has more than
-// its owners take (a read that comes back full is read again at once); a partition whose owners all died
-// is still read on one of every few events, and every idlePoll by every worker.
+// Only one worker can have an entry (the group hands it to one consumer), so were every idle worker to
+// hear every event and read, an entry added while W workers idle would cost Redis W messages and W reads,
+// W-1 of them empty (a herd). So each partition has bellOwners owners among the group's live consumers
+// (owners, by rendezvous hashing), and a worker subscribes only to the events of the partitions it owns,
+// and to the group's backlog channel: a worker whose read comes back full (more entries than it has room
+// for) publishes there (askHelp), which makes every idle worker read every partition. Every worker still
+// reads every partition every idlePoll, which covers a partition whose owners died until the others count
+// them out.
 type doorbell struct {
 	rdb    redis.UniversalClient
 	ring   chan struct{}  // an event came, or a subscription broke
@@ -63,6 +63,8 @@ type doorbell struct {
 	owners *owners
 	// watched is closed when the owners' watch has ended (and taken this consumer out of the live ones).
 	watched chan struct{}
+	backlog string    // the group's backlog channel (BacklogChannel)
+	helped  time.Time // when it last asked for help (askHelp)
 	// manage: the doorbell turns the events on itself (EventsAuto), at first and after a broken
 	// connection (Redis may have restarted without them); enabled says they were turned on since.
 	manage  bool
@@ -70,13 +72,17 @@ type doorbell struct {
 	off     bool // they could not be turned on: the subscriber polls
 }
 
-// bellSub is one subscription: of every partition on one Redis; on a cluster one per partition, on the
-// node of its stream (the channel has the stream's hash tag, hence its slot).
+// bellSub is one subscription: of the partitions on one Redis; on a cluster one per partition, on the
+// node of its stream (the channel has the stream's hash tag, hence its slot). The first one also carries
+// the backlog channel.
 type bellSub struct {
-	ps        *redis.PubSub
-	channels  []string
-	receiving sync.Once
-	confirmed chan struct{} // every channel is subscribed
+	ps         *redis.PubSub
+	channels   []string // by partition of parts
+	parts      []int
+	subscribed []string     // what arm subscribed to: the owned partitions' channels (the read loop's)
+	count      atomic.Int64 // len(subscribed), for the receiver
+	receiving  sync.Once
+	confirmed  chan struct{} // every channel is subscribed
 }
 
 // KeyspaceChannel is the channel of the keyspace events of key in database db.
@@ -87,7 +93,8 @@ func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg SubscriberC
 	parts := cfg.Partitions
 	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: cfg.Logger, stop: stop, manage: cfg.Events == EventsAuto,
 		wanted: make([]atomic.Bool, len(parts)), index: make(map[string]int, len(parts)),
-		owners: newOwners(cfg.Consumer, parts), watched: make(chan struct{})}
+		watched: make(chan struct{}), backlog: BacklogChannel(parts[0].Orders, cfg.Group)}
+	b.owners = newOwners(rdb, cfg, b.rang)
 	db := 0
 	if c, ok := rdb.(*redis.Client); ok {
 		db = c.Options().DB
@@ -98,26 +105,71 @@ func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg SubscriberC
 			b.subs = append(b.subs, &bellSub{ps: rdb.Subscribe(ctx), confirmed: make(chan struct{}, 1)})
 		}
 		sub := b.subs[len(b.subs)-1]
-		sub.channels = append(sub.channels, KeyspaceChannel(db, p.Orders))
+		sub.channels, sub.parts = append(sub.channels, KeyspaceChannel(db, p.Orders)), append(sub.parts, p.Index)
 		b.index[KeyspaceChannel(db, p.Orders)] = p.Index
 	}
 	go func() { <-ctx.Done(); b.closeSubs() }()
-	go b.owners.watch(ctx, rdb, parts[0].Orders, cfg.Group, cfg.Logger, b.watched)
+	go b.owners.watch(ctx, b.watched)
 	return b
 }
 
-// arm subscribes to the partitions' events unless it is subscribed, and reports whether it just did: the
-// caller then reads once more, for the entries added before the subscription. A subscription that fails
-// leaves the doorbell unarmed (the wait then polls every idlePoll) and is tried again next time.
+// BacklogChannel is the channel on which a worker of group asks the others for help with a backlog on the
+// partitions whose first stream is stream.
+func BacklogChannel(stream, group string) string { return stream + ":backlog:" + group }
+
+// rang rings, as an event would: the owners changed.
+func (b *doorbell) rang() {
+	select {
+	case b.ring <- struct{}{}:
+	default:
+	}
+}
+
+// askHelp publishes on the backlog channel, at most every helpEvery: this worker's read came back full.
+func (b *doorbell) askHelp(ctx context.Context) {
+	if time.Since(b.helped) < helpEvery {
+		return
+	}
+	b.helped = time.Now()
+	if err := b.rdb.Publish(ctx, b.backlog, "backlog").Err(); err != nil && ctx.Err() == nil {
+		b.logger.Debug("asking the idle workers for help failed", "err", err)
+	}
+}
+
+// helpEvery bounds how often a busy worker asks for help.
+const helpEvery = 100 * time.Millisecond
+
+// arm subscribes to the events of the partitions it owns and to the backlog channel, unless it is
+// subscribed, and reports whether it just did: the caller then reads once more, for the entries added
+// before the subscription. Subscribed, it subscribes again when the partitions it owns changed. A
+// subscription that fails leaves the doorbell unarmed (the wait then polls every idlePoll) and is tried
+// again next time.
 func (b *doorbell) arm(ctx context.Context) bool {
+	if b.armed && b.owners.changed.Swap(false) {
+		b.disarm(ctx)
+	}
 	if b.armed || !b.turnOn(ctx) {
 		return false
 	}
-	for _, sub := range b.subs {
-		if err := sub.subscribe(ctx, b); err != nil {
+	b.owners.changed.Store(false)
+	for i, sub := range b.subs {
+		var channels []string
+		for k, ch := range sub.channels {
+			if b.owners.owned[sub.parts[k]].Load() {
+				channels = append(channels, ch)
+			}
+		}
+		if i == 0 {
+			channels = append(channels, b.backlog)
+		}
+		if len(channels) == 0 {
+			continue
+		}
+		if err := sub.subscribe(ctx, b, channels); err != nil {
 			if ctx.Err() == nil {
 				b.logger.Warn("subscribing to keyspace events failed: polling", "err", err)
 			}
+			b.unsubscribe(ctx)
 			return false
 		}
 	}
@@ -203,12 +255,18 @@ func EnableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) error 
 
 // disarm unsubscribes, when armed.
 func (b *doorbell) disarm(ctx context.Context) {
-	if !b.armed {
-		return
+	if b.armed {
+		b.armed = false
+		b.unsubscribe(ctx)
 	}
-	b.armed = false
+}
+
+func (b *doorbell) unsubscribe(ctx context.Context) {
 	for _, sub := range b.subs {
-		_ = sub.ps.Unsubscribe(ctx, sub.channels...)
+		if len(sub.subscribed) > 0 {
+			_ = sub.ps.Unsubscribe(ctx, sub.subscribed...)
+			sub.subscribed = nil
+		}
 	}
 }
 
@@ -236,13 +294,15 @@ func (b *doorbell) closeSubs() {
 	}
 }
 
-// subscribe subscribes to the channels and waits until Redis confirmed it.
-func (sub *bellSub) subscribe(ctx context.Context, b *doorbell) error {
+// subscribe subscribes to channels and waits until Redis confirmed it.
+func (sub *bellSub) subscribe(ctx context.Context, b *doorbell, channels []string) error {
 	select { // a confirmation left from an earlier subscription, or a reconnection's
 	case <-sub.confirmed:
 	default:
 	}
-	if err := sub.ps.Subscribe(ctx, sub.channels...); err != nil {
+	sub.subscribed = channels
+	sub.count.Store(int64(len(channels)))
+	if err := sub.ps.Subscribe(ctx, channels...); err != nil {
 		return err
 	}
 	// The receiver starts after the first subscription: on a cluster, the connection it would open
@@ -254,17 +314,17 @@ func (sub *bellSub) subscribe(ctx context.Context, b *doorbell) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(subscribeTimeout):
-		return fmt.Errorf("no confirmation of the subscription to %s within %v", strings.Join(sub.channels, " "), subscribeTimeout)
+		return fmt.Errorf("no confirmation of the subscription to %s within %v", strings.Join(channels, " "), subscribeTimeout)
 	}
 }
 
-// receive marks the partition of every event wanted and rings, and after a broken connection (events may
-// have been lost; go-redis reconnects and subscribes again) marks every partition, until the subscription
-// is closed.
+// receive marks the partition of every event wanted and rings; on a message of the backlog channel, and
+// after a broken connection (events may have been lost; go-redis reconnects and subscribes again), it
+// marks every partition; until the subscription is closed.
 func (sub *bellSub) receive(ctx context.Context, b *doorbell) {
 	for ctx.Err() == nil {
 		m, err := sub.ps.Receive(ctx)
-		if s, ok := m.(*redis.Subscription); ok && s.Kind == "subscribe" && s.Count == len(sub.channels) {
+		if s, ok := m.(*redis.Subscription); ok && s.Kind == "subscribe" && int64(s.Count) == sub.count.Load() {
 			select {
 			case sub.confirmed <- struct{}{}:
 			default:
@@ -276,11 +336,8 @@ func (sub *bellSub) receive(ctx context.Context, b *doorbell) {
 			continue // an unsubscribe's confirmation, a pong
 		}
 		if i, known := b.index[channelOf(msg)]; known {
-			if !b.owners.answers(i) {
-				continue
-			}
 			b.want(i)
-		} else {
+		} else { // the backlog channel, or a broken connection
 			b.wantAll()
 		}
 		select {

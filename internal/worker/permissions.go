@@ -105,10 +105,12 @@ func (w *Worker) streamCommands() [][]string {
 		{"SET", w.cfg.LayoutKey(), "1", "NX", "GET"},
 	}
 	if w.cfg.KeyspaceEvents != "off" {
-		// The live consumers, of which an idle worker answers its own partitions' events (live.lua).
+		// The live consumers, of which an idle worker hears its own partitions' events (live.lua), and the
+		// backlog channel on which a busy worker asks the idle ones for help.
 		live := stream.ConsumersKey(o, g)
 		commands = append(commands, []string{"TIME"}, []string{"ZADD", live, "0", "probe"}, []string{"ZREM", live, "probe"},
-			[]string{"ZREMRANGEBYSCORE", live, "-inf", "0"}, []string{"ZRANGE", live, "0", "-1"}, []string{"PEXPIRE", live, "1"})
+			[]string{"ZREMRANGEBYSCORE", live, "-inf", "0"}, []string{"ZRANGE", live, "0", "-1"}, []string{"PEXPIRE", live, "1"},
+			[]string{"SUBSCRIBE", stream.BacklogChannel(o, g)}, []string{"PUBLISH", stream.BacklogChannel(o, g), "backlog"})
 	}
 	if w.cfg.Cluster {
 		// The cluster client's map of the slots, and its table of commands (to route them).
