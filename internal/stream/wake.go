@@ -125,9 +125,10 @@ func (b *doorbell) rang() {
 	}
 }
 
-// askHelp publishes on the backlog channel, at most every helpEvery: this worker's read came back full.
+// askHelp publishes on the backlog channel, at most every helpEvery, unless no other consumer is live:
+// this worker's read came back full.
 func (b *doorbell) askHelp(ctx context.Context) {
-	if time.Since(b.helped) < helpEvery {
+	if b.owners.live.Load() < 2 || time.Since(b.helped) < helpEvery {
 		return
 	}
 	b.helped = time.Now()
