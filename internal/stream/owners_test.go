@@ -52,6 +52,9 @@ func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 	}
 }
 
+// onePart is the streams of one Redis with one partition.
+var onePart = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+
 // idleWorkers starts n subscribers w1..wn on parts with keyspace events, each holding at most inFlight
 // messages, and returns them by name with one channel of all their messages.
 func idleWorkers(t *testing.T, rdb *redis.Client, parts []Partition, n, inFlight int) (map[string]*Subscriber, []string, chan *message.Message) {
@@ -110,7 +113,7 @@ func settle(t *testing.T, rdb *redis.Client, subs map[string]*Subscriber, names 
 func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+	parts := onePart
 	subs, names, all := idleWorkers(t, rdb, parts, 6, 128)
 	owners := settle(t, rdb, subs, names, parts[0])
 	add := func(i int) {
@@ -154,7 +157,7 @@ func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 func TestABusyWorkerAsksTheIdleOnesForHelp(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+	parts := onePart
 	subs, names, all := idleWorkers(t, rdb, parts, 4, 1)
 	owners := settle(t, rdb, subs, names, parts[0])
 	backlog := BacklogChannel(parts[0].Orders, "g")
