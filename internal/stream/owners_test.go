@@ -57,7 +57,7 @@ var onePart = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStr
 
 // idleWorkers starts n subscribers w1..wn on parts with keyspace events, each holding at most inFlight
 // messages, and returns them by name with one channel of all their messages.
-func idleWorkers(t *testing.T, rdb *redis.Client, parts []Partition, n, inFlight int) (map[string]*Subscriber, []string, chan *message.Message) {
+func idleWorkers(t *testing.T, rdb redis.UniversalClient, parts []Partition, n, inFlight int) (map[string]*Subscriber, []string, chan *message.Message) {
 	t.Helper()
 	createGroups(t, rdb, parts...)
 	all := make(chan *message.Message, 100)
@@ -80,8 +80,8 @@ func idleWorkers(t *testing.T, rdb *redis.Client, parts []Partition, n, inFlight
 	return subs, names, all
 }
 
-// settle waits until each of names knows of the others, and only the owners of the first partition are
-// subscribed to its events; it returns the owners.
+// settle waits until each of names knows of the others, and only the owners of partition p are subscribed
+// to its events (on rdb, the node of p's stream); it returns the owners.
 func settle(t *testing.T, rdb *redis.Client, subs map[string]*Subscriber, names []string, p Partition) (owners []string) {
 	t.Helper()
 	channel := KeyspaceChannel(0, p.Orders)
@@ -186,5 +186,37 @@ func TestABusyWorkerAsksTheIdleOnesForHelp(t *testing.T) {
 	}
 	if !strings.Contains(rdb.Info(ctx, "commandstats").Val(), "cmdstat_publish:") {
 		t.Fatal("no worker published on the backlog channel")
+	}
+}
+
+// On a Redis Cluster a worker subscribes to each partition it owns on that partition's node: five workers
+// over three partitions on three masters, each partition heard by its two owners on its own master, and
+// every partition's entries read.
+func TestOwnersOnAClusterAreHeardOnEachPartitionsNode(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.WithShards(3, 0))
+	rdb := c.Client()
+	ctx := context.Background()
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3, Cluster: true}.Partitions()
+	subs, names, all := idleWorkers(t, rdb, parts, 5, 128)
+	nodes := map[string]bool{}
+	for _, p := range parts {
+		node := c.MasterOf(p.Orders)
+		nodes[node.Addr] = true
+		opts, err := node.ClientOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeClient := redis.NewClient(opts)
+		t.Cleanup(func() { _ = nodeClient.Close() })
+		t.Logf("partition %d (%s) on %s, owners %v", p.Index, p.Orders, node.Addr, settle(t, nodeClient, subs, names, p))
+	}
+	if len(nodes) < 2 {
+		t.Fatalf("the three partitions are on %d master(s), want them spread", len(nodes))
+	}
+	for i, p := range parts {
+		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", fmt.Sprint(i)}}).Val()
+		if msg := receive(t, all); msg.UUID != id {
+			t.Fatalf("received %s, want %s of partition %d", msg.UUID, id, i)
+		}
 	}
 }
