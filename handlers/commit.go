@@ -18,8 +18,9 @@ import (
 // leader to arrive commits a round; the leaders that arrive meanwhile wait and go into the next round
 // together, committed by the first of them once the round before is done. So a worker whose consumers hold
 // the orders of 50 SKUs decides them in two round trips rather than a hundred, and one leader alone
-// commits at once, without waiting for company. A basket or a lifecycle event, decided alone (its own
-// script), joins a round the same way for its outcome event and ack.
+// commits at once, without waiting for company. A basket is reserved in a round too (on one Redis: its
+// script in the round's pipeline, reserveBasket); a lifecycle event, or a basket on a cluster, decided
+// alone (its own script or saga), joins a round the same way for its outcome event and ack.
 //
 // Every batch gets the outcome it would get alone: the scripts are separate calls (each atomic), and a
 // batch whose script fails fails alone. A failed transaction fails the batches with an order in it (all of
@@ -45,6 +46,7 @@ type commit struct {
 	batch   []*queued
 	fence   int64
 	decided bool               // decided already (publish): not reserved by the round
+	basket  *inventory.Basket  // a basket, the round reserves it (reserveBasket): batch is its one order
 	results []*message.Message // the outcome events: given (decided), or of the round's reservation
 	err     error
 	// wake is what a batch that waits for its round (another leader commits) is told, once: false, its
@@ -56,7 +58,7 @@ type commit struct {
 func (b *commit) orders() []*queued {
 	if !b.taken {
 		b.batch, b.taken = b.take(), true
-		if !b.decided {
+		if !b.decided && b.basket == nil { // a basket's wait is its locks' (decideOrder)
 			stamp(b.batch)
 		}
 	}
@@ -76,6 +78,13 @@ func (c *committer) publish(ctx context.Context, batch []*queued, results []*mes
 	b := &commit{ctx: ctx, take: func() []*queued { return batch }, decided: true, results: results}
 	_, err := c.join(b)
 	return err
+}
+
+// reserveBasket reserves basket, the order of q, in the next round, and publishes its outcome event and
+// acks its entry in that round's transaction.
+func (c *committer) reserveBasket(ctx context.Context, q *queued, basket *inventory.Basket) ([]*queued, error) {
+	b := &commit{ctx: ctx, take: func() []*queued { return []*queued{q} }, basket: basket}
+	return c.join(b)
 }
 
 // join queues b for the next round, commits the rounds when no round is running or b's leader is asked
@@ -158,6 +167,9 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 		batches := make([]inventory.Batch, len(toReserve))
 		for i, b := range toReserve {
 			batches[i] = inventory.Batch{Ctx: b.ctx, Orders: storeOrders(b.batch), Fence: b.fence}
+			if b.basket != nil {
+				batches[i] = inventory.Batch{Ctx: b.ctx, Basket: b.basket}
+			}
 		}
 		reserved = h.cfg.Store.ReserveBatches(ctx, batches)
 	}
@@ -169,6 +181,13 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	for i, b := range toReserve {
 		if b.err = reserved[i].Err; b.err != nil {
 			b.err = fmt.Errorf("reserve %s: %w", orderIDs(b.batch), asHandlerError(b.err))
+			continue
+		}
+		if b.basket != nil {
+			q := b.batch[0]
+			var result *message.Message
+			result, b.err = h.resultMessage(q.msg.Context(), newOrderResult(q.order, reserved[i].Order, h.cfg.Worker, q.waited))
+			b.results = []*message.Message{result}
 			continue
 		}
 		b.results, b.err = h.resultMessages(b.batch, reserved[i].Outcomes)

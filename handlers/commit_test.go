@@ -44,7 +44,7 @@ func (s *roundStore) ReserveBatches(ctx context.Context, batches []inventory.Bat
 		<-s.gate
 	}
 	for _, b := range batches {
-		if b.Orders[0].SKU == "SKU-PANIC" {
+		if len(b.Orders) > 0 && b.Orders[0].SKU == "SKU-PANIC" {
 			panic("boom")
 		}
 	}
@@ -112,6 +112,35 @@ func (e *roundEnv) pending(t *testing.T) int64 {
 		n += e.rdb.XPending(context.Background(), p.Orders, "g").Val().Count
 	}
 	return n
+}
+
+// On one Redis a basket is reserved in a round too, its script in the pipeline with the batches': one
+// ReserveBatches for both; its outcome event has its lines and the wait for its locks (not the round's),
+// and its entry is acked with the batch's.
+func TestARoundReservesABasketWithTheBatches(t *testing.T) {
+	e := newRoundEnv(t)
+	ctx := context.Background()
+	q := e.batch(t, "SKU-A", 1)[0]
+	q.order = Order{OrderID: q.order.OrderID, Lines: []Line{{SKU: "SKU-B", Quantity: 2}, {SKU: "SKU-C", Quantity: 1}}}
+	q.waited = 7 * time.Millisecond
+	round := []*commit{
+		{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 0, 0))},
+		{ctx: ctx, take: fixed([]*queued{q}), basket: &inventory.Basket{OrderID: q.order.OrderID, Lines: q.order.Lines}},
+	}
+	e.h.decideRound(ctx, round)
+	if round[0].err != nil || round[1].err != nil {
+		t.Fatalf("round errors %v, %v", round[0].err, round[1].err)
+	}
+	if fmt.Sprint(e.store.rounds) != "[2]" {
+		t.Errorf("ReserveBatches calls of %v batches, want one of 2", e.store.rounds)
+	}
+	r := e.outcomes(t)[q.order.OrderID]
+	if r.Status != inventory.StatusReserved || len(r.Lines) != 2 || r.Lines[0].AvailableAfter != 1 || r.LockWaitMs != 7 {
+		t.Errorf("the basket's outcome %+v, want reserved, SKU-B's line after the batch's 2 (1 left), a lock wait of 7 ms", r)
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d entries pending after the round, want 0", n)
+	}
 }
 
 // A round decides the batches of several SKUs, read from two partitions, together: one pipeline of stock

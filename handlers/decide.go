@@ -23,7 +23,8 @@ func orderIDs(batch []*queued) string {
 
 // decideOrder decides a basket or a lifecycle event in sec (the locks of all its SKUs, fenced by each
 // one's token; elided: the script takes them; nil: unfenced), then publishes its outcome and acks its
-// entry in the next commit round's transaction, with the other orders decided meanwhile.
+// entry in the next commit round's transaction, with the other orders decided meanwhile. On one Redis a
+// basket is reserved in that round too: its script goes in the round's pipeline with the batches'.
 func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section) error {
 	ctx := msg.Context()
 	var fences inventory.Fences
@@ -36,6 +37,10 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 				fences[sku] = inventory.ElideLock
 			}
 		}
+	}
+	if o.Kind() == TypeReserve && !h.cfg.Cluster {
+		_, err := h.committer.reserveBasket(ctx, q, &inventory.Basket{OrderID: o.OrderID, Lines: o.Lines, Fences: fences})
+		return err
 	}
 	out, err := h.storeCall(ctx, o, fences)
 	if err != nil {

@@ -150,7 +150,8 @@ func (h *Handler) Combine(next message.HandlerFunc) message.HandlerFunc {
 
 // Handle decides the message's order in the section the lock middleware obtained (lockmw.SectionFrom;
 // none without a lock: unfenced). A single-SKU order's consumer leads its SKU: it decides the SKU's
-// waiting orders in batches, its own in the first. A basket or a lifecycle event is decided alone.
+// waiting orders in batches, its own in the first. A basket or a lifecycle event is decided alone (on one
+// Redis a basket's script goes in a commit round's pipeline with the batches').
 func (h *Handler) Handle(msg *message.Message) ([]*message.Message, error) {
 	o, err := OrderOf(msg)
 	if err != nil {

@@ -151,8 +151,21 @@ func (s *Store) reserveLines(ctx context.Context, b basket) ([]Outcome, error) {
 	if s.lineByLine() {
 		return s.reserveSaga(ctx, b)
 	}
-	keys, args := s.linesCall(b)
-	reply, err := s.eval(ctx, reserveLinesScript, keys, append([]any{s.ttlMillis, s.replayWrites(), s.counterTTL}, args...)...).Slice()
+	keys, args := s.reserveLinesCall(b)
+	reply, err := s.eval(ctx, reserveLinesScript, keys, args...).Slice()
+	return s.linesReply(ctx, b, reply, err)
+}
+
+// reserveLinesCall are the keys and arguments of reserve_lines.lua for b.
+func (s *Store) reserveLinesCall(b basket) (keys []string, args []any) {
+	keys, lineArgs := s.linesCall(b)
+	return keys, append([]any{s.ttlMillis, s.replayWrites(), s.counterTTL}, lineArgs...)
+}
+
+// linesReply reads reserve_lines.lua's reply for b (or its error): the lines' outcomes, or the saga or
+// the cancel that the script found due.
+func (s *Store) linesReply(ctx context.Context, b basket, reply []any, err error) ([]Outcome, error) {
+	elided := b.elided()
 	switch {
 	case err == nil:
 		return decodeLineOutcomes(b, reply)

@@ -51,48 +51,84 @@ func (s *Store) ReserveBatch(ctx context.Context, orders []Order, fence int64) (
 	})
 }
 
-// Batch is one batch of ReserveBatches: what ReserveBatch takes, and the context of its trace.
+// Batch is one batch of ReserveBatches: orders of one SKU under one fence (what ReserveBatch takes), or
+// one basket (what ReserveLines takes), and the context of its trace.
 type Batch struct {
 	Ctx    context.Context
 	Orders []Order
 	Fence  int64
+	// Basket, instead of Orders and Fence: an order of several lines.
+	Basket *Basket
 }
 
-// BatchResult is what ReserveBatch returns for one Batch.
+// Basket is an order of several lines in ReserveBatches: what ReserveLines takes.
+type Basket struct {
+	OrderID string
+	Lines   []Line
+	Fences  Fences
+}
+
+// BatchResult is what ReserveBatch returns for one Batch (Outcomes), or ReserveLines for one basket (Order).
 type BatchResult struct {
 	Outcomes []Outcome
+	Order    OrderOutcome
 	Err      error
 }
 
-// ReserveBatches decides several batches, of different SKUs, as ReserveBatch decides each, with their
-// script calls in one pipeline: one round trip (per node of a cluster) for all of them (group commit).
-// Each batch succeeds or fails on its own, as alone; ctx bounds the round trip. With WithReplicaAcks,
-// whose WAIT must follow each write on its connection, or on a client without pipelines, the batches are
-// decided one after the other.
+// ReserveBatches decides several batches, of different SKUs, as ReserveBatch decides each (ReserveLines a
+// basket), with their script calls in one pipeline: one round trip (per node of a cluster) for all of them
+// (group commit). Each batch succeeds or fails on its own, as alone; ctx bounds the round trip. With
+// WithReplicaAcks, whose WAIT must follow each write on its connection, or on a client without pipelines,
+// the batches are decided one after the other; a basket the store reserves line by line (a cluster) is
+// decided alone after the others.
 func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResult {
 	results := make([]BatchResult, len(batches))
 	p, pipelines := s.rdb.(interface{ Pipeline() redis.Pipeliner })
 	if !pipelines || s.replicaAcks != 0 || len(batches) == 1 {
 		for i, b := range batches {
-			results[i].Outcomes, results[i].Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
+			results[i] = s.reserveAlone(b)
 		}
 		return results
 	}
 	pipe := p.Pipeline()
 	cmds := make([]*redis.Cmd, len(batches))
+	baskets := make([]basket, len(batches))
 	for i, b := range batches {
-		if results[i].Err = s.validateBatch(b.Orders, b.Fence); results[i].Err == nil {
-			cmds[i] = pipe.EvalSha(ctx, reserveBatchScript.Hash(), s.batchKeys(b.Orders, b.Fence), s.batchArgs(b.Orders, b.Fence)...)
+		switch {
+		case b.Basket == nil:
+			if results[i].Err = s.validateBatch(b.Orders, b.Fence); results[i].Err == nil {
+				cmds[i] = pipe.EvalSha(ctx, reserveBatchScript.Hash(), s.batchKeys(b.Orders, b.Fence), s.batchArgs(b.Orders, b.Fence)...)
+			}
+		case !s.lineByLine():
+			baskets[i] = basket{b.Basket.OrderID, b.Basket.Lines, b.Basket.Fences}
+			if results[i].Err = s.checkLines(&baskets[i], s.minFence); results[i].Err == nil {
+				keys, args := s.reserveLinesCall(baskets[i])
+				cmds[i] = pipe.EvalSha(ctx, reserveLinesScript.Hash(), keys, args...)
+			}
 		}
 	}
 	_, _ = pipe.Exec(ctx) // each batch's error is its own
 	for i, b := range batches {
 		if cmds[i] == nil {
+			if results[i].Err == nil { // a basket reserved line by line
+				results[i] = s.reserveAlone(b)
+			}
 			continue
 		}
 		// NOSCRIPT: Redis restarted, or a node never ran it. A slot move: the pipeline retries none.
 		if err := cmds[i].Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || slotMoving(err)) {
-			results[i].Outcomes, results[i].Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
+			results[i] = s.reserveAlone(b)
+			continue
+		}
+		if b.Basket != nil {
+			results[i].Order, results[i].Err = traceOrder(b.Ctx, SpanReserveLines, b.Basket.OrderID, func(ctx context.Context) (OrderOutcome, error) {
+				reply, err := cmds[i].Slice()
+				outs, err := s.linesReply(ctx, baskets[i], reply, err)
+				if err != nil {
+					return OrderOutcome{}, err
+				}
+				return summarize(b.Basket.OrderID, outs), nil
+			})
 			continue
 		}
 		results[i].Outcomes, results[i].Err = traceReserveBatch(b.Ctx, b.Orders, b.Fence, func(context.Context) ([]Outcome, error) {
@@ -100,6 +136,16 @@ func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResu
 		})
 	}
 	return results
+}
+
+// reserveAlone decides b on its own: ReserveBatch, or ReserveLines for a basket.
+func (s *Store) reserveAlone(b Batch) (r BatchResult) {
+	if b.Basket != nil {
+		r.Order, r.Err = s.ReserveLines(b.Ctx, b.Basket.OrderID, b.Basket.Lines, b.Basket.Fences)
+	} else {
+		r.Outcomes, r.Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
+	}
+	return r
 }
 
 // batchOutcomes reads the reply of reserve_batch.lua for orders.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 func batchOf(sku string, orders ...inventory.Order) []inventory.Order {
@@ -342,5 +344,84 @@ func TestReserveBatchesDecidesEachBatchAsAlone(t *testing.T) {
 	}
 	if r := results[3]; r.Err != nil || r.Outcomes[0].Status != inventory.StatusReserved || r.Outcomes[0].AvailableAfter != 0 {
 		t.Errorf("batch of B: %+v, want b1 reserved, nothing left", r)
+	}
+}
+
+// A basket in ReserveBatches is reserved as ReserveLines would alone, its script in the one pipeline with
+// the batches' (one round trip for them all): with a batch of one of its SKUs before it, a basket refused
+// (a lock held, elided), an invalid one and one the script hands to the saga (begun line by line), each on
+// its own; Redis ends as the same calls made one at a time leave another Redis.
+func TestReserveBatchesReservesABasketAsReserveLinesWould(t *testing.T) {
+	ctx := context.Background()
+	var stores []*inventory.Store
+	var rdbs []*redis.Client
+	for range 2 {
+		rdb := redistest.Start(t).Client()
+		store := inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))
+		seed(t, store, map[string]int64{"A": 5, "B": 5, "C": 5, "D": 5})
+		rdb.HSet(ctx, rlock.LockKey("C"), "someone:1", 1) // C's lock is held
+		// o-5's first line recorded by a saga whose process died (its stock as it was: only the records count).
+		rdb.Set(ctx, "order:{A}:o-5", `{"status":"reserved","reason":"","quantity":1,"available_after":4,"fence":0,"lines":[{"sku":"A","quantity":1},{"sku":"D","quantity":1}]}`, time.Hour)
+		stores, rdbs = append(stores, store), append(rdbs, rdb)
+	}
+	elide := func(skus ...string) inventory.Fences {
+		f := inventory.Fences{}
+		for _, sku := range skus {
+			f[sku] = inventory.ElideLock
+		}
+		return f
+	}
+	batches := []inventory.Batch{
+		{Ctx: ctx, Orders: batchOf("A", inventory.Order{ID: "o-1", Quantity: 3}), Fence: inventory.ElideLock},
+		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-2", Lines: lines("B", 2, "A", 3), Fences: elide("A", "B")}},
+		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-3", Lines: lines("B", 1, "C", 1), Fences: elide("B", "C")}},
+		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-4", Lines: []inventory.Line{{SKU: "B", Quantity: 0}}, Fences: elide("B")}},
+		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-5", Lines: lines("D", 1, "A", 1), Fences: inventory.Fences{"A": 0, "D": 0}}},
+		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-6", Lines: lines("A", 1, "B", 1), Fences: elide("A", "B")}},
+	}
+
+	reads := func() int64 {
+		info := rdbs[0].Info(ctx, "stats").Val()
+		_, rest, _ := strings.Cut(info, "total_reads_processed:")
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 10, 64)
+		return n
+	}
+	// Once Redis knows the scripts, a batch and a basket are one round trip.
+	warm := []inventory.Batch{
+		{Ctx: ctx, Orders: batchOf("W", inventory.Order{ID: "w-1", Quantity: 1})},
+		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "w-2", Lines: lines("W", 1, "X", 1)}},
+	}
+	stores[0].ReserveBatches(ctx, warm) // NOSCRIPT: each alone, Redis learns the scripts
+	before := reads()
+	if r := stores[0].ReserveBatches(ctx, warm); r[1].Err != nil || !r[1].Order.Replayed {
+		t.Fatalf("the basket again: %+v, want it replayed", r[1])
+	}
+	if n := reads() - before - 1; n != 1 { // (- 1: the second INFO)
+		t.Errorf("%d reads of the client's socket for a batch and a basket, want 1", n)
+	}
+
+	got := stores[0].ReserveBatches(ctx, batches)
+	for i, b := range batches {
+		var alone inventory.BatchResult
+		if b.Basket == nil {
+			alone.Outcomes, alone.Err = stores[1].ReserveBatch(ctx, b.Orders, b.Fence)
+		} else {
+			alone.Order, alone.Err = stores[1].ReserveLines(ctx, b.Basket.OrderID, b.Basket.Lines, b.Basket.Fences)
+		}
+		if fmt.Sprint(got[i]) != fmt.Sprint(alone) {
+			t.Errorf("batch %d: %+v, alone %+v", i, got[i], alone)
+		}
+	}
+	if r := got[1]; r.Err != nil || r.Order.Status != inventory.StatusRejected || r.Order.SKU != "A" {
+		t.Errorf("o-2: %+v, want rejected for A's stock (the batch before it took 3 of 5)", r)
+	}
+	if !errors.Is(got[2].Err, inventory.ErrLocked) || !errors.Is(got[3].Err, inventory.ErrInvalid) {
+		t.Errorf("o-3, o-4: %v, %v; want ErrLocked (C's lock held), ErrInvalid (quantity 0)", got[2].Err, got[3].Err)
+	}
+	if r := got[4]; r.Err != nil || r.Order.Status != inventory.StatusReserved || len(r.Order.Lines) != 2 {
+		t.Errorf("o-5: %+v, want its saga finished, both lines reserved", r)
+	}
+	for _, sku := range []string{"A", "B", "C", "D"} {
+		want(t, stock(t, rdbs[0], sku), stock(t, rdbs[1], sku))
 	}
 }
