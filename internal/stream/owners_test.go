@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,16 +157,35 @@ func TestAnEntryWakesItsPartitionsOwnersNotEveryIdleWorker(t *testing.T) {
 // entries added at once, the two owners read one each and the other two the rest.
 func TestABusyWorkerAsksTheIdleOnesForHelp(t *testing.T) {
 	rdb := redistest.Start(t).Client()
+	asksForHelp(t, rdb, rdb, onePart)
+}
+
+// On a Redis Cluster the same: the idle workers hear the backlog channel on the node of the first
+// partition, and a worker's PUBLISH (keyless: go-redis sends it to any node) reaches them over the cluster
+// bus.
+func TestABusyWorkerAsksForHelpOnACluster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.WithShards(3, 0))
+	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1, Cluster: true}.Partitions()
+	opts, err := c.MasterOf(parts[0].Orders).ClientOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := redis.NewClient(opts)
+	t.Cleanup(func() { _ = node.Close() })
+	asksForHelp(t, c.Client(), node, parts)
+}
+
+// asksForHelp runs TestABusyWorkerAsksTheIdleOnesForHelp on rdb, whose node holds parts (one partition).
+func asksForHelp(t *testing.T, rdb redis.UniversalClient, node *redis.Client, parts []Partition) {
 	ctx := context.Background()
-	parts := onePart
 	subs, names, all := idleWorkers(t, rdb, parts, 4, 1)
-	owners := settle(t, rdb, subs, names, parts[0])
+	owners := settle(t, node, subs, names, parts[0])
 	backlog := BacklogChannel(parts[0].Orders, "g")
-	if heard := rdb.PubSubNumSub(ctx, backlog).Val()[backlog]; heard != 4 {
+	if heard := node.PubSubNumSub(ctx, backlog).Val()[backlog]; heard != 4 {
 		t.Fatalf("%d idle workers subscribed to %s, want 4", heard, backlog)
 	}
 	time.Sleep(200 * time.Millisecond) // past the reads after subscribing
-	pipe := rdb.Pipeline()
+	pipe := node.Pipeline()
 	for i := range 4 {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
@@ -184,7 +204,17 @@ func TestABusyWorkerAsksTheIdleOnesForHelp(t *testing.T) {
 	if took >= idlePoll/2 {
 		t.Fatalf("the idle workers read the backlog %v after it came, want well within their next look (%v)", took, idlePoll)
 	}
-	if !strings.Contains(rdb.Info(ctx, "commandstats").Val(), "cmdstat_publish:") {
+	var published atomic.Bool // on any node (ForEachMaster runs on each at once)
+	published.Store(strings.Contains(rdb.Info(ctx, "commandstats").Val(), "cmdstat_publish:"))
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			if strings.Contains(m.Info(ctx, "commandstats").Val(), "cmdstat_publish:") {
+				published.Store(true)
+			}
+			return nil
+		})
+	}
+	if !published.Load() {
 		t.Fatal("no worker published on the backlog channel")
 	}
 }
