@@ -37,6 +37,10 @@ type countingStore struct {
 func (s *countingStore) ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult {
 	results := make([]inventory.BatchResult, len(batches))
 	for i, b := range batches {
+		if b.Basket != nil {
+			results[i] = s.Store.ReserveBatches(ctx, batches[i:i+1])[0]
+			continue
+		}
 		results[i].Outcomes, results[i].Err = s.reserveBatch(b.Ctx, b.Orders, b.Fence)
 	}
 	return results

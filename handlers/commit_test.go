@@ -17,6 +17,7 @@ import (
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw/rlock"
 )
 
 // roundEnv is a handler whose store counts the batches of each ReserveBatches call (a round), on a Redis
@@ -61,7 +62,7 @@ func newRoundEnv(t *testing.T) *roundEnv {
 			t.Fatal(err)
 		}
 	}
-	e.store = &roundStore{Store: inventory.New(rdb)}
+	e.store = &roundStore{Store: inventory.New(rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, time.Hour))}
 	for _, sku := range []string{"SKU-A", "SKU-B", "SKU-C"} {
 		if err := e.store.SetStock(ctx, sku, 5); err != nil {
 			t.Fatal(err)
@@ -116,30 +117,44 @@ func (e *roundEnv) pending(t *testing.T) int64 {
 
 // On one Redis a basket is reserved in a round too, its script in the pipeline with the batches': one
 // ReserveBatches for both; its outcome event has its lines and the wait for its locks (not the round's),
-// and its entry is acked with the batch's.
+// and its entry is acked with the batch's. An elided basket whose lock is held fails with ErrLocked, for
+// the lock middleware to take its locks, and its entry stays pending.
 func TestARoundReservesABasketWithTheBatches(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
+	basket := func(q *queued, fences inventory.Fences, lines ...Line) *commit {
+		q.order = Order{OrderID: q.order.OrderID, Lines: lines}
+		return &commit{ctx: ctx, take: fixed([]*queued{q}), basket: &inventory.Basket{OrderID: q.order.OrderID, Lines: lines, Fences: fences}}
+	}
+	// Redis learns the scripts first: with NOSCRIPT every batch is decided alone, outside the pipeline.
+	e.h.decideRound(ctx, []*commit{{ctx: ctx, take: fixed(e.batch(t, "SKU-W", 0))}, basket(e.batch(t, "SKU-X", 0)[0], nil, Line{SKU: "SKU-W", Quantity: 1}, Line{SKU: "SKU-X", Quantity: 1})})
+	if n := e.pending(t); n != 0 {
+		t.Fatalf("%d entries pending after the first round, want 0", n)
+	}
+	e.store.rounds = nil
+
 	q := e.batch(t, "SKU-A", 1)[0]
-	q.order = Order{OrderID: q.order.OrderID, Lines: []Line{{SKU: "SKU-B", Quantity: 2}, {SKU: "SKU-C", Quantity: 1}}}
 	q.waited = 7 * time.Millisecond
+	e.rdb.HSet(ctx, rlock.LockKey("SKU-C"), "someone:1", 1)
+	elided := inventory.Fences{"SKU-A": inventory.ElideLock, "SKU-C": inventory.ElideLock}
 	round := []*commit{
 		{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 0, 0))},
-		{ctx: ctx, take: fixed([]*queued{q}), basket: &inventory.Basket{OrderID: q.order.OrderID, Lines: q.order.Lines}},
+		basket(q, nil, Line{SKU: "SKU-B", Quantity: 2}, Line{SKU: "SKU-C", Quantity: 1}),
+		basket(e.batch(t, "SKU-A", 0)[0], elided, Line{SKU: "SKU-A", Quantity: 1}, Line{SKU: "SKU-C", Quantity: 1}),
 	}
 	e.h.decideRound(ctx, round)
-	if round[0].err != nil || round[1].err != nil {
-		t.Fatalf("round errors %v, %v", round[0].err, round[1].err)
+	if round[0].err != nil || round[1].err != nil || !errors.Is(round[2].err, inventory.ErrLocked) {
+		t.Fatalf("round errors %v, %v, %v; want the last ErrLocked", round[0].err, round[1].err, round[2].err)
 	}
-	if fmt.Sprint(e.store.rounds) != "[2]" {
-		t.Errorf("ReserveBatches calls of %v batches, want one of 2", e.store.rounds)
+	if fmt.Sprint(e.store.rounds) != "[3]" {
+		t.Errorf("ReserveBatches calls of %v batches, want one of 3", e.store.rounds)
 	}
 	r := e.outcomes(t)[q.order.OrderID]
 	if r.Status != inventory.StatusReserved || len(r.Lines) != 2 || r.Lines[0].AvailableAfter != 1 || r.LockWaitMs != 7 {
 		t.Errorf("the basket's outcome %+v, want reserved, SKU-B's line after the batch's 2 (1 left), a lock wait of 7 ms", r)
 	}
-	if n := e.pending(t); n != 0 {
-		t.Errorf("%d entries pending after the round, want 0", n)
+	if n := e.pending(t); n != 1 {
+		t.Errorf("%d entries pending after the round, want 1 (the basket refused)", n)
 	}
 }
 

@@ -23,8 +23,9 @@ func orderIDs(batch []*queued) string {
 
 // decideOrder decides a basket or a lifecycle event in sec (the locks of all its SKUs, fenced by each
 // one's token; elided: the script takes them; nil: unfenced), then publishes its outcome and acks its
-// entry in the next commit round's transaction, with the other orders decided meanwhile. On one Redis a
-// basket is reserved in that round too: its script goes in the round's pipeline with the batches'.
+// entry in the next commit round's transaction, with the other orders decided meanwhile. On one Redis
+// (without replica acks) a basket is reserved in that round too: its script goes in the round's pipeline
+// with the batches' (Store.BatchesBaskets).
 func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section) error {
 	ctx := msg.Context()
 	var fences inventory.Fences
@@ -38,7 +39,7 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 			}
 		}
 	}
-	if o.Kind() == TypeReserve && !h.cfg.Cluster {
+	if o.Kind() == TypeReserve && h.cfg.Store.BatchesBaskets() {
 		_, err := h.committer.reserveBasket(ctx, q, &inventory.Basket{OrderID: o.OrderID, Lines: o.Lines, Fences: fences})
 		return err
 	}

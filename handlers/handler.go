@@ -18,6 +18,8 @@ import (
 // Store decides orders: *inventory.Store, or a wrapper around it (the fault tests' history recorder).
 type Store interface {
 	ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult
+	// BatchesBaskets: ReserveBatches reserves a basket in its pipeline (one round trip with the batches).
+	BatchesBaskets() bool
 	ReserveLines(ctx context.Context, orderID string, lines []inventory.Line, fences inventory.Fences) (inventory.OrderOutcome, error)
 	Cancel(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)
 	Fulfil(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)

@@ -138,6 +138,13 @@ func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResu
 	return results
 }
 
+// BatchesBaskets reports whether ReserveBatches reserves a basket in its pipeline with the other batches:
+// on one Redis, without WithReplicaAcks (whose WAITs decide the batches one after the other).
+func (s *Store) BatchesBaskets() bool {
+	_, pipelines := s.rdb.(interface{ Pipeline() redis.Pipeliner })
+	return pipelines && s.replicaAcks == 0 && !s.lineByLine()
+}
+
 // reserveAlone decides b on its own: ReserveBatch, or ReserveLines for a basket.
 func (s *Store) reserveAlone(b Batch) (r BatchResult) {
 	if b.Basket != nil {
