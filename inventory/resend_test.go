@@ -103,6 +103,12 @@ var resendCases = []resendCase{
 		func(ctx context.Context, s *Store, p string) (any, error) {
 			return s.ReserveLines(ctx, "o-1", basketOf(p), Fences{p + "A": ElideLock, p + "B": ElideLock})
 		}},
+	// The batch's script and the basket's in one pipeline, which go-redis sends again whole.
+	{"ReserveBatches, a batch and a basket", "reserve_lines.lua", []Option{elision}, stocked("A", "B"),
+		func(ctx context.Context, s *Store, p string) (any, error) {
+			return s.ReserveBatches(ctx, []Batch{{Ctx: ctx, Orders: []Order{{ID: "o-1", SKU: p + "A", Quantity: 3}}, Fence: ElideLock},
+				{Ctx: ctx, Basket: &Basket{OrderID: "o-2", Lines: basketOf(p), Fences: Fences{p + "A": ElideLock, p + "B": ElideLock}}}}), nil
+		}},
 	{"ReserveLines line by line", "reserve.lua", []Option{lineByLine}, stocked("A", "B"), reserveLines},
 	// B is unknown: the saga gives A back (an abort).
 	{"ReserveLines line by line, a short line", "transition.lua", []Option{lineByLine}, stocked("A"), reserveLines},
