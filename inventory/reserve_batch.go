@@ -91,51 +91,70 @@ func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResu
 		return results
 	}
 	pipe := p.Pipeline()
-	cmds := make([]*redis.Cmd, len(batches))
-	baskets := make([]basket, len(batches))
+	calls := make([]pipedCall, len(batches))
 	for i, b := range batches {
-		switch {
-		case b.Basket == nil:
-			if results[i].Err = s.validateBatch(b.Orders, b.Fence); results[i].Err == nil {
-				cmds[i] = pipe.EvalSha(ctx, reserveBatchScript.Hash(), s.batchKeys(b.Orders, b.Fence), s.batchArgs(b.Orders, b.Fence)...)
-			}
-		case !s.lineByLine():
-			baskets[i] = basket{b.Basket.OrderID, b.Basket.Lines, b.Basket.Fences}
-			if results[i].Err = s.checkLines(&baskets[i], s.minFence); results[i].Err == nil {
-				keys, args := s.reserveLinesCall(baskets[i])
-				cmds[i] = pipe.EvalSha(ctx, reserveLinesScript.Hash(), keys, args...)
-			}
-		}
+		calls[i], results[i].Err = s.queueBatch(ctx, pipe, b)
 	}
 	_, _ = pipe.Exec(ctx) // each batch's error is its own
 	for i, b := range batches {
-		if cmds[i] == nil {
-			if results[i].Err == nil { // a basket reserved line by line
-				results[i] = s.reserveAlone(b)
-			}
-			continue
+		if results[i].Err == nil {
+			results[i] = s.pipedResult(b, calls[i])
 		}
-		// NOSCRIPT: Redis restarted, or a node never ran it. A slot move: the pipeline retries none.
-		if err := cmds[i].Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || slotMoving(err)) {
-			results[i] = s.reserveAlone(b)
-			continue
-		}
-		if b.Basket != nil {
-			results[i].Order, results[i].Err = traceOrder(b.Ctx, SpanReserveLines, b.Basket.OrderID, func(ctx context.Context) (OrderOutcome, error) {
-				reply, err := cmds[i].Slice()
-				outs, err := s.linesReply(ctx, baskets[i], reply, err)
-				if err != nil {
-					return OrderOutcome{}, err
-				}
-				return summarize(b.Basket.OrderID, outs), nil
-			})
-			continue
-		}
-		results[i].Outcomes, results[i].Err = traceReserveBatch(b.Ctx, b.Orders, b.Fence, func(context.Context) ([]Outcome, error) {
-			return batchOutcomes(b.Orders, b.Fence, cmds[i])
-		})
 	}
 	return results
+}
+
+// pipedCall is a batch's script call in a ReserveBatches pipeline; cmd nil: none was queued (a basket the
+// store reserves line by line).
+type pipedCall struct {
+	cmd    *redis.Cmd
+	basket basket // a basket's, checked
+}
+
+// queueBatch checks b and queues its script call on pipe.
+func (s *Store) queueBatch(ctx context.Context, pipe redis.Pipeliner, b Batch) (pipedCall, error) {
+	if b.Basket == nil {
+		if err := s.validateBatch(b.Orders, b.Fence); err != nil {
+			return pipedCall{}, err
+		}
+		return pipedCall{cmd: pipe.EvalSha(ctx, reserveBatchScript.Hash(), s.batchKeys(b.Orders, b.Fence), s.batchArgs(b.Orders, b.Fence)...)}, nil
+	}
+	if s.lineByLine() {
+		return pipedCall{}, nil
+	}
+	bk := basket{b.Basket.OrderID, b.Basket.Lines, b.Basket.Fences}
+	if err := s.checkLines(&bk, s.minFence); err != nil {
+		return pipedCall{}, err
+	}
+	keys, args := s.reserveLinesCall(bk)
+	return pipedCall{cmd: pipe.EvalSha(ctx, reserveLinesScript.Hash(), keys, args...), basket: bk}, nil
+}
+
+// pipedResult reads b's result from its call in the pipeline, or decides it alone when no call was queued
+// or the call could not run: NOSCRIPT (Redis restarted, or a node never ran it) or a slot move (the
+// pipeline retries none).
+func (s *Store) pipedResult(b Batch, call pipedCall) (r BatchResult) {
+	if call.cmd == nil {
+		return s.reserveAlone(b)
+	}
+	if err := call.cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || slotMoving(err)) {
+		return s.reserveAlone(b)
+	}
+	if b.Basket != nil {
+		r.Order, r.Err = traceOrder(b.Ctx, SpanReserveLines, b.Basket.OrderID, func(ctx context.Context) (OrderOutcome, error) {
+			reply, err := call.cmd.Slice()
+			outs, err := s.linesReply(ctx, call.basket, reply, err)
+			if err != nil {
+				return OrderOutcome{}, err
+			}
+			return summarize(b.Basket.OrderID, outs), nil
+		})
+		return r
+	}
+	r.Outcomes, r.Err = traceReserveBatch(b.Ctx, b.Orders, b.Fence, func(context.Context) ([]Outcome, error) {
+		return batchOutcomes(b.Orders, b.Fence, call.cmd)
+	})
+	return r
 }
 
 // BatchesBaskets reports whether ReserveBatches reserves a basket in its pipeline with the other batches:
