@@ -298,26 +298,35 @@ func (s *Store) restOfSaga(ctx context.Context, b basket, i int, last Outcome) (
 // Lines returns the lines of the order orderID that has a record for sku (any one of its SKUs), sorted
 // by SKU: a basket's lines, or a single-SKU order's one line. No record fails with ErrUnknownOrder.
 func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) {
+	lines, _, err := s.linesOf(ctx, orderID, sku)
+	return lines, err
+}
+
+// linesOf is Lines, and the records it read on the way, by SKU (for records, which need not read them
+// again).
+func (s *Store) linesOf(ctx context.Context, orderID, sku string) ([]Line, map[string]lineRecord, error) {
 	if err := cmp.Or(ValidateOrderID(orderID), ValidateSKU(sku)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rec, err := s.record(ctx, orderID, sku)
+	read := map[string]lineRecord{sku: rec}
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	case rec.Early: // a cancel that came before the order (cancelEarly): the order is not known yet
-		return nil, fmt.Errorf("%w: order %q was %w (sku %q)", ErrUnknownOrder, orderID, errCancelledEarly, sku)
+		return nil, nil, fmt.Errorf("%w: order %q was %w (sku %q)", ErrUnknownOrder, orderID, errCancelledEarly, sku)
 	case rec.Lines != nil: // the basket's least SKU
-		return rec.Lines, nil
+		return rec.Lines, read, nil
 	case rec.Anchor == "": // a single-SKU order
-		return []Line{{SKU: sku, Quantity: rec.Quantity}}, nil
+		return []Line{{SKU: sku, Quantity: rec.Quantity}}, read, nil
 	}
 	anchor, err := s.record(ctx, orderID, rec.Anchor)
 	if err == nil && !slices.ContainsFunc(anchor.Lines, func(l Line) bool { return l.SKU == sku }) {
 		err = fmt.Errorf("%w: the record of order %q for sku %q does not list sku %q among its lines", ErrCorrupt,
 			orderID, rec.Anchor, sku)
 	}
-	return anchor.Lines, err
+	read[rec.Anchor] = anchor
+	return anchor.Lines, read, err
 }
 
 // ErrUnknownOrder: no outcome is recorded for the order and SKU (never decided, or expired).
@@ -384,7 +393,7 @@ func (s *Store) Fulfil(ctx context.Context, orderID, sku string, fences Fences) 
 // lifecycle runs op (cancel or fulfil) on the order's lines after deciding from their records whether
 // it applies.
 func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences Fences) (OrderOutcome, error) {
-	lines, err := s.Lines(ctx, orderID, sku)
+	lines, read, err := s.linesOf(ctx, orderID, sku)
 	switch {
 	case errors.Is(err, ErrUnknownOrder) && op == "cancel":
 		return s.cancelEarly(ctx, orderID, sku, fences)
@@ -399,7 +408,7 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 	if err := s.checkLines(&b, 0); err != nil {
 		return OrderOutcome{}, err
 	}
-	states, err := s.finishedStates(ctx, op, b)
+	states, err := s.finishedStates(ctx, op, b, read)
 	if err != nil {
 		return OrderOutcome{}, err
 	}
@@ -453,12 +462,12 @@ func refused(orderID, sku string, reason Reason) OrderOutcome {
 // finishedStates reads the lines' recorded statuses ("" for none), after finishing the basket's reservation
 // when a crash stopped it midway (sagaStopped), as its redelivery would: the reservation may never come
 // back (poisoned after MAX_ATTEMPTS crashes), and op must neither wait for it nor leave the lines it
-// reserved.
-func (s *Store) finishedStates(ctx context.Context, op string, b basket) ([]Status, error) {
-	recs, err := s.records(ctx, b)
+// reserved. read are records read already (linesOf), by SKU.
+func (s *Store) finishedStates(ctx context.Context, op string, b basket, read map[string]lineRecord) ([]Status, error) {
+	recs, err := s.records(ctx, b, read)
 	if err == nil && sagaStopped(op, recs) && s.outlive(ctx, b, recs) {
 		if _, err = s.reserveLines(ctx, b); err == nil {
-			recs, err = s.records(ctx, b)
+			recs, err = s.records(ctx, b, nil)
 		}
 	}
 	states := make([]Status, len(recs))
@@ -540,10 +549,14 @@ var refusals = map[string][]struct {
 		{StatusReleased, ReasonAlreadyCancelled}, {"", ReasonUnknownOrder}},
 }
 
-// records reads the record of each line (a zero one when it has none).
-func (s *Store) records(ctx context.Context, b basket) ([]lineRecord, error) {
+// records reads the record of each line (a zero one when it has none), but for those in read (by SKU).
+func (s *Store) records(ctx context.Context, b basket, read map[string]lineRecord) ([]lineRecord, error) {
 	recs := make([]lineRecord, len(b.lines))
 	for i, l := range b.lines {
+		if rec, ok := read[l.SKU]; ok {
+			recs[i] = rec
+			continue
+		}
 		rec, err := s.record(ctx, b.id, l.SKU)
 		if err != nil && !errors.Is(err, ErrUnknownOrder) {
 			return nil, err

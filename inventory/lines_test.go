@@ -647,3 +647,49 @@ func TestAHalfReservedBasketOnOneRedisTakesItsFirstLineOnce(t *testing.T) {
 	}
 	checkStock(t, store, map[string][2]int64{"A": {8, 2}, "B": {7, 3}})
 }
+
+// A cancel or fulfil reads each record once: the lines it looks up on the way (Lines) are not read again
+// for their statuses. On one Redis, once the scripts are known: a single-SKU order's cancel is 2 round
+// trips (its record, the transition), a basket's named by its least SKU 3 (that record, the other line's,
+// the transition), by another SKU 3 (that record, the least SKU's, the transition).
+func TestALifecycleCallReadsEachRecordOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	seed(t, store, map[string]int64{"A": 10, "B": 10})
+	for _, id := range []string{"o-0", "o-1", "o-2"} {
+		if _, err := store.ReserveLines(ctx, id, lines("A", 1, "B", 1), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"o-3", "o-4"} {
+		if _, err := store.Reserve(ctx, inventory.Order{ID: id, SKU: "A", Quantity: 1}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Cancel(ctx, "o-0", "A", nil); err != nil { // Redis learns the scripts
+		t.Fatal(err)
+	}
+	reads := func() int64 {
+		_, rest, _ := strings.Cut(rdb.Info(ctx, "stats").Val(), "total_reads_processed:")
+		var n int64
+		fmt.Sscan(rest, &n)
+		return n
+	}
+	for _, c := range []struct {
+		op, id, sku string
+		want        int64
+	}{{"cancel", "o-3", "A", 2}, {"fulfil", "o-4", "A", 2}, {"cancel", "o-1", "A", 3}, {"fulfil", "o-2", "B", 3}} {
+		before := reads()
+		call := store.Cancel
+		if c.op == "fulfil" {
+			call = store.Fulfil
+		}
+		if out, err := call(ctx, c.id, c.sku, nil); err != nil || out.Status == inventory.StatusRejected {
+			t.Fatalf("%s %s: %+v, %v", c.op, c.id, out, err)
+		}
+		if n := reads() - before - 1; n != c.want { // (- 1: the second INFO)
+			t.Errorf("%s of %s named by %s: %d round trips, want %d", c.op, c.id, c.sku, n, c.want)
+		}
+	}
+}
