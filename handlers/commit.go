@@ -82,9 +82,9 @@ func (c *committer) publish(ctx context.Context, batch []*queued, results []*mes
 
 // reserveBasket reserves basket, the order of q, in the next round, and publishes its outcome event and
 // acks its entry in that round's transaction.
-func (c *committer) reserveBasket(ctx context.Context, q *queued, basket *inventory.Basket) ([]*queued, error) {
-	b := &commit{ctx: ctx, take: func() []*queued { return []*queued{q} }, basket: basket}
-	return c.join(b)
+func (c *committer) reserveBasket(ctx context.Context, q *queued, basket *inventory.Basket) error {
+	_, err := c.join(&commit{ctx: ctx, take: func() []*queued { return []*queued{q} }, basket: basket})
+	return err
 }
 
 // join queues b for the next round, commits the rounds when no round is running or b's leader is asked
@@ -166,9 +166,10 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	if len(toReserve) > 0 {
 		batches := make([]inventory.Batch, len(toReserve))
 		for i, b := range toReserve {
-			batches[i] = inventory.Batch{Ctx: b.ctx, Orders: storeOrders(b.batch), Fence: b.fence}
 			if b.basket != nil {
 				batches[i] = inventory.Batch{Ctx: b.ctx, Basket: b.basket}
+			} else {
+				batches[i] = inventory.Batch{Ctx: b.ctx, Orders: storeOrders(b.batch), Fence: b.fence}
 			}
 		}
 		reserved = h.cfg.Store.ReserveBatches(ctx, batches)

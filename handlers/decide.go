@@ -40,8 +40,7 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 		}
 	}
 	if o.Kind() == TypeReserve && h.cfg.Store.BatchesBaskets() {
-		_, err := h.committer.reserveBasket(ctx, q, &inventory.Basket{OrderID: o.OrderID, Lines: o.Lines, Fences: fences})
-		return err
+		return h.committer.reserveBasket(ctx, q, &inventory.Basket{OrderID: o.OrderID, Lines: o.Lines, Fences: fences})
 	}
 	out, err := h.storeCall(ctx, o, fences)
 	if err != nil {

@@ -132,8 +132,13 @@ func (s *Store) ReserveLines(ctx context.Context, orderID string, lines []Line, 
 	if err := s.checkLines(&b, s.minFence); err != nil {
 		return OrderOutcome{}, err
 	}
+	return traceLines(ctx, b.id, func(ctx context.Context) ([]Outcome, error) { return s.reserveLines(ctx, b) })
+}
+
+// traceLines runs reserve inside a SpanReserveLines span (traceOrder) and summarizes the lines' outcomes.
+func traceLines(ctx context.Context, orderID string, reserve func(context.Context) ([]Outcome, error)) (OrderOutcome, error) {
 	return traceOrder(ctx, SpanReserveLines, orderID, func(ctx context.Context) (OrderOutcome, error) {
-		outs, err := s.reserveLines(ctx, b)
+		outs, err := reserve(ctx)
 		if err != nil {
 			return OrderOutcome{}, err
 		}
@@ -309,10 +314,11 @@ func (s *Store) linesOf(ctx context.Context, orderID, sku string) ([]Line, map[s
 		return nil, nil, err
 	}
 	rec, err := s.record(ctx, orderID, sku)
+	if err != nil {
+		return nil, nil, err
+	}
 	read := map[string]lineRecord{sku: rec}
 	switch {
-	case err != nil:
-		return nil, nil, err
 	case rec.Early: // a cancel that came before the order (cancelEarly): the order is not known yet
 		return nil, nil, fmt.Errorf("%w: order %q was %w (sku %q)", ErrUnknownOrder, orderID, errCancelledEarly, sku)
 	case rec.Lines != nil: // the basket's least SKU

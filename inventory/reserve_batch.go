@@ -83,8 +83,8 @@ type BatchResult struct {
 // decided alone after the others.
 func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResult {
 	results := make([]BatchResult, len(batches))
-	p, pipelines := s.rdb.(interface{ Pipeline() redis.Pipeliner })
-	if !pipelines || s.replicaAcks != 0 || len(batches) == 1 {
+	p, pipelined := s.pipelined()
+	if !pipelined || len(batches) == 1 {
 		for i, b := range batches {
 			results[i] = s.reserveAlone(b)
 		}
@@ -141,13 +141,9 @@ func (s *Store) pipedResult(b Batch, call pipedCall) (r BatchResult) {
 		return s.reserveAlone(b)
 	}
 	if b.Basket != nil {
-		r.Order, r.Err = traceOrder(b.Ctx, SpanReserveLines, b.Basket.OrderID, func(ctx context.Context) (OrderOutcome, error) {
+		r.Order, r.Err = traceLines(b.Ctx, b.Basket.OrderID, func(ctx context.Context) ([]Outcome, error) {
 			reply, err := call.cmd.Slice()
-			outs, err := s.linesReply(ctx, call.basket, reply, err)
-			if err != nil {
-				return OrderOutcome{}, err
-			}
-			return summarize(b.Basket.OrderID, outs), nil
+			return s.linesReply(ctx, call.basket, reply, err)
 		})
 		return r
 	}
@@ -160,8 +156,15 @@ func (s *Store) pipedResult(b Batch, call pipedCall) (r BatchResult) {
 // BatchesBaskets reports whether ReserveBatches reserves a basket in its pipeline with the other batches:
 // on one Redis, without WithReplicaAcks (whose WAITs decide the batches one after the other).
 func (s *Store) BatchesBaskets() bool {
-	_, pipelines := s.rdb.(interface{ Pipeline() redis.Pipeliner })
-	return pipelines && s.replicaAcks == 0 && !s.lineByLine()
+	_, pipelined := s.pipelined()
+	return pipelined && !s.lineByLine()
+}
+
+// pipelined returns the client's pipelines, and whether ReserveBatches sends its batches in one: not with
+// WithReplicaAcks, whose WAIT must follow each write on its connection, nor on a client without pipelines.
+func (s *Store) pipelined() (interface{ Pipeline() redis.Pipeliner }, bool) {
+	p, ok := s.rdb.(interface{ Pipeline() redis.Pipeliner })
+	return p, ok && s.replicaAcks == 0
 }
 
 // reserveAlone decides b on its own: ReserveBatch, or ReserveLines for a basket.
