@@ -1,0 +1,117 @@
+package redisstream
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is returned by a Publisher or Subscriber used after Close.
+var ErrClosed = errors.New("redisstream: closed")
+
+// PublisherConfig configures a Publisher; only Client is required.
+type PublisherConfig struct {
+	Client redis.UniversalClient
+	// Marshaller writes a message's fields; nil means DefaultMarshallerUnmarshaller.
+	Marshaller Marshaller
+	// Maxlens bounds a topic's stream length (XADD MAXLEN ~); a topic not listed gets DefaultMaxlen.
+	Maxlens map[string]int64
+	// DefaultMaxlen is the approximate length bound of every other stream; 0 means unbounded.
+	DefaultMaxlen int64
+}
+
+func (c *PublisherConfig) setDefaults() {
+	if c.Marshaller == nil {
+		c.Marshaller = DefaultMarshallerUnmarshaller{}
+	}
+}
+
+// Validate reports a setting that cannot work.
+func (c PublisherConfig) Validate() error {
+	if c.Client == nil {
+		return errors.New("redisstream: PublisherConfig.Client is nil")
+	}
+	if c.DefaultMaxlen < 0 {
+		return fmt.Errorf("redisstream: PublisherConfig.DefaultMaxlen %d is negative", c.DefaultMaxlen)
+	}
+	for topic, n := range c.Maxlens {
+		if n < 0 {
+			return fmt.Errorf("redisstream: PublisherConfig.Maxlens[%q] %d is negative", topic, n)
+		}
+	}
+	return nil
+}
+
+// Publisher publishes messages to Redis Streams, one entry each (XADD).
+type Publisher struct {
+	config PublisherConfig
+	logger watermill.LoggerAdapter
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+// NewPublisher returns a Publisher; logger may be nil.
+func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Publisher{config: config, logger: logger}, nil
+}
+
+// Publish appends msgs to the stream named topic, in order, in one round trip (a pipeline when there are
+// several), and returns once Redis has them. It uses the first message's context. On an error, some of
+// msgs may have been written: publish them again (a subscriber may then see one twice, with one UUID).
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	maxlen, ok := p.config.Maxlens[topic]
+	if !ok {
+		maxlen = p.config.DefaultMaxlen
+	}
+	args := make([]*redis.XAddArgs, len(msgs))
+	for i, msg := range msgs {
+		values, err := p.config.Marshaller.Marshal(topic, msg)
+		if err != nil {
+			return fmt.Errorf("redisstream: marshal message %s: %w", msg.UUID, err)
+		}
+		args[i] = &redis.XAddArgs{Stream: topic, Values: values, MaxLen: maxlen, Approx: maxlen > 0}
+	}
+	ctx := msgs[0].Context()
+	if len(args) == 1 {
+		if err := p.config.Client.XAdd(ctx, args[0]).Err(); err != nil {
+			return fmt.Errorf("redisstream: publish message %s to %s: %w", msgs[0].UUID, topic, err)
+		}
+		return nil
+	}
+	pipe := p.config.Client.Pipeline()
+	for _, a := range args {
+		pipe.XAdd(ctx, a)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redisstream: publish %d messages to %s: %w", len(msgs), topic, err)
+	}
+	return nil
+}
+
+// Close makes every later Publish fail with ErrClosed. It does not close Client, which is the caller's.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	return nil
+}
