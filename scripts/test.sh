@@ -46,6 +46,10 @@ others=$(mktemp)
 trap 'rm -f "$others"' EXIT
 (
   failed=0
+  # Watermill's Pub/Sub stress test (10 runs of its universal tests at once) against redisstream, without
+  # the race detector (its race-enabled single run is in the main module's tests): about 35 s.
+  echo "== ./redisstream (Watermill's stress test)"
+  go test -count=1 -timeout 10m -tags stress -run Stress ./redisstream/ || failed=1
   for mod in $(find . -name go.mod -not -path './.git/*' -not -path ./go.mod | sort); do
     check_module "$(dirname "$mod")" || failed=1
   done

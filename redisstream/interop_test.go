@@ -1,0 +1,89 @@
+package redisstream_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wrs "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/redisstream"
+)
+
+// sent is what the interop tests publish: payloads and metadata of several shapes, an empty one included.
+func sent() []*message.Message {
+	a := message.NewMessage(watermill.NewUUID(), []byte(`{"order_id":"o-1"}`))
+	a.Metadata.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	a.Metadata.Set("empty", "")
+	b := message.NewMessage(watermill.NewUUID(), nil)
+	c := message.NewMessage(watermill.NewUUID(), []byte("\x00binary\xff"))
+	c.Metadata.Set("k", "v")
+	return []*message.Message{a, b, c}
+}
+
+func assertSame(t *testing.T, want []*message.Message, got <-chan *message.Message) {
+	t.Helper()
+	for i, w := range want {
+		select {
+		case m := <-got:
+			if m.UUID != w.UUID || string(m.Payload) != string(w.Payload) {
+				t.Errorf("message %d: got UUID %s payload %q, want %s %q", i, m.UUID, m.Payload, w.UUID, w.Payload)
+			}
+			for k, v := range w.Metadata {
+				if got, ok := m.Metadata[k]; !ok || got != v {
+					t.Errorf("message %d: metadata %q = %q (present %v), want %q", i, k, got, ok, v)
+				}
+			}
+			m.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("message %d of %d never arrived", i, len(want))
+		}
+	}
+}
+
+func TestOurPublisherFeedsWatermillRedisstreamsSubscriber(t *testing.T) {
+	srv := redistest.Start(t)
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: srv.Client()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := wrs.NewSubscriber(wrs.SubscriberConfig{Client: srv.Client(), ConsumerGroup: "g", Consumer: "c"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	msgs := sent()
+	if err := pub.Publish("topic", msgs...); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sub.Subscribe(context.Background(), "topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSame(t, msgs, out)
+}
+
+func TestWatermillRedisstreamsPublisherFeedsOurSubscriber(t *testing.T) {
+	srv := redistest.Start(t)
+	pub, err := wrs.NewPublisher(wrs.PublisherConfig{Client: srv.Client()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: srv.Client(), ConsumerGroup: "g", Consumer: "c"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	msgs := sent()
+	if err := pub.Publish("topic", msgs...); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sub.Subscribe(context.Background(), "topic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertSame(t, msgs, out)
+}
