@@ -310,3 +310,43 @@ func TestReplicaAcksErrorsSayWhy(t *testing.T) {
 		t.Errorf("the refused SetStock wrote the stock")
 	}
 }
+
+// With replica acks a round of several batches and a basket is not one pipeline of scripts: each write is
+// followed by its own WAIT on its connection, so every batch that returns decided is on the replica. (A
+// pipeline of the scripts would return them decided with no WAIT at all: durability silently gone.)
+func TestReplicaAcksEveryBatchOfARoundWaitsForTheReplica(t *testing.T) {
+	ctx := context.Background()
+	_, _, mc, rc := replicated(t)
+	store := inventory.New(mc, inventory.WithReplicaAcks(1, time.Second), inventory.WithOutcomeTTL(time.Minute))
+	for _, sku := range []string{"A", "B", "C", "D"} {
+		if err := store.SetStock(ctx, sku, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round := func(prefix string) []inventory.BatchResult {
+		return store.ReserveBatches(ctx, []inventory.Batch{
+			{Ctx: ctx, Orders: batchOf("A", inventory.Order{ID: prefix + "a1", Quantity: 1}, inventory.Order{ID: prefix + "a2", Quantity: 1})},
+			{Ctx: ctx, Orders: batchOf("B", inventory.Order{ID: prefix + "b1", Quantity: 2})},
+			{Ctx: ctx, Basket: &inventory.Basket{OrderID: prefix + "cd", Lines: []inventory.Line{{SKU: "C", Quantity: 1}, {SKU: "D", Quantity: 1}},
+				Fences: inventory.Fences{"C": 0, "D": 0}}},
+		})
+	}
+	round("warm-") // Redis learns the scripts: a pipeline's NOSCRIPT would send each batch alone, with its WAIT
+	if err := mc.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	results := round("")
+	for i, r := range results {
+		if r.Err != nil {
+			t.Fatalf("batch %d: %v", i, r.Err)
+		}
+	}
+	if n := infoInt(t, mc, "commandstats", "cmdstat_wait:calls="); n < 3 {
+		t.Errorf("%d WAITs for a round of 3 writes (2 batches, 1 basket), want one after each", n)
+	}
+	for sku, want := range map[string]string{"A": "1", "B": "1", "C": "3", "D": "3"} {
+		if got := rc.HGet(ctx, inventory.StockKey(sku), "available").Val(); got != want {
+			t.Errorf("replica right after the round: %s available %q, want %s", sku, got, want)
+		}
+	}
+}
