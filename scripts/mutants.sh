@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The mutation audit (issue 47), kept as a method: applies each hand-made one-line bug of a list to a
+# scratch copy of the working tree, one at a time, runs the tests that should catch it, and says which
+# bugs survived. Not part of CI (each mutant recompiles and reruns a package's tests).
+#
+#   scripts/mutants.sh                    every mutant of scripts/mutants.txt
+#   scripts/mutants.sh replica            only those whose name contains "replica"
+#
+# scripts/mutants.txt: one mutant per line, fields separated by " | ":
+#   name | file | the exact text to replace (its first occurrence) | the replacement | package | -run regex
+# Lines starting with # and blank lines are skipped. A mutant whose text is not found fails the run: the
+# code moved on and the list must follow it.
+# Exits 1 when a mutant survived or could not be applied.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+list="$top/scripts/mutants.txt"
+filter=${1:-}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+(cd "$top" && tar --exclude=.git --exclude=bench/results -cf - .) | (cd "$scratch" && tar -xf -)
+source "$top/scripts/ensure-redis.sh"
+
+status=0
+while IFS= read -r line; do
+  case $line in ''|'#'*) continue ;; esac
+  IFS='|' read -r name file from to pkg run <<<"$line"
+  name=$(echo "$name" | xargs); file=$(echo "$file" | xargs); pkg=$(echo "$pkg" | xargs); run=$(echo "$run" | xargs)
+  from=${from# }; from=${from% }; to=${to# }; to=${to% }
+  [ -n "$filter" ] && [[ $name != *"$filter"* ]] && continue
+  cp "$scratch/$file" "$scratch/$file.orig"
+  if ! FROM=$from TO=$to perl -0pi -e '$n = s/\Q$ENV{FROM}\E/$ENV{TO}/; END { exit($n ? 0 : 3) }' "$scratch/$file"; then
+    echo "NOT APPLIED  $name: text not found in $file"
+    status=1
+  elif (cd "$scratch" && go test -count=1 -run "$run" "$pkg" >"$scratch/out" 2>&1); then
+    echo "SURVIVED     $name ($pkg -run '$run')"
+    status=1
+  else
+    echo "killed       $name: $(grep -m1 -E '_test.go:[0-9]+:' "$scratch/out" | sed 's/^ *//' | cut -c1-140)"
+  fi
+  mv "$scratch/$file.orig" "$scratch/$file"
+done <"$list"
+exit $status
