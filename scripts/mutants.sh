@@ -8,6 +8,7 @@
 #
 # scripts/mutants.txt: one mutant per line, fields separated by " | ":
 #   name | file | the exact text to replace (its first occurrence) | the replacement | package | -run regex
+# A package of another Go module is given as <module dir>:<package>, e.g. lockmw/rlock:.
 # Lines starting with # and blank lines are skipped. A mutant whose text is not found fails the run: the
 # code moved on and the list must follow it.
 # Exits 1 when a mutant survived or could not be applied.
@@ -31,7 +32,8 @@ while IFS= read -r line; do
   if ! FROM=$from TO=$to perl -0pi -e '$n = s/\Q$ENV{FROM}\E/$ENV{TO}/; END { exit($n ? 0 : 3) }' "$scratch/$file"; then
     echo "NOT APPLIED  $name: text not found in $file"
     status=1
-  elif (cd "$scratch" && go test -count=1 -run "$run" "$pkg" >"$scratch/out" 2>&1); then
+  elif dir=.; [[ $pkg == *:* ]] && dir=${pkg%%:*} && pkg=${pkg#*:}
+       (cd "$scratch/$dir" && go test -count=1 -run "$run" "$pkg" >"$scratch/out" 2>&1); then
     echo "SURVIVED     $name ($pkg -run '$run')"
     status=1
   else

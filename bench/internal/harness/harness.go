@@ -22,7 +22,7 @@ import (
 )
 
 // Comparisons are the names Config.Only accepts, in the order they run.
-var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e", "scale", "lines", "cost"}
+var Comparisons = []string{"uncontended", "hotkey", "redlock", "stock", "e2e", "scale", "lines", "cost", "pubsub"}
 
 // Config sizes a run.
 type Config struct {
@@ -40,6 +40,9 @@ type Config struct {
 	CostOrders              int    // cost of an order: orders per round
 	WorkerBin               string // the bench worker binary; "" skips the end-to-end comparison
 	ConsumerBin             string // the peers of the cost comparison (bench/cmd/benchconsumer); "" skips it
+	// Pub/Sub: messages drained per contender and round; how long the idle subscriptions are measured.
+	PubSubMessages int
+	PubSubIdle     time.Duration
 	// BaseWorkerBin is another build of the bench worker, run as one more contender of the cost comparison
 	// ("base worker"): an A/B of two builds in the same rounds. "": none.
 	BaseWorkerBin string
@@ -55,7 +58,8 @@ type Config struct {
 func Quick() Config {
 	return Config{Mode: "quick", Rounds: 3, Warmup: 200 * time.Millisecond, Uncontended: 600 * time.Millisecond,
 		HotKey: 1200 * time.Millisecond, Redlock: 800 * time.Millisecond,
-		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 12000, E2EHotOrders: 5000, CostOrders: 20000}
+		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 12000, E2EHotOrders: 5000, CostOrders: 20000,
+		PubSubMessages: 20000, PubSubIdle: idleWindow}
 }
 
 // Full is the configuration of `bench.sh`: about 9 minutes. More, shorter rounds rather than fewer long
@@ -63,7 +67,8 @@ func Quick() Config {
 func Full() Config {
 	return Config{Mode: "full", Rounds: 7, Warmup: 500 * time.Millisecond, Uncontended: 1500 * time.Millisecond,
 		HotKey: 2500 * time.Millisecond, Redlock: 1500 * time.Millisecond,
-		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 20000, E2EHotOrders: 8000, CostOrders: 20000}
+		StockUnits: 5000, StockOrders: 6000, StockClients: 64, E2EOrders: 20000, E2EHotOrders: 8000, CostOrders: 20000,
+		PubSubMessages: 50000, PubSubIdle: idleWindow}
 }
 
 // ParseOnly reads a comma-separated list of comparisons into a Config.Only; "" is all of them.
@@ -161,7 +166,7 @@ func (b *bench) close() {
 func (b *bench) runComparisons(ctx context.Context) error {
 	steps := map[string]func(context.Context) error{
 		"uncontended": b.uncontended, "hotkey": b.hotKey, "redlock": b.redlock, "stock": b.stock, "e2e": b.endToEnd,
-		"scale": b.scale, "lines": b.lines, "cost": b.cost,
+		"scale": b.scale, "lines": b.lines, "cost": b.cost, "pubsub": b.pubSub,
 	}
 	for _, name := range b.cfg.selected() {
 		if err := steps[name](ctx); err != nil {

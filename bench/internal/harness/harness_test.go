@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
@@ -181,5 +183,49 @@ func TestProcessCPUCountsNanosecondsAcrossThreads(t *testing.T) {
 	got, want := processCPU(pid), rusage()
 	if d := got - want; d < -2*time.Millisecond || d > 2*time.Millisecond {
 		t.Fatalf("processCPU %v, getrusage %v", got, want)
+	}
+}
+
+// Comparison 9 at toy size: both Pub/Subs drain every message; watermill-redisstream's known cost, a read and
+// an ack per message, shows as 2 round trips; the harness's own calls (INFO, XINFO GROUPS) are not counted.
+func TestPubSubCountsWhatTheContendersSentAndEveryMessage(t *testing.T) {
+	cfg := Config{Mode: "smoke", Rounds: 1, PubSubMessages: 300, PubSubIdle: 200 * time.Millisecond,
+		Only: map[string]bool{"pubsub": true}}
+	report, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(report.Problems) > 0 {
+		t.Errorf("checks failed: %v", report.Problems)
+	}
+	drain, idle := report.table("pubsub-drain"), report.table("pubsub-idle")
+	for _, c := range pubSubContenders {
+		if got := drain.value(c.name, "msgs_per_s"); !(got > 0) {
+			t.Errorf("%s drained %v messages/s", c.name, got)
+		}
+	}
+	if got := drain.value("watermill-redisstream", "round_trips"); got < 1.95 || got > 2.1 {
+		t.Errorf("watermill-redisstream: %v round trips per message, want 2 (XREADGROUP COUNT 1, XACK)", got)
+	}
+	if got := idle.value("nobody subscribed", "commands_per_s"); got != 0 {
+		t.Errorf("nobody subscribed, yet %v commands/s: the harness's own were counted", got)
+	}
+	if got := idle.value("watermill-redisstream, after traffic", "commands_per_s"); got < 20 {
+		t.Errorf("watermill-redisstream after traffic: %v commands/s, want its 16 reads every 100-200 ms", got)
+	}
+}
+
+func TestTheTallyCountsAMessageSeenTwiceOrNotOursAsExtra(t *testing.T) {
+	tl := newTally(2)
+	for _, payload := range []string{"00000000 x", "00000001 x", "00000001 x", "00000002 x", "junk"} {
+		_ = tl.handle(message.NewMessage("id", []byte(payload)))
+	}
+	if tl.count.Load() != 2 || tl.extra.Load() != 3 {
+		t.Errorf("count %d, extra %d; want 2 and 3", tl.count.Load(), tl.extra.Load())
+	}
+	select {
+	case <-tl.all:
+	default:
+		t.Error("every message seen, all not closed")
 	}
 }
