@@ -25,8 +25,9 @@ status=0
 while IFS= read -r line; do
   case $line in ''|'#'*) continue ;; esac
   IFS='|' read -r name file from to pkg run <<<"$line"
-  name=$(echo "$name" | xargs); file=$(echo "$file" | xargs); pkg=$(echo "$pkg" | xargs); run=$(echo "$run" | xargs)
-  from=${from# }; from=${from% }; to=${to# }; to=${to% }
+  trim() { local v=${1#"${1%%[![:space:]]*}"}; printf '%s' "${v%"${v##*[![:space:]]}"}"; }
+  name=$(trim "$name"); file=$(trim "$file"); pkg=$(trim "$pkg"); run=$(trim "$run")
+  from=$(trim "$from"); to=$(trim "$to")
   [ -n "$filter" ] && [[ $name != *"$filter"* ]] && continue
   cp "$scratch/$file" "$scratch/$file.orig"
   if ! FROM=$from TO=$to perl -0pi -e '$n = s/\Q$ENV{FROM}\E/$ENV{TO}/; END { exit($n ? 0 : 3) }' "$scratch/$file"; then
