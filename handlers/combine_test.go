@@ -470,3 +470,39 @@ func TestAPanicInALaterBatchDoesNotPoisonTheLeader(t *testing.T) {
 		t.Fatalf("outcomes %v; want o-1 reserved only", r)
 	}
 }
+
+// More orders of one SKU waiting than a stock script takes are decided in batches of at most
+// inventory.MaxBatch: the script's keys and arguments are bounded, whatever the queue.
+func TestABatchHoldsAtMostMaxBatchOrders(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	var msgs []*message.Message
+	for i := range inventory.MaxBatch + 6 {
+		msgs = append(msgs, e.order(t, fmt.Sprintf("o-%d", i)))
+	}
+	wait := e.run(t, msgs...)
+	close(e.gate)
+	for i, err := range wait() {
+		if err != nil {
+			t.Fatalf("order %d: %v", i, err)
+		}
+	}
+	for _, n := range e.store.batches {
+		if n > inventory.MaxBatch {
+			t.Fatalf("batches %v: one holds more than MaxBatch (%d) orders", e.store.batches, inventory.MaxBatch)
+		}
+	}
+}
+
+// A batch decided one order at a time (it failed permanently) gives its leader the leader's own outcome,
+// not the last order's: here the last order's record is corrupt and the leader's order is reserved.
+func TestALeaderDecidedOneByOneGetsItsOwnOutcome(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	if err := e.rdb.Set(context.Background(), "order:{SKU-1}:o-3", "not json", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
+	close(e.gate)
+	if errs := wait(); errs[0] != nil || errs[1] != nil || !inventory.IsPermanent(errs[2]) {
+		t.Fatalf("errors %v; want only o-3's (the last), permanent, and none for the leader o-1", errs)
+	}
+}

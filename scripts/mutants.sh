@@ -9,7 +9,7 @@
 # scripts/mutants.txt: one mutant per line, fields separated by " | ":
 #   name | file | the exact text to replace (its first occurrence) | the replacement | package | -run regex
 # A package of another Go module is given as <module dir>:<package>, e.g. lockmw/rlock:.
-# Lines starting with # and blank lines are skipped. A mutant whose text is not found fails the run: the
+# \n and \t in the texts stand for a line break and a tab. Lines starting with # and blank lines are skipped. A mutant whose text is not found fails the run: the
 # code moved on and the list must follow it.
 # Exits 1 when a mutant survived or could not be applied.
 set -euo pipefail
@@ -30,7 +30,7 @@ while IFS= read -r line; do
   from=$(trim "$from"); to=$(trim "$to")
   [ -n "$filter" ] && [[ $name != *"$filter"* ]] && continue
   cp "$scratch/$file" "$scratch/$file.orig"
-  if ! FROM=$from TO=$to perl -0pi -e '$n = s/\Q$ENV{FROM}\E/$ENV{TO}/; END { exit($n ? 0 : 3) }' "$scratch/$file"; then
+  if ! FROM=$from TO=$to perl -0pi -e 'BEGIN { ($f, $t) = map { s/\\n/\n/g; s/\\t/\t/g; $_ } ($ENV{FROM}, $ENV{TO}) } $n = s/\Q$f\E/$t/; END { exit($n ? 0 : 3) }' "$scratch/$file"; then
     echo "NOT APPLIED  $name: text not found in $file"
     status=1
   elif dir=.; [[ $pkg == *:* ]] && dir=${pkg%%:*} && pkg=${pkg#*:}
