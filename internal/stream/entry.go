@@ -30,6 +30,17 @@ type Entry struct {
 	// Values are its fields; Message may change them. Their strings may be part of the packed entries of
 	// the whole read (unpackEntries): Message copies what the message keeps.
 	Values map[string]any
+	// Repeated is the first field name the entry has twice (XADD accepts that), "" when none: such an
+	// entry is poisoned, since readers that keep the first or the last value would read it two ways.
+	Repeated string
+}
+
+// set adds a field to e.Values, noting the first repeated name.
+func (e *Entry) set(name string, value any) {
+	if _, seen := e.Values[name]; seen && e.Repeated == "" {
+		e.Repeated = name
+	}
+	e.Values[name] = value
 }
 
 // Message reads the entry as a message: a Watermill entry (_watermill_message_uuid, metadata, payload) or a
@@ -46,6 +57,9 @@ func (e Entry) Message() (msg *message.Message) {
 		msg.Metadata.Set(metaDeliveries, strconv.FormatInt(e.Deliveries, 10))
 		msg.Metadata.Set(metaPartition, strconv.Itoa(e.Partition))
 	}()
+	if e.Repeated != "" {
+		return badEntry(e.ID, fmt.Sprintf("field %q given twice: readers that keep the first or the last would read the entry two ways", e.Repeated))
+	}
 	values := e.Values
 	if values == nil {
 		values = map[string]any{}

@@ -168,8 +168,7 @@ func unpackEntries(packed string) ([]Entry, error) {
 		}
 		e.Values = make(map[string]any, fields/2)
 		for range fields / 2 {
-			k := u.str()
-			e.Values[k] = u.str()
+			e.set(u.str(), u.str())
 		}
 		if parts == 3 {
 			e.Deliveries = u.int()

@@ -349,7 +349,7 @@ func parseEntries(list []any) ([]Entry, error) {
 		}
 		for i := 0; i < len(fields); i += 2 {
 			k, _ := fields[i].(string)
-			entry.Values[k] = fields[i+1]
+			entry.set(k, fields[i+1])
 		}
 		entries = append(entries, entry)
 	}
