@@ -57,3 +57,31 @@ func TestACancelWaitsForTheEarlierEntryItsOrderIsIn(t *testing.T) {
 		t.Fatalf("looked %d times at the pending entries in %v, want a few, each twice as long after the last", n, earlierPendingWait)
 	}
 }
+
+// With no earlier entry pending any more, a cancel looks at its order's lines once more before it gives up on
+// it: the earlier entry, the order, may have been decided between the first look and the check of the
+// pending entries.
+func TestACancelLooksOnceMoreWhenNoEarlierEntryIsPending(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	store := inventory.New(rdb)
+	if err := store.SetStock(ctx, "A", 10); err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Store: store, Redis: rdb, EarlierPending: func(context.Context, *message.Message) (bool, error) {
+		// The earlier entry is decided as the pending entries are read: none is pending now.
+		if _, err := store.ReserveLines(ctx, "o-1", []inventory.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
+			t.Error(err)
+		}
+		return false, nil
+	}})
+	var got []inventory.Line
+	decode := h.Decode(func(msg *message.Message) ([]*message.Message, error) {
+		o, err := OrderOf(msg)
+		got = o.Lines
+		return nil, err
+	})
+	if _, err := decode(message.NewMessage("1-1", []byte(`{"type":"cancel","order_id":"o-1","sku":"A"}`))); err != nil || len(got) != 1 {
+		t.Fatalf("cancel whose order was decided as the pending entries were read: lines %v, %v; want the order's line", got, err)
+	}
+}

@@ -37,6 +37,9 @@ while IFS= read -r line; do
        (cd "$scratch/$dir" && go test -count=1 -run "$run" "$pkg" >"$scratch/out" 2>&1); then
     echo "SURVIVED     $name ($pkg -run '$run')"
     status=1
+  elif grep -q -e '\[build failed\]' -e '\[setup failed\]' "$scratch/out"; then
+    echo "DOES NOT BUILD $name: $(grep -m1 -E '\.go:[0-9]+:' "$scratch/out" | cut -c1-140)"
+    status=1
   else
     echo "killed       $name: $(grep -m1 -E '_test.go:[0-9]+:' "$scratch/out" | sed 's/^ *//' | cut -c1-140)"
   fi

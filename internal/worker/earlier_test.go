@@ -1,0 +1,60 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
+)
+
+// earlierWorker is a Worker with just what earlierPending reads: one partition, group g, its Redis.
+func earlierWorker(t *testing.T) (*Worker, *redis.Client) {
+	rdb := redistest.Start(t).Client()
+	parts := stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+	if err := rdb.XGroupCreateMkStream(context.Background(), parts[0].Orders, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &Worker{cfg: Config{Config: stream.Config{ConsumerGroup: "g"}, ClaimIdle: 30 * time.Second}, parts: parts, rdb: rdb}, rdb
+}
+
+// pend adds an entry with id (or "*") and reads it as consumer c, so that it is pending; it returns its id.
+func pend(t *testing.T, rdb *redis.Client, id string) string {
+	ctx := context.Background()
+	id, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: id, Values: []string{"payload", "p"}}).Result()
+	if err == nil {
+		err = rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"orders", ">"}}).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// A cancel's or fulfil's own entry, pending while it is handled, is not an earlier one; an entry before it is.
+func TestAnEventsOwnEntryIsNotAnEarlierPendingOne(t *testing.T) {
+	w, rdb := earlierWorker(t)
+	first := pend(t, rdb, "*")
+	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(first, nil)); err != nil || earlier {
+		t.Fatalf("the only pending entry, the event's own: earlier %v, %v; want false", earlier, err)
+	}
+	second := pend(t, rdb, "*")
+	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(second, nil)); err != nil || !earlier {
+		t.Fatalf("an entry before the event's pending: earlier %v, %v; want true", earlier, err)
+	}
+}
+
+// An event published more than twice CLAIM_IDLE ago waits for no earlier entry, pending or not: one that
+// stays pending that long (failing again and again) no longer holds the event back.
+func TestAnEventOlderThanTwiceClaimIdleWaitsForNoEarlierEntry(t *testing.T) {
+	w, rdb := earlierWorker(t)
+	pend(t, rdb, "1000-0")
+	old := pend(t, rdb, "2000-0") // published in 1970
+	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(old, nil)); err != nil || earlier {
+		t.Fatalf("an event published long before twice CLAIM_IDLE ago: earlier %v, %v; want false", earlier, err)
+	}
+}
