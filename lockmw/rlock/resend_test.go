@@ -156,3 +156,109 @@ func (tc lateLocker) wantHolds(t *testing.T, key, owner string, n int) {
 	r := rig{l: tc.locker, servers: tc.servers}
 	r.wantHolds(t, key, owner, n)
 }
+
+// A fresh acquisition (its caller holds nothing) that finds its owner id in the lock hash takes that hold as
+// its own, and counts it once: the hold is this request's, run before its reply was lost, or one its owner
+// no longer knows of (a process that crashed and reuses its owner id), whose count may be above 1. A stale
+// count kept would outlive the one release its owner makes: the key would stay locked, with nobody to free it.
+func TestFreshAcquisitionCountsOneHoldOverItsOwnersStaleCount(t *testing.T) {
+	_, cases := lockers(t, Config{})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := WithOwner(context.Background(), "owner-A")
+			for _, s := range c.servers { // a Redisson-layout hold of owner-A, 3 deep, that no lease here knows
+				if err := s.Client().HSet(ctx, namesFor("k").lock, "owner-A", 3).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lease := mustAcquire(t, c.locker, ctx, "k")
+			for i, n := range c.holds(t, "k", "owner-A") {
+				if n != 1 {
+					t.Errorf("server %d: %d holds of owner-A after its fresh acquisition, want 1", i, n)
+				}
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			next, err := c.other.TryAcquire(context.Background(), "k")
+			if err != nil {
+				t.Fatalf("another owner after the only lease's release: %v, want the lock free (holds left %v)",
+					err, c.holds(t, "k", "owner-A"))
+			}
+			_ = next.Release(context.Background())
+		})
+	}
+}
+
+// lossyLocker returns a locker whose client goes through a reply dropper and never sends a command again
+// (MaxRetries -1): a lost reply fails the call, and what follows is rlock's own doing (an undo, a retry).
+func lossyLocker(t *testing.T, srv *redistest.Server) (*Reentrant, *redistest.ReplyDropper) {
+	t.Helper()
+	proxy := redistest.NewReplyDropper(t, srv.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	l, err := NewReentrant(c, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	warmUp(t, l)
+	return l, proxy
+}
+
+// A reentry whose lock had expired in Redis takes it afresh (count 1, a new token). Undone after its reply
+// was lost, it must free that lock: the holds it would re-enter are gone, so nothing in Redis is the
+// caller's to keep, and a lock left behind stays held, renewed for a hold that was lost.
+func TestUndoOfAReentryThatTookTheLockAfreshFreesIt(t *testing.T) {
+	srv := redistest.Start(t)
+	l, proxy := lossyLocker(t, srv)
+	ctx, rdb := context.Background(), srv.Client()
+	outer := mustAcquire(t, l, ctx, "k") // a 30 s lease: no renewal notices the loss before the reentry
+	rdb.Del(ctx, "lock:{k}")             // expired behind the holder's back
+
+	proxy.DropReplyTo(acquireScript.Hash(), 1)
+	if _, err := l.TryAcquire(outer.Context(), "k"); err == nil {
+		t.Fatal("a reentry whose reply was lost succeeded")
+	}
+	if proxy.Dropped() != 1 {
+		t.Fatalf("%d replies dropped, want 1: the test tested nothing", proxy.Dropped())
+	}
+	if n := rdb.Exists(ctx, "lock:{k}").Val(); n != 0 {
+		t.Errorf("lock:{k} %v is held after the undo of the reentry that took it", rdb.HGetAll(ctx, "lock:{k}").Val())
+	}
+	next, err := newLocker(t, srv, Config{}).TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("another owner after the undone reentry: %v, want the lock free", err)
+	}
+	_ = next.Release(ctx)
+	_ = outer.Release(ctx) // ErrNotHeld, its lock lost: it stops being renewed
+}
+
+// rlock retries a release whose round trip failed (releaseTries) with the same request id, so the unlock
+// latch answers a retry whose first try ran with that try's outcome. Under a new id, the retry after a lost
+// reply is a second release: it takes the outer lease's hold away with the inner one's.
+func TestReleaseRetryAfterALostReplyTakesAwayOneReentrantHold(t *testing.T) {
+	srv := redistest.Start(t)
+	l, proxy := lossyLocker(t, srv)
+	ctx, rdb := context.Background(), srv.Client()
+	outer := mustAcquire(t, l, ctx, "k")
+	inner := mustAcquire(t, l, outer.Context(), "k")
+	owner := OwnerFrom(outer.Context())
+
+	proxy.DropReplyTo(releaseScript.Hash(), 1)
+	if err := inner.Release(ctx); err != nil {
+		t.Fatalf("release of the inner lease, retried after its lost reply: %v", err)
+	}
+	if proxy.Dropped() != 1 {
+		t.Fatalf("%d replies dropped, want 1: the test tested nothing", proxy.Dropped())
+	}
+	if holds, _ := rdb.HGet(ctx, "lock:{k}", owner).Int(); holds != 1 {
+		t.Errorf("%d holds of the owner after the inner release, want 1: the outer lease's", holds)
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Errorf("release of the outer lease: %v, want its hold still there", err)
+	}
+	if n := rdb.Exists(ctx, "lock:{k}").Val(); n != 0 {
+		t.Errorf("lock:{k} %v is held after both releases", rdb.HGetAll(ctx, "lock:{k}").Val())
+	}
+}

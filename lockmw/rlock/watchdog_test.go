@@ -83,3 +83,44 @@ func endAndExpiry(t *testing.T, held Lease, rdb *redis.Client, lock string) (end
 	}
 	return
 }
+
+// validity is until when the hold of l is safe by the local clock: when it is declared lost unless renewed.
+func validity(l Lease) time.Time {
+	ll := l.(*lease)
+	ll.e.dog.mu.Lock()
+	defer ll.e.dog.mu.Unlock()
+	return ll.h.valid
+}
+
+// A renewal never moves a hold's validity backwards. The renew script never shortens the lock in Redis, so
+// a renewal whose reply computes an earlier validity (a slow renewal, the watchdog's after an Extend beyond
+// the lease, a shorter Extend) leaves the lock as long in Redis as before, and the hold must not be
+// declared lost sooner than that.
+func TestRenewalNeverMovesTheHoldsValidityBackwards(t *testing.T) {
+	s := redistest.Start(t)
+	l := newLocker(t, s, Config{}) // a 30 s lease: the loop renews nothing meanwhile
+	ctx, rdb := context.Background(), s.Client()
+	held := mustAcquire(t, l, ctx, "k")
+	if err := held.Extend(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	extended := validity(held)
+	if until := time.Until(extended); until < 59*time.Minute {
+		t.Fatalf("the hold is valid for %v after Extend(1h)", until)
+	}
+
+	l.e.dog.renewRound([]*hold{held.(*lease).h}, l.e.cfg.Lease/3) // the watchdog's renewal: one lease
+	if err := held.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if pttl := rdb.PTTL(ctx, "lock:{k}").Val(); pttl < 59*time.Minute {
+		t.Fatalf("the lock lasts %v in Redis after the shorter renewals, want the hour still", pttl)
+	}
+	if got := validity(held); !got.Equal(extended) {
+		t.Errorf("the hold is valid for %v after the shorter renewals, want %v as after Extend(1h)",
+			time.Until(got).Round(time.Second), time.Until(extended).Round(time.Second))
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
