@@ -93,7 +93,7 @@ func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
 	}
 	e.store = &countingStore{Store: inv}
 	parts := stream.Config{OrdersStream: "orders", ConsumerGroup: "g", ResultsStream: "results"}.Partitions()
-	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", MaxWait: maxWait})
+	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c1", MaxWait: maxWait})
 	e.c = e.h.combiner
 	return e
 }

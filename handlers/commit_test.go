@@ -68,7 +68,7 @@ func newRoundEnv(t *testing.T) *roundEnv {
 			t.Fatal(err)
 		}
 	}
-	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: e.parts, Group: "g", ResultsMaxLen: 1000, Worker: "w"})
+	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: e.parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c"})
 	return e
 }
 
@@ -193,11 +193,10 @@ func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
 	}
 }
 
-// A round whose transaction fails for one partition (here its worker may not write that partition's
-// results stream: the XADD is refused while queued, which aborts the transaction) fails the batches with
-// an order read from that partition, and on a cluster, where each partition commits in a transaction of its
-// own, no other: their entries stay pending for the retry while the other partitions' are acked with their
-// outcomes. On one Redis the round is one transaction: every batch fails and nothing is acked.
+// A round whose commit fails for one partition (here its worker may not write that partition's results
+// stream: the call is refused before it runs) fails the batches with an order read from that partition and
+// no other, on one Redis as on a cluster (each partition commits in a call of its own): their entries stay
+// pending for the retry while the other partitions' are acked with their outcomes.
 func TestAFailedPartitionFailsOnlyItsBatches(t *testing.T) {
 	for _, cluster := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cluster=%v", cluster), func(t *testing.T) {
@@ -225,18 +224,15 @@ func TestAFailedPartitionFailsOnlyItsBatches(t *testing.T) {
 				pending[i] = e.rdb.XPending(ctx, p.Orders, "g").Val().Count
 			}
 			outcomes, wantPending, okA := len(e.outcomes(t)), [2]int64{0, 2}, round[0].err == nil
-			if !cluster {
-				outcomes, wantPending, okA = outcomes+3, [2]int64{3, 2}, !okA
-			}
 			if !okA || round[1].err == nil || round[2].err == nil {
-				t.Fatalf("round errors %v, %v, %v: want SKU-B's and SKU-C's batches failed, SKU-A's too on one Redis only",
+				t.Fatalf("round errors %v, %v, %v: want SKU-B's and SKU-C's batches failed, not SKU-A's",
 					round[0].err, round[1].err, round[2].err)
 			}
 			if !strings.Contains(round[1].err.Error(), "NOPERM") {
 				t.Errorf("SKU-B's error %q, want its partition's XADD's NOPERM", round[1].err)
 			}
 			if outcomes != 3 || pending != wantPending {
-				t.Errorf("%d outcomes, pending by partition %v; want 3 (SKU-A's 2, SKU-C's 1) on a cluster and none on one Redis, pending %v",
+				t.Errorf("%d outcomes, pending by partition %v; want 3 (SKU-A's 2, SKU-C's 1), pending %v",
 					len(e.outcomes(t)), pending, wantPending)
 			}
 		})
@@ -274,8 +270,8 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 }
 
 // An order decided already (a basket, a lifecycle event) that comes while a round is being committed
-// joins the next round for its outcome event and ack: that round reserves only the batches, and one
-// transaction publishes and acks them all.
+// joins the next round for its outcome event and ack: that round reserves only the batches, and its commit
+// publishes and acks them all, one XACK per partition (here 2; the decided order alone would make it 3).
 func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
@@ -313,8 +309,8 @@ func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	if n := e.pending(t); n != 0 {
 		t.Errorf("%d entries pending, want every one acked", n)
 	}
-	if execs := commandCalls(t, e.rdb, "exec"); execs != 2 {
-		t.Errorf("%d transactions after the stats were reset, want 2: the first round's, and one for the decided order and the two batches", execs)
+	if acks := commandCalls(t, e.rdb, "xack"); acks != 3 {
+		t.Errorf("%d XACKs after the stats were reset, want 3: the first round's, and one per partition for the decided order and the two batches", acks)
 	}
 }
 

@@ -10,5 +10,5 @@
 // exclusive section, which the lock middleware obtained in a way the handler does not need to know (the
 // fencing token it gets is 0 without a lock, and an elided section makes the stock script take the lock
 // itself); it decides a batch in one stock script call (inventory) and publishes the outcome events and
-// acks the entries in one transaction.
+// acks the entries in one script call per partition (stream.Commit), for the entries still its consumer's.
 package handlers

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -39,11 +40,15 @@ type Config struct {
 	Group string
 	// ResultsMaxLen caps the results streams (XADD MAXLEN ~); 0: no cap.
 	ResultsMaxLen int64
-	// Cluster: Redis is a cluster, where a transaction cannot span slots: each partition's outcomes and
-	// acks go in a transaction of their own.
+	// Cluster: Redis is a cluster, where one call cannot span slots (a basket then goes line by line).
 	Cluster bool
 	// Worker names this worker in outcome events.
 	Worker string
+	// Consumer is the worker's name in Group, under which it reads the orders; "" means Worker.
+	Consumer string
+	// Logger logs what the handler does not return as an error (an outcome left to the consumer that
+	// claimed its entry); nil means slog.Default().
+	Logger *slog.Logger
 	// MaxWait bounds how long an order waits in Combine for a batch, as LOCK_WAIT bounds a lock wait; 0:
 	// no bound.
 	MaxWait time.Duration

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -13,85 +14,73 @@ import (
 )
 
 // publish sends the outcome events results of batch's orders (by the batch's order) to their partitions'
-// results streams and acks their entries, in one MULTI/EXEC: a Redis that refuses the XADDs (OOM, say)
-// must not run the XACK, or the entries would be acked without an outcome (a command refused while queued
-// aborts the transaction). On a cluster a transaction cannot span slots: each partition's outcomes and
-// acks go in a MULTI of their own.
+// results streams and acks their entries: one script call per partition (stream.Commit: one slot on a
+// cluster), all in one pipeline, each writing nothing unless its checks pass, so that no entry is acked
+// without its outcome (a Redis out of memory refuses the first write). An order whose entry is no longer
+// pending to this consumer (claimed by another while this round stalled) gets no event from this round: the
+// claimer settles it, and this round's outcome could contradict what was published since.
 //
-// It returns nil when every order's outcome is published and its entry acked, else each order's error,
-// by partition: nil for the orders of a partition whose commands all succeeded (on a cluster another
-// partition's transaction can fail alone).
+// It returns nil when every order is settled (published and acked, or found claimed), else each order's
+// error, by partition: nil for the orders of a partition whose call succeeded (on a cluster another
+// partition's can fail alone).
 func (h *Handler) publish(ctx context.Context, batch []*queued, results []*message.Message) []error {
-	pipes := []redis.Pipeliner{h.cfg.Redis.TxPipeline()}
-	var sent []*outcomes
-	for i, part := range h.byPartition(batch) {
-		if i > 0 && h.cfg.Cluster {
-			pipes = append(pipes, h.cfg.Redis.TxPipeline())
-		}
-		o, err := h.queueOutcomes(ctx, pipes[len(pipes)-1], part, results)
-		sent = append(sent, o)
-		if err != nil {
-			endAll(sent)
+	errs, noScript := h.commit(ctx, batch, results)
+	if noScript { // Redis restarted, or a node never ran it: the calls wrote nothing
+		if err := stream.CommitScript.Load(ctx, h.cfg.Redis).Err(); err != nil {
 			return slices.Repeat([]error{err}, len(batch))
 		}
+		errs, _ = h.commit(ctx, batch, results)
 	}
-	for _, pipe := range pipes {
-		_, _ = pipe.Exec(ctx) // each command's error is read by end
+	return errs
+}
+
+// commit makes publish's calls once; noScript reports a NOSCRIPT answer.
+func (h *Handler) commit(ctx context.Context, batch []*queued, results []*message.Message) (errs []error, noScript bool) {
+	pipe := h.cfg.Redis.Pipeline()
+	parts := h.byPartition(batch)
+	commits := make([]*stream.Commit, len(parts))
+	for i, part := range parts {
+		commits[i] = &stream.Commit{Orders: part.Orders, Results: part.Results, Group: h.cfg.Group,
+			Consumer: h.consumer(), MaxLen: h.cfg.ResultsMaxLen, Server: h.server}
+		for _, k := range part.orders {
+			if err := commits[i].Add(part.batch[k].msg.UUID, results[k]); err != nil {
+				return slices.Repeat([]error{err}, len(batch)), false
+			}
+		}
+		commits[i].Queue(ctx, pipe)
 	}
-	var errs []error
-	for _, o := range sent {
-		err := o.end()
+	_, _ = pipe.Exec(ctx) // each call's error is read by End
+	for i, part := range parts {
+		owned, err := commits[i].End()
+		noScript = noScript || redis.HasErrorPrefix(err, "NOSCRIPT")
+		h.noteClaimed(part, owned)
 		if err == nil {
 			continue
 		}
 		if errs == nil {
 			errs = make([]error, len(batch))
 		}
-		err = fmt.Errorf("publish and ack the outcomes of %d orders in %s: %w", len(o.orders), o.Orders, err)
-		for _, k := range o.orders {
+		err = fmt.Errorf("publish and ack the outcomes of %d orders in %s: %w", len(part.orders), part.Orders, err)
+		for _, k := range part.orders {
 			errs[k] = err
 		}
 	}
-	return errs
+	return errs, noScript
 }
 
-// outcomes are the outcome events and the ack of one partition's orders, queued on a pipeline.
-type outcomes struct {
-	partitionBatch
-	results stream.Batch
-	ack     *redis.IntCmd
-}
-
-// queueOutcomes queues the outcome events (results, by the batch's order) of part's orders and their XACK
-// on pipe.
-func (h *Handler) queueOutcomes(ctx context.Context, pipe redis.Pipeliner, part partitionBatch, results []*message.Message) (*outcomes, error) {
-	o := &outcomes{partitionBatch: part, results: stream.Batch{Topic: part.Results, MaxLen: h.cfg.ResultsMaxLen, Server: h.server}}
-	ids := make([]string, len(part.orders))
-	for i, k := range part.orders {
-		if err := o.results.Add(pipe, results[k]); err != nil {
-			return o, err
+// noteClaimed logs the orders of part that another consumer claimed before this round could settle them.
+func (h *Handler) noteClaimed(part partitionBatch, owned []bool) {
+	for i, own := range owned {
+		if !own {
+			q := part.batch[part.orders[i]]
+			cmp.Or(h.cfg.Logger, slog.Default()).WarnContext(q.msg.Context(), "outcome not published: the entry was claimed by another consumer while this round stalled",
+				"order_id", q.order.OrderID, "entry", q.msg.UUID, "stream", part.Orders)
 		}
-		ids[i] = part.batch[k].msg.UUID
 	}
-	o.ack = pipe.XAck(ctx, part.Orders, h.cfg.Group, ids...)
-	return o, nil
 }
 
-// end ends the outcome events' spans and returns the first error of their XADDs and XACK.
-func (o *outcomes) end() error {
-	err := o.results.End()
-	if o.ack != nil {
-		err = cmp.Or(err, o.ack.Err())
-	}
-	return err
-}
-
-// endAll ends the spans of sent's outcome events.
-func endAll(sent []*outcomes) {
-	for _, o := range sent {
-		_ = o.end()
-	}
-}
+// consumer is the name this worker reads under in the group.
+func (h *Handler) consumer() string { return cmp.Or(h.cfg.Consumer, h.cfg.Worker) }
 
 // partitionBatch is the orders of a batch read from one partition (normally all of them: a SKU's orders
 // go to one partition, unless a producer routed one elsewhere), by their index in the batch.

@@ -32,7 +32,7 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	parts := cfg.Partitions()
-	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Cluster: true, Worker: "w"})
+	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Cluster: true, Worker: "w", Consumer: "c"})
 	home := parts[cfg.PartitionOf("SKU-1")]
 	away := home
 	for _, p := range parts {

@@ -201,7 +201,7 @@ func (w *Worker) setHandler(faults *Faults) error {
 	}
 	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
 		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster,
-		Worker: w.cfg.Name, MaxWait: w.cfg.LockWait, EarlierPending: w.earlierPending})
+		Worker: w.cfg.Name, Consumer: w.cfg.Name, Logger: w.logger, MaxWait: w.cfg.LockWait, EarlierPending: w.earlierPending})
 	if w.lockMW != nil {
 		if w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision) {
 			w.lockMW.Elide = w.handler.Elidable

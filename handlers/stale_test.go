@@ -1,0 +1,77 @@
+package handlers
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/testing/redistest"
+)
+
+// A round that stalled between deciding its orders and publishing them (a pause past CLAIM_IDLE, a cut
+// network) while another consumer claimed an entry of it publishes nothing for that order and does not ack
+// it: the claimer settles it, with the recorded outcome and whatever came since (a cancel), so the results
+// stream never shows this round's stale outcome after a newer one. Its other orders are published as usual.
+func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
+	e := newRoundEnv(t)
+	ctx := context.Background()
+	e.store.gate = make(chan struct{})
+	claimed, kept := e.batch(t, "SKU-A", 0), e.batch(t, "SKU-B", 1)
+	errs := make(chan error, 2)
+	for _, b := range [][]*queued{claimed, kept} {
+		go func() { _, err := e.h.committer.decide(ctx, fixed(b), 0); errs <- err }()
+	}
+	waitWaiting(t, e, 1)
+	// The round is stalled in its stock scripts; another consumer claims SKU-A's entry, as after CLAIM_IDLE.
+	if err := e.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: e.parts[0].Orders, Group: "g", Consumer: "other",
+		Messages: []string{claimed[0].msg.UUID}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(e.store.gate)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("round: %v, want none (an order claimed meanwhile is the claimer's to settle)", err)
+		}
+	}
+	got := e.outcomes(t)
+	if _, ok := got[claimed[0].order.OrderID]; ok {
+		t.Errorf("the stale round published the outcome of an order another consumer claimed meanwhile")
+	}
+	if _, ok := got[kept[0].order.OrderID]; !ok {
+		t.Errorf("the round's other order got no outcome")
+	}
+	if p := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: e.parts[0].Orders, Group: "g", Start: "-", End: "+", Count: 10}).Val(); len(p) != 1 || p[0].Consumer != "other" {
+		t.Errorf("pending %+v, want the claimed entry still the claimer's", p)
+	}
+}
+
+// A commit whose reply is lost is sent again by go-redis; the second call finds the entries acked and
+// publishes nothing more: one outcome event per order.
+func TestACommitsLostReplyPublishesEachOutcomeOnce(t *testing.T) {
+	e := newRoundEnv(t)
+	ctx := context.Background()
+	dropper := redistest.NewReplyDropper(t, e.rdb.Options().Addr)
+	opts := *e.rdb.Options()
+	opts.Addr = dropper.Addr
+	client := redis.NewClient(&opts)
+	defer client.Close()
+	e.h.cfg.Redis = client
+	batch := e.batch(t, "SKU-A", 0, 0)
+	if _, err := e.h.committer.decide(ctx, fixed(e.batch(t, "SKU-C", 1)), 0); err != nil { // the scripts are known
+		t.Fatal(err)
+	}
+	dropper.DropReplyTo(e.parts[0].Results, 1) // the commit call names the results stream
+	if _, err := e.h.committer.decide(ctx, fixed(batch), 0); err != nil {
+		t.Fatal(err)
+	}
+	if dropper.Dropped() != 1 {
+		t.Fatalf("%d replies dropped, want the commit's", dropper.Dropped())
+	}
+	if n := e.rdb.XLen(ctx, e.parts[0].Results).Val(); n != 2 {
+		t.Errorf("%d outcome events for 2 orders after a lost commit reply, want 2", n)
+	}
+	if n := e.pending(t); n != 0 {
+		t.Errorf("%d entries pending, want both acked", n)
+	}
+}

@@ -1,0 +1,87 @@
+package stream
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+//go:embed commit.lua
+var commitLua string
+
+// CommitScript is commit.lua; load it (Load) where a commit met NOSCRIPT.
+var CommitScript = redis.NewScript(commitLua)
+
+// Commit publishes the outcome events of one partition's orders and acks their entries, in one script call
+// (commit.lua), for the entries still pending to Consumer only: a round that stalled past the claim idle
+// time, its entries claimed by another consumer meanwhile, publishes nothing for them, so that what it
+// decided cannot come after (and contradict) what the claimer published since, a cancel's outcome say. A
+// resend of the call after a lost reply finds the entries acked and writes nothing again. Each event gets
+// the producer span and trace context Publisher would give it.
+type Commit struct {
+	Orders, Results string // the partition's orders and results streams
+	Group, Consumer string
+	MaxLen          int64 // the results stream's approximate length cap; 0: none
+	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
+	Server []attribute.KeyValue
+	args   []any
+	spans  []trace.Span
+	send   sendSpans
+	cmd    *redis.Cmd
+}
+
+// Add adds the outcome event msg of the order read as entry id.
+func (c *Commit) Add(id string, msg *message.Message) error {
+	if c.send.name == "" {
+		c.send = newSendSpans(c.Results, c.Server)
+		c.args = []any{c.Group, c.Consumer, c.MaxLen}
+	}
+	_, span := c.send.start(msg)
+	values, err := entryValues(msg)
+	if err != nil {
+		Fail(span, err)
+		span.End()
+		return err
+	}
+	c.args = append(c.args, id, values[1], values[3], values[5])
+	c.spans = append(c.spans, span)
+	return nil
+}
+
+// Queue queues the script call on pipe (by its SHA: a Redis that does not know it answers NOSCRIPT, and End
+// says so).
+func (c *Commit) Queue(ctx context.Context, pipe redis.Pipeliner) {
+	c.cmd = CommitScript.EvalSha(ctx, pipe, []string{c.Orders, c.Results}, c.args...)
+}
+
+// End ends the events' spans once the pipeline was sent and reports, by the order of Add, which orders
+// this consumer still owned (their events published, their entries acked); an error when the call failed
+// (nothing was written: the script checks before it writes).
+func (c *Commit) End() (owned []bool, err error) {
+	defer func() {
+		for _, span := range c.spans {
+			if err != nil {
+				Fail(span, err)
+			}
+			span.End()
+		}
+		c.spans = nil
+	}()
+	if err = c.cmd.Err(); err != nil {
+		return nil, err
+	}
+	reply, ok := c.cmd.Val().([]any)
+	if !ok || len(reply) != len(c.spans) {
+		return nil, fmt.Errorf("stream: unexpected commit reply %.200v", c.cmd.Val())
+	}
+	owned = make([]bool, len(reply))
+	for i, r := range reply {
+		owned[i] = r == int64(1)
+	}
+	return owned, nil
+}
