@@ -124,3 +124,48 @@ func TestSubscriberPrunesIdleConsumers(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A claim goes on from the cursor the last one returned: Redis scans at most ten times COUNT pending
+// entries a call (XAUTOCLAIM), so with 20 entries that are not idle (a live consumer's) ahead of 10 idle
+// ones and one place in flight (COUNT 1), claims that started over at 0-0 every round would scan the same
+// ten live entries for good and never reach the idle ones.
+func TestAClaimGoesOnFromWhereTheLastOneStopped(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	p := threeParts[0]
+	createGroups(t, rdb, p)
+	var ids []string
+	for i := range 30 {
+		ids = append(ids, rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", fmt.Sprint(i)}}).Val())
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The first 20 were just delivered to a live consumer; the last 10 were left by a dead one a minute ago.
+	busy := []any{"XCLAIM", p.Orders, "g", "busy", 0}
+	idle := []any{"XCLAIM", p.Orders, "g", "dead", 0}
+	for i, id := range ids {
+		if i < 20 {
+			busy = append(busy, id)
+		} else {
+			idle = append(idle, id)
+		}
+	}
+	for _, cmd := range [][]any{append(busy, "JUSTID"), append(idle, "IDLE", 60_000, "JUSTID")} {
+		if err := rdb.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := subscribe(t, newTestSubscriber(t, rdb, []Partition{p}, func(c *SubscriberConfig) {
+		c.MaxInFlight, c.ClaimInterval = 1, 10*time.Millisecond // ClaimIdle 30 s: the live consumer's are not idle
+	}))
+	var claimed []string
+	for range 10 {
+		msg := receive(t, msgs)
+		claimed = append(claimed, msg.UUID)
+		done(t, rdb, msg)
+	}
+	if !slices.Equal(claimed, ids[20:]) {
+		t.Fatalf("claimed %v, want the 10 idle entries %v in order", claimed, ids[20:])
+	}
+}

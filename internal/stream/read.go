@@ -78,6 +78,7 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 		s.bell.disarm(ctx) // busy: no events needed until the partitions run dry
 		s.bell.askHelp(ctx)
 	case armed: // the next read takes the partitions wanted meanwhile, or waits
+		s.bell.found(ctx, len(msgs))
 	case len(msgs) == 0 && s.dry >= readable && s.claims.next == 0: // (a claim round under way goes on first)
 		// Idle only once every partition was found empty: a read of fewer partitions than there are
 		// (fewer places free than partitions) goes on with the next ones, which may have a backlog that

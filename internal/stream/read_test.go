@@ -2,9 +2,11 @@ package stream
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -134,4 +136,67 @@ func TestAServerWithoutCmsgpackHandsTheEntriesOverAsAnArray(t *testing.T) {
 			t.Fatalf("%s on miniredis: %v, %v", mode, msgs, err)
 		}
 	}
+}
+
+// An oversized entry that a read or a claim poisons is acked as well as deleted: left pending, a deleted
+// entry would be claimed every claim round, and reported as an order lost (stockflow.messages.deleted).
+func TestAPoisonedOversizedEntryIsAckedNotLeftPending(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	p := threeParts[0]
+	createGroups(t, rdb, p)
+	big := []string{"payload", strings.Repeat("x", MaxEntryBytes)}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: big})
+	s := newTestSubscriber(t, rdb, []Partition{p})
+	pending := func() []redis.XPendingExt {
+		return rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: "g", Start: "-", End: "+", Count: 10}).Val()
+	}
+	if msgs := s.read(ctx, 10); len(msgs) != 0 || len(pending()) != 0 {
+		t.Fatalf("a read of an oversized entry: %d messages, pending %+v; want none", len(msgs), pending())
+	}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: big})
+	// A consumer that died holding it, claimed at once (idle for 0 ms).
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, _, err := s.fetch(ctx, p, "claim", 10, 0, "0-0"); err != nil || len(msgs) != 0 {
+		t.Fatalf("a claim of an oversized entry: %d messages, %v; want none", len(msgs), err)
+	}
+	if n := rdb.XLen(ctx, p.Poison).Val(); n != 2 || len(pending()) != 0 {
+		t.Fatalf("%d entries poisoned, pending %+v; want both poisoned and neither pending", n, pending())
+	}
+}
+
+// A subscriber reading a backlog with one place in flight (one partition a read) reads on over the
+// partitions until it has found every one of them empty since it last found entries, and only then waits
+// for a keyspace event (subscribes): the backlog's partition comes round again every 16 reads, and no
+// event announces its entries again. (Idling at the first empty partition subscribed and unsubscribed for
+// every entry of the backlog; polling, it paused up to 100 ms between two partitions.)
+func TestASubscriberIdlesOnlyOnceEveryPartitionWasFoundEmpty(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	parts := sixteenParts
+	createGroups(t, rdb, parts...)
+	backlog := parts[9]
+	const n = 20
+	for i := range n {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: backlog.Orders, Values: []string{"payload", fmt.Sprint(i)}})
+	}
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		c.MaxInFlight, c.Events, c.ClaimInterval = 1, EventsAuto, time.Minute // one claim round, at the start
+	}))
+	for i := range n {
+		msg := receive(t, msgs)
+		if i == n-1 { // the read loop waits for this one's place: the backlog was never left for an event
+			if calls := commandCalls(t, rdb, "subscribe"); calls != 0 {
+				t.Fatalf("%d subscriptions to keyspace events while a backlog of %d entries was read: "+
+					"the subscriber idled before it had read every partition", calls, n)
+			}
+		}
+		if err := rdb.XAck(ctx, backlog.Orders, "g", msg.UUID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		msg.Ack()
+	}
+	awaitSubscribed(t, rdb, KeyspaceChannel(0, backlog.Orders)) // idle once it is drained
 }

@@ -126,8 +126,9 @@ func (c SubscriberConfig) Validate() error {
 //     Redis, so a worker never holds one, and returns each entry's delivery count (Deliveries).
 //   - When no partition has an entry, the subscriber waits for a keyspace event of a partition's stream
 //     (an XADD: it carries no payload) unless SubscriberConfig.Events is off, and then reads with the script
-//     again; it still looks every idlePoll in case an event was missed. Without keyspace events it polls,
-//     every 10 ms doubling to 100 ms.
+//     again; it still looks every idlePoll in case an event was missed (with EventsAuto, a look that finds
+//     entries checks that Redis still publishes the events, and turns them on again when an operator
+//     turned them off). Without keyspace events it polls, every 10 ms doubling to 100 ms.
 //   - A message's UUID is its entry id, stable across redeliveries; EntryPartition says where it came
 //     from; its metadata and trace context are the entry's (Entry.Message). An entry that cannot be read
 //     is marked with MetaBadEntry, for the poison stream.

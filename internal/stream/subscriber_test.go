@@ -177,12 +177,20 @@ func TestIdleSubscriberWaitsForAKeyspaceEvent(t *testing.T) {
 // scriptCalls counts the EVALSHA and EVAL calls Redis ran since its statistics were reset.
 func scriptCalls(t *testing.T, rdb *redis.Client) int {
 	t.Helper()
+	return commandCalls(t, rdb, "evalsha", "eval")
+}
+
+// commandCalls counts the calls of commands Redis ran since its statistics were reset.
+func commandCalls(t *testing.T, rdb *redis.Client, commands ...string) int {
+	t.Helper()
 	n := 0
 	for _, line := range strings.Split(rdb.Info(context.Background(), "commandstats").Val(), "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			var calls int
-			_, _ = fmt.Sscanf(line[strings.Index(line, "calls="):], "calls=%d", &calls)
-			n += calls
+		for _, c := range commands {
+			if strings.HasPrefix(line, "cmdstat_"+c+":") {
+				var calls int
+				_, _ = fmt.Sscanf(line[strings.Index(line, "calls="):], "calls=%d", &calls)
+				n += calls
+			}
 		}
 	}
 	return n

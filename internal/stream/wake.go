@@ -22,7 +22,9 @@ const (
 	// A): it waits for one.
 	EventsOn
 	// EventsAuto: it turns the events on (EnableKeyspaceEvents, which needs CONFIG GET and SET) and waits
-	// for one; when Redis refuses, it polls.
+	// for one; when Redis refuses, it polls. When its read of every partition every idlePoll finds entries,
+	// whose events may never have come, it checks that Redis still publishes them, and turns them on again
+	// when they were turned off meanwhile (CONFIG SET notify-keyspace-events "").
 	EventsAuto
 )
 
@@ -70,6 +72,9 @@ type doorbell struct {
 	manage  bool
 	enabled atomic.Bool
 	off     bool // they could not be turned on: the subscriber polls
+	// sweeping: the partitions are being read because every idlePoll all of them are (wantedOf), not
+	// because events came; entries found then may be entries whose events never came (found).
+	sweeping bool
 }
 
 // bellSub is one subscription: of the partitions on one Redis; on a cluster one per partition, on the
@@ -202,6 +207,7 @@ func (b *doorbell) untilAll() time.Duration {
 func (b *doorbell) wantedOf(parts []Partition, count int) []Partition {
 	if time.Since(time.Unix(0, b.all.Load())) >= idlePoll {
 		b.wantAll()
+		b.sweeping = true
 	}
 	var wanted []Partition
 	for _, p := range parts {
@@ -209,7 +215,34 @@ func (b *doorbell) wantedOf(parts []Partition, count int) []Partition {
 			wanted = append(wanted, p)
 		}
 	}
+	if len(wanted) == 0 {
+		b.sweeping = false // the sweep is over: the subscriber waits
+	}
 	return wanted
+}
+
+// found is told how many entries a read while subscribed found. Entries that the read of every partition
+// every idlePoll finds may be entries whose events never came: an operator may have turned the events off
+// (CONFIG SET notify-keyspace-events ""), which nothing else would notice, and a trickle of orders would
+// then wait for that read, a second on average, instead of milliseconds. So once per such read, when the
+// doorbell manages the events (EventsAuto), it checks them (CONFIG GET, on every master) and turns them on
+// again; there is no such call on a read an event asked for.
+func (b *doorbell) found(ctx context.Context, entries int) {
+	if entries == 0 || !b.sweeping || !b.manage || b.off {
+		return
+	}
+	b.sweeping = false
+	turnedOn, err := enableKeyspaceEvents(ctx, b.rdb)
+	switch {
+	case ctx.Err() != nil:
+	case redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "unknown command"): // CONFIG refused now
+		b.pollInstead(ctx, err)
+	case err != nil: // a node out of reach or loading, say: the next sweep checks again
+		b.logger.Debug("checking that Redis publishes keyspace events failed", "err", err)
+	case turnedOn:
+		b.logger.Warn("keyspace events had been turned off in Redis (notify-keyspace-events lacked K and t): idle consumers " +
+			"found entries only by reading every partition now and then; turned them on again")
+	}
 }
 
 // turnOn turns the keyspace events on when the doorbell manages them and they were not turned on since
@@ -219,11 +252,9 @@ func (b *doorbell) turnOn(ctx context.Context) bool {
 	if b.off || !b.manage || b.enabled.Load() {
 		return !b.off
 	}
-	if err := EnableKeyspaceEvents(ctx, b.rdb); err != nil {
+	if _, err := enableKeyspaceEvents(ctx, b.rdb); err != nil {
 		if ctx.Err() == nil {
-			b.off = true
-			b.logger.Warn("keyspace events could not be turned on: idle consumers poll; set notify-keyspace-events to Kt "+
-				"in the Redis configuration and KEYSPACE_EVENTS=on to let them wait instead", "err", err)
+			b.pollInstead(ctx, err)
 		}
 		return false
 	}
@@ -231,9 +262,24 @@ func (b *doorbell) turnOn(ctx context.Context) bool {
 	return true
 }
 
+// pollInstead makes the subscriber poll from now on: the keyspace events could not be turned on.
+func (b *doorbell) pollInstead(ctx context.Context, err error) {
+	b.off = true
+	b.disarm(ctx)
+	b.logger.Warn("keyspace events could not be turned on: idle consumers poll; set notify-keyspace-events to Kt "+
+		"in the Redis configuration and KEYSPACE_EVENTS=on to let them wait instead", "err", err)
+}
+
 // EnableKeyspaceEvents makes Redis publish the keyspace events of streams (notify-keyspace-events gains K
 // and t, keeping the flags it has), on every master of a cluster.
 func EnableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) error {
+	_, err := enableKeyspaceEvents(ctx, rdb)
+	return err
+}
+
+// enableKeyspaceEvents is EnableKeyspaceEvents; it reports whether some master lacked the events.
+func enableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) (turnedOn bool, err error) {
+	var lacked atomic.Bool
 	enable := func(ctx context.Context, c *redis.Client) error {
 		cfg, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
 		if err != nil {
@@ -243,19 +289,23 @@ func EnableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) error 
 		if strings.Contains(flags, "K") && strings.ContainsAny(flags, "tA") {
 			return nil
 		}
+		lacked.Store(true)
 		return c.ConfigSet(ctx, "notify-keyspace-events", flags+"Kt").Err()
 	}
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
-		return c.ForEachMaster(ctx, enable)
+		err = c.ForEachMaster(ctx, enable)
 	case *redis.Client:
-		return enable(ctx, c)
+		err = enable(ctx, c)
+	default:
+		err = fmt.Errorf("stream: keyspace events: unsupported client %T", rdb)
 	}
-	return fmt.Errorf("stream: keyspace events: unsupported client %T", rdb)
+	return lacked.Load() && err == nil, err
 }
 
 // disarm unsubscribes, when armed.
 func (b *doorbell) disarm(ctx context.Context) {
+	b.sweeping = false
 	if b.armed {
 		b.armed = false
 		b.unsubscribe(ctx)
