@@ -17,6 +17,7 @@ import (
 	"context"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -41,10 +42,14 @@ func faults(set *config.Set) func(worker.Config, *worker.Options) error {
 	set.String(&dir, "FAULT_HISTORY_DIR", "", "append every lock acquisition and stock operation to a file of this process in this directory")
 	set.Bool(&broken, "FAULT_BROKEN_FENCE", "send stock writes unfenced (the history checker's own test)")
 	set.Int(&exitAfter, "FAULT_EXIT_AFTER_ROUND", 0, "exit (137) when the n-th round of stock scripts returned, before its outcomes are published")
+	var stopAfter int
+	set.Int(&stopAfter, "FAULT_STOP_AFTER_ROUND", 0, "stop (SIGSTOP to itself) when the n-th round of stock scripts returned, before its outcomes are published; SIGCONT resumes it")
 	return func(cfg worker.Config, opts *worker.Options) error {
 		f := &worker.Faults{NoElision: delay > 0}
-		if exitAfter > 0 {
-			f.Store = func(s handlers.Store) handlers.Store { return &exitingStore{Store: s, after: int64(exitAfter)} }
+		if exitAfter > 0 || stopAfter > 0 {
+			f.Store = func(s handlers.Store) handlers.Store {
+				return &exitingStore{Store: s, after: int64(max(exitAfter, stopAfter)), stop: stopAfter > 0}
+			}
 		}
 		var wrap []message.HandlerMiddleware
 		if dir != "" {
@@ -89,18 +94,23 @@ func delayWrite(d time.Duration) message.HandlerMiddleware {
 	}
 }
 
-// exitingStore exits the process as kill -9 would once its after-th round of stock scripts has returned:
-// the reservations are in Redis, their outcome events and acks are not.
+// exitingStore exits the process as kill -9 would once its after-th round of stock scripts has returned
+// (the reservations are in Redis, their outcome events and acks are not), or with stop stops it there as a
+// long pause would (SIGSTOP: every goroutine, the keep-alive of its entries included), until SIGCONT.
 type exitingStore struct {
 	handlers.Store
 	after  int64
+	stop   bool
 	rounds atomic.Int64
 }
 
 func (s *exitingStore) ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult {
 	results := s.Store.ReserveBatches(ctx, batches)
 	if s.rounds.Add(1) == s.after {
-		os.Exit(137)
+		if !s.stop {
+			os.Exit(137)
+		}
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 	}
 	return results
 }
