@@ -28,7 +28,9 @@ func newClaims(partitions int) claims {
 }
 
 // claim claims up to count entries idle longer than ClaimIdle in a round (every ClaimInterval) over every
-// partition whose reads work, in one pipeline, count split over them; with fewer places (count) than
+// partition whose reads work and that this consumer owns (all of them without keyspace events; owners:
+// each partition's entries are claimed by its bellOwners owners, so that the claims of idle workers cost
+// Redis the same however many workers there are), in one pipeline, count split over them; with fewer places (count) than
 // partitions, one each from the next count of them, and the round goes on at the next call. A
 // partition's scan goes on from where its last round stopped. Entries found deleted while pending are
 // reported. It returns nothing when no round is under way or due, or none was idle.
@@ -42,7 +44,7 @@ func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 	}
 	var parts []Partition
 	for _, p := range s.cfg.Partitions[c.next:] {
-		if !s.skipped(p) && len(parts) < count {
+		if !s.skipped(p) && len(parts) < count && (s.bell == nil || s.bell.owns(p.Index)) {
 			parts = append(parts, p)
 		}
 	}

@@ -49,8 +49,8 @@ type SubscriberConfig struct {
 	// ClaimIdle is how long an entry must have been pending, untouched, before the subscriber claims it:
 	// its consumer died, or handed a failed attempt back. Required.
 	ClaimIdle time.Duration
-	// ClaimInterval is how often the subscriber claims idle entries, on every partition; 0 means
-	// DefaultClaimInterval.
+	// ClaimInterval is how often the subscriber claims idle entries, on the partitions it owns (every
+	// partition without keyspace events); 0 means DefaultClaimInterval.
 	ClaimInterval time.Duration
 	// PruneInterval is how often the subscriber looks for consumers to delete, one partition per look, in
 	// turn from a random one; 0 means DefaultPruneInterval.
@@ -132,8 +132,10 @@ func (c SubscriberConfig) Validate() error {
 //   - A message's UUID is its entry id, stable across redeliveries; EntryPartition says where it came
 //     from; its metadata and trace context are the entry's (Entry.Message). An entry that cannot be read
 //     is marked with MetaBadEntry, for the poison stream.
-//   - Every ClaimInterval it claims, on every partition in one pipeline, the entries idle longer than
-//     ClaimIdle (XAUTOCLAIM): those of dead consumers, and failed attempts handed back. Entries found deleted from
+//   - Every ClaimInterval it claims, in one pipeline, the entries idle longer than ClaimIdle (XAUTOCLAIM):
+//     those of dead consumers, and failed attempts handed back; with keyspace events only on the partitions
+//     it owns (2 live owners a partition, owners), so that idle consumers cost the same however many there
+//     are, and on every partition without them. Its look every idlePoll is at the partitions it owns too. Entries found deleted from
 //     the stream while pending (trimmed, or deleted by a producer's XADD MAXLEN) are counted in
 //     stockflow.messages.deleted and logged: their orders were never decided.
 //   - Every PruneInterval it deletes, on one partition in turn, the consumers idle longer than

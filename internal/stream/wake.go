@@ -195,6 +195,22 @@ func (b *doorbell) wantAll() {
 	b.all.Store(time.Now().UnixNano())
 }
 
+// wantOwned marks the partitions this consumer owns to be read: the periodic look at a partition is its
+// owners' (bellOwners of them), not every consumer's, so that idle workers cost Redis the same however many
+// there are. A partition whose owners both died is looked at again once the others count them out
+// (liveWithin); until it can learn of the others, a consumer owns every partition.
+func (b *doorbell) wantOwned() {
+	for i := range b.wanted {
+		if b.owns(i) {
+			b.wanted[i].Store(true)
+		}
+	}
+	b.all.Store(time.Now().UnixNano())
+}
+
+// owns reports whether this consumer owns partition i (owners).
+func (b *doorbell) owns(i int) bool { return b.owners.owned[i].Load() }
+
 // untilAll is how long until every partition is wanted again (wantedOf), at least a millisecond: an idle
 // subscriber waits no longer, whatever events of other partitions came meanwhile.
 func (b *doorbell) untilAll() time.Duration {
@@ -206,7 +222,7 @@ func (b *doorbell) untilAll() time.Duration {
 // their read is read next).
 func (b *doorbell) wantedOf(parts []Partition, count int) []Partition {
 	if time.Since(time.Unix(0, b.all.Load())) >= idlePoll {
-		b.wantAll()
+		b.wantOwned()
 		b.sweeping = true
 	}
 	var wanted []Partition
