@@ -32,9 +32,13 @@ done
 sleep 20 # start-up, group creation, the live consumers learnt
 cpu() { cli info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f", s}'; }
 cmds() { cli info stats | awk -F: '/^total_commands_processed:/ {print $2+0}'; }
+cli config resetstat >/dev/null
 c0=$(cpu) k0=$(cmds)
 sleep "$secs"
 c1=$(cpu) k1=$(cmds)
+stats=$(cli info commandstats)
+clients=$(cli info clients | awk -F: '/^connected_clients:/ {print $2+0}')
+hz=$(cli config get hz | tail -1)
 alive=0
 for pid in "${pids[@]:1}"; do kill -0 "$pid" 2>/dev/null && alive=$((alive + 1)); done
 python3 - "$c0" "$c1" "$k0" "$k1" "$secs" "$n" "$parts" "$alive" <<'PY'
@@ -43,3 +47,7 @@ c0, c1, k0, k1, secs, n, parts, alive = map(float, sys.argv[1:])
 print(f"{int(n)} idle workers ({int(alive)} alive) x {int(parts)} partitions, {int(secs)} s: "
       f"Redis CPU {100 * (c1 - c0) / secs:.2f} % of a core, {(k1 - k0 - 2) / secs:.0f} commands/s")
 PY
+echo "$clients connections to Redis (hz $hz)"
+echo "busiest commands (calls a second, scripts' own commands included):"
+printf '%s\n' "$stats" | awk -F'[:=,]' -v s="$secs" '/^cmdstat_/ {printf "  %-28s %8.1f\n", substr($1, 9), $3 / s}' |
+  sort -k2 -nr | head -8

@@ -49,6 +49,17 @@ func TestIdleWorkersClaimOnlyThePartitionsTheyOwn(t *testing.T) {
 	if time.Now().After(claimable) {
 		t.Fatalf("the workers learnt of each other after the entries became claimable: raise claimIdle")
 	}
+	for _, p := range parts { // Owns, which the worker's housekeeping asks of partition 0, says the same
+		owners := 0
+		for _, name := range names {
+			if subs[name].Owns(p.Index) {
+				owners++
+			}
+		}
+		if owners != bellOwners {
+			t.Errorf("partition %d: %d subscribers say they own it, want %d", p.Index, owners, bellOwners)
+		}
+	}
 	for range parts {
 		select {
 		case m := <-all:

@@ -176,6 +176,17 @@ type Subscriber struct {
 	failing int           // partitions in failed with a pause
 	claims  claims
 	bell    *doorbell // nil: polling
+	// owners is bell's owners once subscribed with keyspace events, for Owns (read outside the read loop).
+	owners atomic.Pointer[owners]
+}
+
+// Owns reports whether this consumer owns partition i among the group's live consumers (2 owners a
+// partition, by rendezvous hashing), as it does for the keyspace events and the claims: true until it has
+// subscribed with keyspace events, and always without them. Work that one or two consumers of the group
+// must do for all, such as the worker's housekeeping, goes to the owners of partition 0.
+func (s *Subscriber) Owns(i int) bool {
+	o := s.owners.Load()
+	return o == nil || o.owned[i].Load()
 }
 
 var _ message.Subscriber = (*Subscriber)(nil)
@@ -213,6 +224,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 	Deleted.Add(ctx, 0) // on /metrics from the start, for the alert on its increase
 	if s.cfg.Events != EventsOff {
 		s.bell = newDoorbell(ctx, s.rdb, s.cfg)
+		s.owners.Store(s.bell.owners)
 	}
 	out := make(chan *message.Message)
 	s.running.Add(2)

@@ -38,6 +38,7 @@ type Worker struct {
 	subRDB  redis.UniversalClient // the subscribers' reads
 	lockRDB []*redis.Client       // Redlock masters
 	parts   []stream.Partition    // the streams of the orders' partitions
+	sub     *stream.Subscriber    // the worker's consumer's; its owners say whether it housekeeps
 	locker  interface {
 		rlock.Locker
 		Close() error
@@ -272,6 +273,7 @@ func (w *Worker) addConsumer(faults *Faults) error {
 	if err != nil {
 		return err
 	}
+	w.sub = sub
 	chain := w.consumer.Chain(w.handler.Handle, steps...)
 	w.router.AddConsumerHandler(cfg.Name, cfg.OrdersStream, sub, func(msg *message.Message) error {
 		failed := true
