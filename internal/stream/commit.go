@@ -4,6 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -30,16 +32,30 @@ type Commit struct {
 	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
 	Server []attribute.KeyValue
 	args   []any
+	lo, hi string // the least and the greatest entry id added
 	spans  []trace.Span
 	send   sendSpans
 	cmd    *redis.Cmd
 }
 
+// otherPending bounds the consumer's other pending entries (its messages in flight, attempts it handed back)
+// that the script's one look at its pending entries in the round's range of ids may meet besides the
+// round's. An entry of the round past the bound is taken for settled elsewhere: not published, not acked,
+// it is claimed and replayed later.
+const otherPending = 10000
+
 // Add adds the outcome event msg of the order read as entry id.
 func (c *Commit) Add(id string, msg *message.Message) error {
 	if c.send.name == "" {
 		c.send = newSendSpans(c.Results, c.Server)
-		c.args = []any{c.Group, c.Consumer, c.MaxLen}
+		c.args = []any{c.Group, c.Consumer, c.MaxLen, "", "", 0}
+		c.lo, c.hi = id, id
+	}
+	if idBefore(id, c.lo) {
+		c.lo = id
+	}
+	if idBefore(c.hi, id) {
+		c.hi = id
 	}
 	_, span := c.send.start(msg)
 	values, err := entryValues(msg)
@@ -56,7 +72,23 @@ func (c *Commit) Add(id string, msg *message.Message) error {
 // Queue queues the script call on pipe (by its SHA: a Redis that does not know it answers NOSCRIPT, and End
 // says so).
 func (c *Commit) Queue(ctx context.Context, pipe redis.Pipeliner) {
+	c.args[3], c.args[4], c.args[5] = c.lo, c.hi, len(c.spans)+otherPending
 	c.cmd = CommitScript.EvalSha(ctx, pipe, []string{c.Orders, c.Results}, c.args...)
+}
+
+// idBefore reports whether stream entry id a comes before b ("<ms>-<seq>"; an id that does not parse
+// counts as 0-0).
+func idBefore(a, b string) bool {
+	am, as := parseID(a)
+	bm, bs := parseID(b)
+	return am < bm || am == bm && as < bs
+}
+
+func parseID(id string) (ms, seq uint64) {
+	m, s, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(s, 10, 64)
+	return ms, seq
 }
 
 // End ends the events' spans once the pipeline was sent and reports, by the order of Add, which orders

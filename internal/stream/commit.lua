@@ -7,17 +7,24 @@
 -- ARGV[1] consumer group
 -- ARGV[2] consumer
 -- ARGV[3] the results stream's approximate MAXLEN (0: none)
--- ARGV[4..] per order, 4 each: its entry id, then its outcome event's fields in redisstream's format: the
+-- ARGV[4] the least and ARGV[5] the greatest of the entry ids; ARGV[6] how many of ARGV[2]'s pending entries
+--         between them to look at, at most (the round's and its others, in flight or handed back)
+-- ARGV[7..] per order, 4 each: its entry id, then its outcome event's fields in redisstream's format: the
 --           message UUID, metadata (msgpack) and payload
 -- Returns one integer per order: 1 published and acked, 0 not pending to ARGV[2] (nothing written for it).
 -- Every write follows every check, and a Redis out of memory refuses the first one: no entry is acked without
 -- its outcome.
 local group, consumer, maxlen = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local n = (#ARGV - 3) / 4
+local n = (#ARGV - 6) / 4
+-- One look at the consumer's pending entries in the round's range of ids.
+local mine = {}
+for _, p in ipairs(redis.call('XPENDING', KEYS[1], group, ARGV[4], ARGV[5], ARGV[6], consumer)) do
+  mine[p[1]] = true
+end
 local owned, acks = {}, {}
 for i = 1, n do
-  local a = 4 * i
-  if #redis.call('XPENDING', KEYS[1], group, ARGV[a], ARGV[a], 1, consumer) == 1 then
+  local a = 4 * i + 3
+  if mine[ARGV[a]] then
     if maxlen > 0 then
       redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*',
         '_watermill_message_uuid', ARGV[a + 1], 'metadata', ARGV[a + 2], 'payload', ARGV[a + 3])

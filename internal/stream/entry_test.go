@@ -207,3 +207,15 @@ func BenchmarkEntryMessage(b *testing.B) {
 		}
 	})
 }
+
+// Entry ids compare as their two numbers, not as strings: 9-0 comes before 10-0, and 1-9 before 1-10.
+func TestEntryIDsCompareAsNumbers(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{{"9-0", "10-0", true}, {"10-0", "9-0", false}, {"1-9", "1-10", true}, {"1-1", "1-1", false}} {
+		if got := idBefore(c.a, c.b); got != c.want {
+			t.Errorf("idBefore(%s, %s) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
