@@ -20,7 +20,7 @@ import (
 // together (flat combining: Hendler, Incze, Shavit and Tzafrir, SPAA 2010). One consumer per SKU leads at a
 // time: it goes on to the lock middleware, which obtains the SKU's exclusive section, and in it Handle
 // decides the SKU's waiting orders in batches of up to inventory.MaxBatch, each batch one stock script call
-// and one transaction with the batch's outcome events and acks. The other consumers follow: they wait here
+// and one commit call with the batch's outcome events and acks. The other consumers follow: they wait here
 // for their order's outcome without taking the lock. A leader leads for at most leadFor, then hands the lead
 // to the oldest waiting order, whose consumer obtains the section anew: the lock's hand-off bound
 // (rlock.HandOff) then lets other processes have their turn. In an elided section (the lock taken inside

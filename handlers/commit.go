@@ -14,7 +14,7 @@ import (
 
 // The batches that the SKUs' leaders in this process want decided at one moment are decided together
 // (group commit): their stock script calls go in one pipeline, then the outcome events and acks of all their
-// orders in one transaction (per partition on a cluster, publish). Flat combining once more: the first
+// orders in one pipeline of commit calls, one per partition (publish). Flat combining once more: the first
 // leader to arrive commits a round; the leaders that arrive meanwhile wait and go into the next round
 // together, committed by the first of them once the round before is done. So a worker whose consumers hold
 // the orders of 50 SKUs decides them in two round trips rather than a hundred, and one leader alone
@@ -158,7 +158,7 @@ func (c *committer) handOn() {
 
 // decideRound reserves the batches of a round in one pipeline (Store.ReserveBatches), then publishes the
 // outcome events and acks the entries of every batch that succeeded, and of the orders decided already,
-// in one transaction (publish).
+// in one pipeline of commit calls (publish).
 func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(b.orders()) == 0 })
 	toReserve := slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return b.decided })
