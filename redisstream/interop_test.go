@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wrs "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/redisstream"
@@ -44,46 +45,52 @@ func assertSame(t *testing.T, want []*message.Message, got <-chan *message.Messa
 	}
 }
 
-func TestOurPublisherFeedsWatermillRedisstreamsSubscriber(t *testing.T) {
-	srv := redistest.Start(t)
-	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: srv.Client()}, nil)
-	if err != nil {
-		t.Fatal(err)
+// Either library's publisher feeds either's subscriber: the same entry format both ways.
+func TestEitherPublisherFeedsEitherSubscriber(t *testing.T) {
+	ours := func(c redis.UniversalClient) (message.Publisher, message.Subscriber, error) {
+		pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: c}, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: c, ConsumerGroup: "g", Consumer: "c"}, nil)
+		return pub, sub, err
 	}
-	sub, err := wrs.NewSubscriber(wrs.SubscriberConfig{Client: srv.Client(), ConsumerGroup: "g", Consumer: "c"}, nil)
-	if err != nil {
-		t.Fatal(err)
+	theirs := func(c redis.UniversalClient) (message.Publisher, message.Subscriber, error) {
+		pub, err := wrs.NewPublisher(wrs.PublisherConfig{Client: c}, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		sub, err := wrs.NewSubscriber(wrs.SubscriberConfig{Client: c, ConsumerGroup: "g", Consumer: "c"}, nil)
+		return pub, sub, err
 	}
-	defer sub.Close()
-	msgs := sent()
-	if err := pub.Publish("topic", msgs...); err != nil {
-		t.Fatal(err)
+	type side func(redis.UniversalClient) (message.Publisher, message.Subscriber, error)
+	for _, tc := range []struct {
+		name     string
+		pub, sub side
+	}{
+		{"our publisher, watermill-redisstream's subscriber", ours, theirs},
+		{"watermill-redisstream's publisher, our subscriber", theirs, ours},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			pub, unusedSub, err := tc.pub(srv.Client())
+			if err != nil {
+				t.Fatal(err)
+			}
+			unusedPub, sub, err := tc.sub(srv.Client())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _, _, _ = sub.Close(), unusedSub.Close(), unusedPub.Close() }()
+			msgs := sent()
+			if err := pub.Publish("topic", msgs...); err != nil {
+				t.Fatal(err)
+			}
+			out, err := sub.Subscribe(context.Background(), "topic")
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertSame(t, msgs, out)
+		})
 	}
-	out, err := sub.Subscribe(context.Background(), "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertSame(t, msgs, out)
-}
-
-func TestWatermillRedisstreamsPublisherFeedsOurSubscriber(t *testing.T) {
-	srv := redistest.Start(t)
-	pub, err := wrs.NewPublisher(wrs.PublisherConfig{Client: srv.Client()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: srv.Client(), ConsumerGroup: "g", Consumer: "c"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	msgs := sent()
-	if err := pub.Publish("topic", msgs...); err != nil {
-		t.Fatal(err)
-	}
-	out, err := sub.Subscribe(context.Background(), "topic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertSame(t, msgs, out)
 }
