@@ -4,6 +4,9 @@
 package config
 
 import (
+	"bytes"
+	"cmp"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +29,9 @@ type Set struct {
 	showVersion  bool
 	versionOut   io.Writer
 	required     map[string]string // by environment variable: why it has no default (Require)
+	from         map[string]string // by environment variable: where its value came from (Source)
+	environ      func() []string   // the environment, for CheckEnv; nil: not checked
+	noArgs       bool              // Parse refuses arguments (NoArguments)
 }
 
 // Param describes one setting, for help and documentation.
@@ -37,15 +43,18 @@ type Param struct {
 	// Placeholder names the value in help: "url" in "--redis-url url"; "" for a boolean flag, which takes
 	// none. See Var for where it comes from.
 	Placeholder string
+	// File is the variable naming a file that holds the value (Env + FileSuffix), for a secret; else "".
+	File string
 }
 
-// NewSet returns a set named like the binary, reading the environment through env (os.LookupEnv when nil).
+// NewSet returns a set named like the binary, reading the environment through env (os.LookupEnv when nil,
+// and then Parse also refuses unknown variables that look like settings: CheckEnv).
 func NewSet(name string, env func(string) (string, bool)) *Set {
-	if env == nil {
-		env = os.LookupEnv
-	}
 	s := &Set{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), env: env,
-		placeholders: map[string]string{}, versionOut: os.Stdout}
+		placeholders: map[string]string{}, versionOut: os.Stdout, from: map[string]string{}}
+	if env == nil {
+		s.env, s.environ = os.LookupEnv, os.Environ
+	}
 	s.FlagSet.BoolVar(&s.showVersion, "version", false, "print the version and commit of this build, and exit")
 	s.FlagSet.Usage = s.usage
 	return s
@@ -70,12 +79,15 @@ func (s *Set) Var(value flag.Value, name, usage string) {
 	}
 	env, flagName := name, FlagName(name)
 	s.placeholders[flagName] = placeholder
-	s.params = append(s.params, Param{Env: env, Flag: "--" + flagName, Default: value.String(), Usage: usage, Placeholder: placeholder})
+	p := Param{Env: env, Flag: "--" + flagName, Default: value.String(), Usage: usage, Placeholder: placeholder}
 	source := "env " + env
 	if _, secret := value.(redactor); secret {
-		source += ", or a file named by " + env + FileSuffix
+		p.File = env + FileSuffix
+		source += ", or a file named by " + p.File
 	}
+	s.params = append(s.params, p)
 	if v, from, ok := s.lookup(value, env); ok {
+		s.from[env] = from
 		if err := value.Set(v); err != nil {
 			s.errs = append(s.errs, fmt.Errorf("invalid %s %s: %v", from, shown(value, v), err))
 		}
@@ -112,11 +124,13 @@ func (s *Set) Float(p *float64, name string, def float64, usage string) {
 	s.Var((*floatValue)(p), name, usage)
 }
 
-// Parse parses args after the environment; it reports the first bad value, naming its variable or flag.
-// After -h it returns flag.ErrHelp (the usage is printed), after --version ErrVersion (the version is
-// printed), whatever the environment holds.
+// Parse parses args after the environment; it reports the first bad value, naming its variable or flag,
+// then every unknown variable that looks like a setting (CheckEnv) and, with NoArguments, an argument.
+// Its errors are usage errors (ErrUsage), a flag's the name of the flag meant when one is close. After -h
+// it returns flag.ErrHelp (the usage is printed), after --version ErrVersion (the version is printed),
+// whatever the environment holds. Nothing is printed after an error: the binary logs it.
 func (s *Set) Parse(args []string) error {
-	if err := s.FlagSet.Parse(args); err != nil {
+	if err := s.parseFlags(args); err != nil {
 		return err
 	}
 	if s.showVersion {
@@ -124,9 +138,45 @@ func (s *Set) Parse(args []string) error {
 		return ErrVersion
 	}
 	if len(s.errs) > 0 {
-		return s.errs[0]
+		return Usage(s.errs[0])
 	}
-	return s.checkRequired()
+	return Usage(cmp.Or(s.checkRequired(), s.checkArgs(), s.CheckEnv()))
+}
+
+// parseFlags parses the flags, printing the usage after -h only: the flag package prints it after every
+// error too, as text, which would break a JSON log.
+func (s *Set) parseFlags(args []string) error {
+	out := s.Output()
+	var buf bytes.Buffer
+	s.SetOutput(&buf)
+	err := s.FlagSet.Parse(args)
+	s.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		_, _ = buf.WriteTo(out)
+		return err
+	}
+	if err != nil {
+		return Usage(s.suggestFlag(err))
+	}
+	return nil
+}
+
+// NoArguments makes Parse refuse arguments other than flags (a binary without commands): "worker version"
+// is a mistake, not a request that can be ignored.
+func (s *Set) NoArguments() { s.noArgs = true }
+
+// Source says where the value of setting env came from, after Parse: "--redis-url", "REDIS_URL",
+// "REDIS_URL_FILE (/run/secrets/url)", or "default" when neither the command line nor the environment gave it.
+func (s *Set) Source(env string) string {
+	given := false
+	s.Visit(func(f *flag.Flag) { given = given || f.Name == FlagName(env) })
+	switch {
+	case given:
+		return "--" + FlagName(env)
+	case s.from[env] != "":
+		return s.from[env]
+	}
+	return "default"
 }
 
 // Require makes the setting env (an environment variable, defined before) one that must be given, by the

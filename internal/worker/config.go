@@ -25,6 +25,7 @@ const (
 	DefaultLockWait        = 5 * time.Second
 	DefaultClaimIdle       = 30 * time.Second
 	DefaultShutdownTimeout = 20 * time.Second
+	DefaultStartupTimeout  = time.Minute
 	DefaultStreamRetention = 24 * time.Hour
 	DefaultResultsMaxLen   = 1_000_000
 	DefaultPoisonMaxLen    = 10_000
@@ -50,6 +51,9 @@ type Config struct {
 	LockElision     bool
 	ClaimIdle       time.Duration
 	ShutdownTimeout time.Duration
+	// StartupTimeout bounds the wait for Redis at start (STARTUP_TIMEOUT): past it the worker exits 1, so
+	// that a wrong REDIS_URL shows as a failed start instead of a worker that waits for ever. 0: no bound.
+	StartupTimeout time.Duration
 	// MetricsAddr is where /metrics, /healthz and /readyz are served; default "" (off).
 	MetricsAddr string
 	// MetricsToken, when set, is the bearer token /metrics requires; default "" (no authentication). The
@@ -96,6 +100,7 @@ func DefaultConfig() Config {
 		LockElision:     true,
 		ClaimIdle:       DefaultClaimIdle,
 		ShutdownTimeout: DefaultShutdownTimeout,
+		StartupTimeout:  DefaultStartupTimeout,
 		OutcomeTTL:      inventory.DefaultOutcomeTTL,
 		StreamRetention: DefaultStreamRetention,
 		GroupStart:      "$",
@@ -122,6 +127,7 @@ func Flags(s *config.Set, c *Config) {
 	s.Bool(&c.LockElision, "LOCK_ELISION", "when a SKU's lock is free, take it inside the stock script rather than around it (one round trip and two scripts less per batch; only with the lock on REDIS_URL, not Redlock); false: always acquire and release")
 	s.Duration(&c.ClaimIdle, "CLAIM_IDLE", d.ClaimIdle, "how long a pending order of a dead consumer waits before another worker claims it")
 	s.Duration(&c.ShutdownTimeout, "SHUTDOWN_TIMEOUT", d.ShutdownTimeout, "on SIGTERM, how long in-flight orders may take to finish")
+	s.Duration(&c.StartupTimeout, "STARTUP_TIMEOUT", d.StartupTimeout, "how long the worker waits at start for Redis to answer before it exits 1 (0: for ever)")
 	s.String(&c.MetricsAddr, "METRICS_ADDR", d.MetricsAddr, "listen address for /metrics, /healthz and /readyz (empty: off)")
 	s.Secret(&c.MetricsToken, "METRICS_TOKEN", "bearer token that /metrics requires, at least 16 characters (empty: none); /healthz and /readyz stay open")
 	s.String(&c.PprofAddr, "PPROF_ADDR", d.PprofAddr, "listen address for /debug/pprof/ only (empty: off); without a host (:6060) it listens on 127.0.0.1 only")
@@ -155,6 +161,7 @@ func (c Config) Validate() error {
 		c.validateLifetime(),
 		c.validateEndpoints(),
 		config.Check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT", c.ShutdownTimeout, "must be positive"),
+		config.Check(c.StartupTimeout >= 0, "STARTUP_TIMEOUT", c.StartupTimeout, "must not be negative"),
 		c.validateLogLevel(),
 		config.Check(keyspaceEvents[c.KeyspaceEvents] != 0 || c.KeyspaceEvents == "off", "KEYSPACE_EVENTS", c.KeyspaceEvents,
 			"want auto, on or off"),

@@ -3,9 +3,8 @@ package worker
 import (
 	"cmp"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -25,43 +24,33 @@ type Extension func(*config.Set) func(Config, *Options) error
 
 // Main is the main function of a worker process (cmd/worker, the bench's worker, the fault tests' worker):
 // it reads the settings from args and the environment, sets up telemetry and runs the worker until SIGINT
-// or SIGTERM. It returns the exit code: 0 after a clean shutdown, -h or --version (config.ErrVersion is a
-// flag.ErrHelp), 2 for a bad setting or a failed run. ext may be nil.
+// or SIGTERM. It returns the exit code (config.ExitCode): 0 after a clean shutdown, -h or --version, 2 for
+// a setting, flag or argument it refused, 1 for a run that failed (Redis unreachable within
+// STARTUP_TIMEOUT, refused by Redis, the router stopped). Every line it writes to standard error is a
+// record of one log, JSON unless standard error is a terminal; the last one says why it exited. ext may be
+// nil.
 func Main(name string, args []string, ext Extension) int {
-	err := runMain(name, args, ext)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
-	return 2
+	level := new(slog.LevelVar)
+	logger := config.Logger(os.Stderr, level)
+	// go-redis's own lines (a pool that cannot dial, say) become records of the same log: one JSON
+	// object a line, whatever writes it.
+	redis.SetLogger(config.RedisLogger{L: logger})
+	return config.Exit(logger, name, runMain(name, args, ext, logger, level))
 }
 
-func runMain(name string, args []string, ext Extension) error {
-	cfg := DefaultConfig()
-	set := config.NewSet(name, nil)
-	Flags(set, &cfg)
-	extend := func(Config, *Options) error { return nil }
-	if ext != nil {
-		extend = ext(set)
-	}
-	if err := set.Parse(args); err != nil {
+func runMain(name string, args []string, ext Extension, logger *slog.Logger, level *slog.LevelVar) error {
+	cfg, set, opts, err := parseSettings(name, args, ext)
+	if err != nil {
 		return err
 	}
-	var opts Options
-	if err := extend(cfg, &opts); err != nil {
-		return err
-	}
+	parsed, _ := config.ParseLogLevel(cmp.Or(cfg.LogLevel, "info")) // validated with the settings
+	level.Set(parsed)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	tel, err := otelsetup.Setup(ctx, "stockflow-worker", cfg.MetricsAddr != "")
 	if err != nil {
 		return fmt.Errorf("telemetry: %w", err)
 	}
-	level, _ := config.ParseLogLevel(cmp.Or(cfg.LogLevel, "info")) // validated with the settings
-	logger := config.Logger(os.Stderr, level)
-	// go-redis's own lines (a pool that cannot dial, say) become records of the same log: one JSON
-	// object a line, whatever writes it.
-	redis.SetLogger(config.RedisLogger{L: logger})
 	defer flush(tel, logger.Error)
 	opts.Metrics, opts.Tracing = tel.Metrics, tel.Tracing
 	gogc := setGC()
@@ -69,10 +58,34 @@ func runMain(name string, args []string, ext Extension) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("worker started", "name", cfg.Name, "concurrency", cfg.Concurrency, "orders", cfg.OrdersStream,
-		"partitions", cfg.OrdersPartitions, "cluster", cfg.Cluster,
-		"group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != "", "gogc", gogc)
+	logger.Info("worker started", append(startAttrs(cfg, set), "gogc", gogc)...)
 	return w.Run(ctx)
+}
+
+// parseSettings reads and checks the settings, those of ext included; its errors are usage errors.
+func parseSettings(name string, args []string, ext Extension) (Config, *config.Set, Options, error) {
+	cfg, opts := DefaultConfig(), Options{}
+	set := config.NewSet(name, nil)
+	set.NoArguments()
+	Flags(set, &cfg)
+	extend := func(Config, *Options) error { return nil }
+	if ext != nil {
+		extend = ext(set)
+	}
+	if err := set.Parse(args); err != nil {
+		return cfg, set, opts, err
+	}
+	err := cmp.Or(cfg.Validate(), extend(cfg, &opts))
+	return cfg, set, opts, config.Usage(err)
+}
+
+// startAttrs are the attributes of the start line: the settings that say what the worker works on, with
+// the Redis it uses (its password redacted) and where REDIS_URL came from ("default" when it was not set:
+// on a shared machine the default may be someone else's Redis).
+func startAttrs(cfg Config, set *config.Set) []any {
+	return []any{"name", cfg.Name, "redis", config.RedactURL(cfg.RedisURL), "redis_url_from", set.Source("REDIS_URL"),
+		"concurrency", cfg.Concurrency, "orders", cfg.OrdersStream, "partitions", cfg.OrdersPartitions,
+		"cluster", cfg.Cluster, "group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != ""}
 }
 
 // defaultGOGC is the worker's GOGC when the environment sets none. A worker's live heap is a few MB and

@@ -24,9 +24,16 @@ var errClusterNode = errors.New("worker: REDIS_URL is a Redis Cluster node")
 // lose acknowledged writes (warned about, refused with REQUIRE_DURABLE) and streams laid out in another
 // number of partitions (stream.Config.CheckLayout), and creates the consumer groups that do
 // not exist.
+//
+// It waits STARTUP_TIMEOUT at most: past it, the error says so (and the worker exits 1).
 func (w *Worker) prepare(ctx context.Context) error {
+	budget, cancel := ctx, context.CancelFunc(func() {})
+	if w.cfg.StartupTimeout > 0 {
+		budget, cancel = context.WithTimeout(ctx, w.cfg.StartupTimeout)
+	}
+	defer cancel()
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 3*time.Second) {
-		err := w.prepareOnce(ctx)
+		err := w.prepareOnce(budget)
 		if err == nil || refusesToStart(err) {
 			return err
 		}
@@ -34,6 +41,8 @@ func (w *Worker) prepare(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("worker: Redis did not answer before shutdown: %w", err)
+		case <-budget.Done():
+			return fmt.Errorf("worker: Redis did not answer within STARTUP_TIMEOUT (%v): %w", w.cfg.StartupTimeout, err)
 		case <-time.After(backoff):
 		}
 	}
