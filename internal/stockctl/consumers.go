@@ -35,8 +35,46 @@ type pruneReport struct {
 	Consumers   []pruneResult `json:"consumers"`
 }
 
+// consumersReport lists the consumers of the group.
+type consumersReport struct {
+	Stream    string         `json:"stream"`
+	Group     string         `json:"group"`
+	Consumers []consumerInfo `json:"consumers"`
+}
+
+// runConsumers lists the consumers of the group.
+func runConsumers(ctx context.Context, a *app, _ []string) (report, error) {
+	g, list, err := a.groupAndConsumers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return consumersReport{Stream: a.opts.OrdersStream, Group: g.Name, Consumers: list}, nil
+}
+
+func (r consumersReport) writeText(w io.Writer) { writeConsumers(w, r.Consumers, false) }
+
+func (r consumersReport) writeWide(w io.Writer) { writeConsumers(w, r.Consumers, true) }
+
+// writeConsumers writes a table of consumers; wide adds the time since each last read something.
+func writeConsumers(w io.Writer, consumers []consumerInfo, wide bool) {
+	tw := table(w)
+	fmt.Fprint(tw, "CONSUMER\tPENDING\tIDLE")
+	if wide {
+		fmt.Fprint(tw, "\tINACTIVE")
+	}
+	fmt.Fprintln(tw)
+	for _, c := range consumers {
+		fmt.Fprintf(tw, "%s\t%d\t%s", c.Name, c.Pending, human(c.IdleMS))
+		if wide {
+			fmt.Fprintf(tw, "\t%s", c.inactive())
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush()
+}
+
 // runConsumersPrune deletes the consumers of the group that have no pending entries and have been idle
-// longer than --idle. Each deletion is checked again inside Redis (prune_consumer.lua), so a consumer
+// longer than --idle; one that deletes none ends in ExitNothingDone. Each deletion is checked again inside Redis (prune_consumer.lua), so a consumer
 // that read an entry since it was listed keeps it. Before Redis 7.2 a read that finds nothing does not
 // reset a consumer's idle time, so a live worker's consumer on a quiet stream can be pruned too; that loses
 // nothing (it has no pending entries) and its next read creates it again.
@@ -47,7 +85,13 @@ func runConsumersPrune(ctx context.Context, a *app, _ []string) (report, error) 
 	}
 	r := &pruneReport{Stream: a.opts.OrdersStream, Group: g.Name, MinIdleMS: millis(a.opts.idle), DryRun: a.opts.dryRun,
 		Consumers: []pruneResult{}}
-	return r, forEach(ctx, list, a.pruneOne, r.add)
+	if err := forEach(ctx, list, a.pruneOne, r.add); err != nil {
+		return r, err
+	}
+	if r.Deleted == 0 && r.WouldDelete == 0 {
+		return r, nothingDone(fmt.Sprintf("no consumer deleted: %d kept", r.Kept))
+	}
+	return r, nil
 }
 
 // pruneOne deletes consumer c when it qualifies (with --dry-run, tells whether it would).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,46 @@ func TestConsumersPrune(t *testing.T) {
 	if p := must(e.rdb.XPending(ctx, "orders", "inventory").Result()); p.Count != 1 || p.Consumers["busy"] != 1 {
 		t.Fatalf("pending = %+v, want o-1 still pending for busy", p)
 	}
+
+	// A prune that deletes nothing did nothing it was asked to: exit 4, with its report.
+	for _, args := range [][]string{{"consumers", "prune", "--idle", "0s"}, {"consumers", "prune", "--idle", "0s", "--dry-run"}} {
+		r = e.run(args...)
+		wantCode(t, r, stockctl.ExitNothingDone)
+		wantContains(t, "prune output", r.stdout, "busy")
+		wantContains(t, "prune stderr", r.stderr, "no consumer deleted: 1 kept")
+	}
+}
+
+// consumers without a subcommand lists the consumers of the group: -o wide adds the time since each one
+// last read something.
+func TestConsumersListsTheGroupsConsumers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	must(e.rdb.XGroupCreateMkStream(ctx, "orders", "inventory", "0").Result())
+	e.order("orders", "o-1")
+	e.read("busy", 1)
+	must(e.rdb.XGroupCreateConsumer(ctx, "orders", "inventory", "idle").Result())
+
+	var got struct {
+		Group     string `json:"group"`
+		Consumers []struct {
+			Name    string `json:"name"`
+			Pending int64  `json:"pending"`
+		} `json:"consumers"`
+	}
+	wantCode(t, e.runJSON(&got, "consumers"), stockctl.ExitOK)
+	if got.Group != "inventory" || len(got.Consumers) != 2 || got.Consumers[0].Name != "busy" || got.Consumers[0].Pending != 1 ||
+		got.Consumers[1].Name != "idle" {
+		t.Fatalf("consumers: %+v, want busy with 1 pending and idle", got)
+	}
+	text, wide := e.run("consumers"), e.run("consumers", "-o", "wide")
+	wantContains(t, "consumers", text.stdout, "CONSUMER", "busy", "idle")
+	wantContains(t, "consumers -o wide", wide.stdout, "INACTIVE", "busy", "idle")
+	if strings.Contains(text.stdout, "INACTIVE") {
+		t.Errorf("consumers shows the wide column:\n%s", text.stdout)
+	}
+	wantCode(t, e.run("consumers", "--orders-stream", "nope"), stockctl.ExitNotFound)
 }
 
 func TestConsumersPruneWithoutGroup(t *testing.T) {

@@ -1,38 +1,43 @@
 package stockctl
 
 import (
-	"flag"
+	"bytes"
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
-// Every command's example, as help shows it, is a command line that selects that command with flags it
-// takes and values that pass the checks: an example that no longer parses would teach a wrong command.
-func TestEveryCommandHasAnExampleThatParses(t *testing.T) {
-	for _, c := range commands {
-		words := shellWords(c.example)
+// Every command has an example, as help shows it, that runs against a Redis without a usage error: an
+// example that no longer parses would teach a wrong command.
+func TestEveryCommandHasAnExampleThatRuns(t *testing.T) {
+	url := redistest.Start(t).URL()
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if c.Hidden || !c.Runnable() || c.Name() == "help" || c.HasParent() && c.Parent().Name() == "completion" ||
+			c.Name() == "completion" || !c.HasParent() {
+			return
+		}
+		words := shellWords(strings.TrimSpace(c.Example))
 		if len(words) < 2 || words[0] != "stockctl" {
-			t.Errorf("%s: example %q does not start with stockctl", c.name, c.example)
-			continue
+			t.Errorf("%s: example %q does not start with stockctl", c.CommandPath(), c.Example)
+			return
 		}
-		o := &options{given: map[string]bool{}}
-		set := newFlagSet(o)
-		rest, err := splitArgs(set, words[1:])
-		if err != nil {
-			t.Errorf("%s: example %q: %v", c.name, c.example, err)
-			continue
+		var out, errOut bytes.Buffer
+		if code := Run(context.Background(), append(words[1:], "--redis-url", url), &out, &errOut); code == ExitUsage {
+			t.Errorf("%s: example %q exits %d: %s", c.CommandPath(), c.Example, code, errOut.String())
 		}
-		set.Visit(func(f *flag.Flag) { o.given[f.Name] = true })
-		got, args, err := findCommand(rest)
-		switch {
-		case err != nil || got != c:
-			t.Errorf("%s: example %q runs %v (%v)", c.name, c.example, got, err)
-		case checkFlags(c, o) != nil:
-			t.Errorf("%s: example %q: %v", c.name, c.example, checkFlags(c, o))
-		case c.noArgs && len(args) > 0, !c.noArgs && len(args) == 0:
-			t.Errorf("%s: example %q gives it the arguments %q", c.name, c.example, args)
+		if found, _, _ := c.Root().Find(words[1:]); found != c {
+			t.Errorf("%s: example %q runs %s", c.CommandPath(), c.Example, found.CommandPath())
 		}
 	}
+	walk(newRoot(&options{}, nil))
 }
 
 // shellWords splits a command line as sh does, for the single quotes the examples use.

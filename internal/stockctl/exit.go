@@ -11,6 +11,9 @@ const (
 	ExitFailure  = 1 // Redis unreachable, a script or command failed, the timeout passed
 	ExitUsage    = 2 // unknown command, bad argument or setting
 	ExitNotFound = 3 // unknown SKU, no such poison id, stream or group missing
+	// ExitNothingDone: a command that changes things selected nothing it could change (a replay whose
+	// every entry was skipped, a prune that kept every consumer); its report says why.
+	ExitNothingDone = 4
 )
 
 // codeError is an error with the exit code it ends the command with.
@@ -31,6 +34,8 @@ func asUsage(err error) error {
 	}
 	return &codeError{code: ExitUsage, err: err}
 }
+
+func nothingDone(msg string) error { return &codeError{code: ExitNothingDone, err: errors.New(msg)} }
 
 func notFound(msg string) error { return &codeError{code: ExitNotFound, err: errors.New(msg)} }
 

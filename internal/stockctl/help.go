@@ -2,118 +2,118 @@ package stockctl
 
 import (
 	"fmt"
-	"io"
 	"slices"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/stockflow/stockflow/internal/config"
 )
 
-// Help: "stockctl -h" and "stockctl help" list the commands, the flags and the exit codes;
-// "stockctl help COMMAND" and "stockctl COMMAND -h" show one command (or a family: "poison") with its
-// arguments, the flags it takes and an example.
+// Help is cobra's, with two changes. Flags are shown as every stockflow binary shows them: one line with
+// the flag, the name of its value, its environment variable and default, then the usage ("  --redis-url url
+// (env REDIS_URL, default ...)"). And help about a command that does not exist is a usage error (exit 2,
+// with cobra's suggestions), where cobra's help command prints the usage and exits 0.
 
-// printHelp prints the help of topic, the words after "help" or before -h; it returns the exit code: a
-// topic that names no command is a usage error.
-func printHelp(stdout, stderr io.Writer, set *config.Set, topic []string) int {
-	if len(topic) == 0 {
-		printUsage(stdout, set)
-		return ExitOK
-	}
-	cmds := helpTopic(topic)
-	if len(cmds) == 0 {
-		err := usageError(fmt.Sprintf("no command %q: 'stockctl help' lists the commands", strings.Join(topic, " ")))
-		printError(stderr, err)
-		return exitCode(err)
-	}
-	for i, c := range cmds {
-		if i > 0 {
-			fmt.Fprintln(stdout)
-		}
-		printCommandUsage(stdout, set, c)
-	}
-	return ExitOK
-}
+const usageTemplate = `Usage:{{if .Runnable}}
+  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
+  {{.CommandPath}} COMMAND{{end}}{{if .HasExample}}
 
-// helpTopic returns the commands that words name: every command whose name starts with them ("poison":
-// poison list and poison replay; "stock": the four stock commands), else the command that a command line
-// with these words would run ("order ord-42": order).
-func helpTopic(words []string) []*command {
-	var family []*command
-	for _, c := range commands {
-		if name := strings.Fields(c.name); len(name) >= len(words) && slices.Equal(name[:len(words)], words) {
-			family = append(family, c)
-		}
-	}
-	if len(family) > 0 {
-		return family
-	}
-	if c, _, err := findCommand(words); err == nil {
-		return []*command{c}
-	}
-	return nil
-}
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
 
-// printCommandUsage shows one command: its arguments, what it does, its own flags and an example.
-func printCommandUsage(w io.Writer, set *config.Set, c *command) {
-	fmt.Fprintf(w, "Usage: stockctl %s %s [flags]\n\n%s.\n", c.name, c.args, capitalized(c.summary))
-	if len(c.flags) > 0 {
-		fmt.Fprintf(w, "\nFlags of %s:\n", c.name)
-		for _, p := range set.Params() {
-			if slices.Contains(c.flags, strings.TrimPrefix(p.Flag, "--")) {
-				printParam(w, p, ownUsage(c, p.Usage))
-			}
-		}
-	}
-	fmt.Fprintf(w, "\nGlobal flags (stockctl -h describes them): --%s\n", strings.Join(globalFlags, ", --"))
-	fmt.Fprintf(w, "\nExample:\n  %s\n", c.example)
-}
+Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
 
-// ownUsage is a flag's usage without the commands it names first ("poison replay, consumers prune: ..."),
-// when c is one of them.
-func ownUsage(c *command, usage string) string {
-	if before, after, ok := strings.Cut(usage, ": "); ok && strings.Contains(before, strings.Fields(c.name)[0]) {
-		return after
-	}
-	return usage
-}
+Flags:
+{{flagUsages .LocalFlags}}{{end}}{{if .HasAvailableInheritedFlags}}
 
-func capitalized(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
-}
+Global flags (stockctl -h describes them): {{flagNames .InheritedFlags}}{{end}}{{if .HasAvailableSubCommands}}
 
-// printUsage is the help of stockctl -h and stockctl help: every command, every flag, the exit codes.
-func printUsage(w io.Writer, set *config.Set) {
-	fmt.Fprint(w, "Usage: stockctl [flags] COMMAND [ARGS] [flags]\n\nCommands (stockctl help COMMAND or stockctl COMMAND -h: its flags and an example):\n")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %s %s\n        %s\n", c.name, c.args, c.summary)
-	}
-	fmt.Fprint(w, "\nFlags (a setting with an env variable reads it; the flag wins):\n")
-	for _, p := range set.Params() {
-		printParam(w, p, p.Usage)
-	}
-	fmt.Fprint(w, "  --version\n        print the version and commit of this build, and exit\n")
-	fmt.Fprint(w, `
+Use "{{.CommandPath}} COMMAND -h" for more about a command.{{end}}
+`
+
+// exitCodesHelp ends the help of stockctl itself.
+const exitCodesHelp = `
 Exit codes:
   0  success
   1  operational failure: Redis unreachable, a script or command error, the timeout
   2  usage error: unknown command, bad argument or setting; nothing was written
   3  not found: unknown SKU, no such poison entry id, stream or group missing
-`)
+  4  nothing done: a replay or prune that selected nothing it could change (every entry skipped)`
+
+// setHelp installs the template and the help command on root.
+func (o *options) setHelp(root *cobra.Command) {
+	cobra.AddTemplateFunc("flagUsages", o.flagUsages)
+	cobra.AddTemplateFunc("flagNames", flagNames)
+	root.SetUsageTemplate(usageTemplate)
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [COMMAND]",
+		Short: "help about a command: its arguments, flags and examples",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			switch {
+			case err != nil:
+				return usageError(fmt.Sprintf("no command %q: %v", strings.Join(args, " "), err))
+			case len(rest) > 0:
+				return usageError(fmt.Sprintf("no command %q: 'stockctl help' lists the commands", strings.Join(args, " ")))
+			}
+			return cmd.Help()
+		},
+	})
 }
 
-// printParam shows one flag, its environment variable and default, and usage.
-func printParam(w io.Writer, p config.Param, usage string) {
-	fmt.Fprintf(w, "  %s (%sdefault %q)\n        %s\n", strings.TrimSpace(p.Flag+" "+p.Placeholder), envNote(p), p.Default, usage)
+// flagUsages lists the flags of fs, one entry each.
+func (o *options) flagUsages(fs *pflag.FlagSet) string {
+	var b strings.Builder
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		p := o.paramOf(f)
+		var notes []string
+		if f.Shorthand != "" {
+			notes = append(notes, "-"+f.Shorthand)
+		}
+		if p.Env != "" {
+			notes = append(notes, "env "+p.Env)
+		}
+		if !slices.Contains([]string{"", "0", "0s", "false", "[]"}, p.Default) {
+			notes = append(notes, fmt.Sprintf("default %q", p.Default))
+		}
+		line := strings.TrimSpace(p.Flag + " " + p.Placeholder)
+		if len(notes) > 0 {
+			line += " (" + strings.Join(notes, ", ") + ")"
+		}
+		fmt.Fprintf(&b, "  %s\n        %s\n", line, p.Usage)
+	})
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// envNote names the environment variable of a setting in the usage, "" for a flag-only one.
-func envNote(p config.Param) string {
-	if p.Env == "" {
-		return ""
+// paramOf describes flag f: a setting's own description (its environment variable, the name of its value),
+// else the flag's, the name of its value back-quoted in its usage.
+func (o *options) paramOf(f *pflag.Flag) config.Param {
+	if o.settings != nil {
+		for _, p := range o.settings.Params() {
+			if p.Flag == "--"+f.Name {
+				return p
+			}
+		}
 	}
-	return "env " + p.Env + ", "
+	placeholder, usage := pflag.UnquoteUsage(f)
+	if f.Value.Type() == "bool" {
+		placeholder = ""
+	}
+	return config.Param{Flag: "--" + f.Name, Default: f.DefValue, Usage: usage, Placeholder: placeholder}
+}
+
+func flagNames(fs *pflag.FlagSet) string {
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			names = append(names, "--"+f.Name)
+		}
+	})
+	return strings.Join(names, ", ")
 }

@@ -14,6 +14,9 @@ import (
 // orderReport is what happened to one order, as recorded on one of its SKUs.
 type orderReport struct {
 	inventory.Record
+	// ExpiresIn hides the record's expires_in, in nanoseconds: stockctl's durations are milliseconds.
+	ExpiresIn   *struct{} `json:"expires_in,omitempty"`
+	ExpiresInMS int64     `json:"expires_in_ms"`
 }
 
 func (r orderReport) writeText(w io.Writer) {
@@ -32,8 +35,8 @@ func (r orderReport) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, ", lines %s", strings.Join(lines, ", "))
 	}
-	if r.ExpiresIn > 0 {
-		fmt.Fprintf(w, "\nrecord kept %s more (OUTCOME_TTL from its last write)", r.ExpiresIn.Round(time.Second))
+	if r.Record.ExpiresIn > 0 {
+		fmt.Fprintf(w, "\nrecord kept %s more (OUTCOME_TTL from its last write)", r.Record.ExpiresIn.Round(time.Second))
 	}
 	fmt.Fprintln(w)
 }
@@ -55,5 +58,5 @@ func runOrder(ctx context.Context, a *app, args []string) (report, error) {
 	case err != nil:
 		return nil, err
 	}
-	return orderReport{rec}, nil
+	return orderReport{Record: rec, ExpiresInMS: millis(rec.ExpiresIn)}, nil
 }

@@ -36,13 +36,14 @@ func TestOrderShowsTheRecordedOutcome(t *testing.T) {
 	wantCode(t, r, stockctl.ExitOK)
 	wantContains(t, "basket order output", r.stdout, "reserved", "A x1", "B x3")
 
-	var rec struct {
-		Status   string `json:"status"`
-		Quantity int64  `json:"quantity"`
-	}
+	var rec map[string]any
 	wantCode(t, e.runJSON(&rec, "order", "ord-42", "--sku", "SKU-1"), stockctl.ExitOK)
-	if rec.Status != "reserved" || rec.Quantity != 2 {
-		t.Fatalf("order --json: %+v, want reserved, quantity 2", rec)
+	ttl := inventory.DefaultOutcomeTTL.Milliseconds()
+	if ms, _ := rec["expires_in_ms"].(float64); rec["status"] != "reserved" || rec["quantity"] != 2.0 || ms <= 0 || ms > float64(ttl) {
+		t.Fatalf("order --json: %v, want reserved, quantity 2, expires_in_ms in (0, %d]", rec, ttl)
+	}
+	if _, ok := rec["expires_in"]; ok {
+		t.Fatalf("order --json has expires_in, a duration in nanoseconds: %v", rec)
 	}
 
 	wantCode(t, e.run("order", "ord-43", "--sku", "SKU-1"), stockctl.ExitNotFound)

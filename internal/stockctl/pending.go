@@ -174,12 +174,7 @@ func toPendingEntry(e redis.XPendingExt) pendingEntry {
 func (r pendingReport) writeText(w io.Writer) {
 	fmt.Fprintf(w, "stream %s, group %s: %d consumers, %d pending, lag %s, last delivered %s\n\n",
 		r.Stream, r.Group.Name, r.Group.Consumers, r.Group.Pending, r.Group.lag(), r.Group.LastDeliveredID)
-	tw := table(w)
-	fmt.Fprintln(tw, "CONSUMER\tPENDING\tIDLE\tINACTIVE")
-	for _, c := range r.Consumers {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", c.Name, c.Pending, human(c.IdleMS), c.inactive())
-	}
-	_ = tw.Flush()
+	writeConsumers(w, r.Consumers, true)
 	r.writeEntries(w)
 }
 

@@ -53,7 +53,8 @@ type candidate struct {
 
 // runPoisonReplay moves the selected poison entries back to ORDERS_STREAM, oldest first (--id: in the
 // order given), one script call each, and refuses those whose order is too old for its outcome records
-// (ageCheck) unless --force. An --id that does not exist ends in ExitNotFound.
+// (ageCheck) unless --force. An --id that does not exist ends in ExitNotFound, a replay that replays
+// nothing in ExitNothingDone.
 func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	if err := checkSelection(a.opts); err != nil {
 		return nil, err
@@ -76,14 +77,22 @@ func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	if err := forEach(ctx, cands, replay, r.add); err != nil {
 		return r, fmt.Errorf("replay: %w", err)
 	}
-	return r, r.missingIDs(len(a.opts.ids) > 0)
+	return r, firstErr(r.missingIDs(len(a.opts.ids) > 0), r.nothingDone())
+}
+
+// nothingDone is ExitNothingDone when the replay replayed nothing (with --dry-run: would replay nothing).
+func (r *replayReport) nothingDone() error {
+	if r.Replayed > 0 || r.WouldReplay > 0 {
+		return nil
+	}
+	return nothingDone(fmt.Sprintf("nothing replayed: %d selected, %d skipped", len(r.Entries), r.Skipped))
 }
 
 func checkSelection(o *options) error {
 	switch {
 	case o.selections() != 1:
 		return usageError("poison replay wants exactly one of --id ID (repeatable), --reason-contains S, --all")
-	case o.given["reason-contains"] && o.reasonContains == "":
+	case o.given("reason-contains") && o.reasonContains == "":
 		return usageError("invalid --reason-contains \"\": would select every entry; use --all")
 	}
 	return checkIDs(o.ids)
@@ -92,7 +101,7 @@ func checkSelection(o *options) error {
 // selections counts the ways of selecting entries given: --id, --reason-contains and --all.
 func (o *options) selections() int {
 	n := 0
-	for _, given := range []bool{len(o.ids) > 0, o.given["reason-contains"], o.all} {
+	for _, given := range []bool{len(o.ids) > 0, o.given("reason-contains"), o.all} {
 		if given {
 			n++
 		}

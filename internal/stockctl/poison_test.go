@@ -93,6 +93,9 @@ func TestPoisonList(t *testing.T) {
 	if got.Length != 3 || len(got.Entries) != 2 || got.Entries[0].ID != big || got.Entries[1].ID != plain {
 		t.Fatalf("--limit 2: %+v, want the 2 newest of 3", got)
 	}
-	r := e.run("poison", "list")
-	wantContains(t, "poison list output", r.stdout, "3 entries", wm, "o-1", "SKU-7", "quantity 0", "not replayable: 90000 bytes")
+	for _, args := range [][]string{{"poison", "list"}, {"poison"}} { // poison without a subcommand lists
+		r := e.run(args...)
+		wantCode(t, r, stockctl.ExitOK)
+		wantContains(t, "poison list output", r.stdout, "3 entries", wm, "o-1", "SKU-7", "quantity 0", "not replayable: 90000 bytes")
+	}
 }

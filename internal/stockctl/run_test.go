@@ -14,8 +14,8 @@ func TestHelpListsCommandsAndExitCodes(t *testing.T) {
 	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"--json", "help"}} {
 		r := runArgs(t, args...)
 		wantCode(t, r, stockctl.ExitOK)
-		wantContains(t, "help", r.stdout, "stock set SKU N", "poison replay", "consumers prune", "--redis-url",
-			"env REDIS_URL", "--json", "--timeout", "Exit codes:", "3  not found")
+		wantContains(t, "help", r.stdout, "\n  stock ", "\n  poison ", "\n  consumers ", "\n  completion ", "--redis-url",
+			"env REDIS_URL", "--output format", "--json", "--timeout", "Exit codes:", "3  not found", "4  nothing done")
 	}
 }
 
@@ -26,13 +26,16 @@ func TestUsageErrorsExit2(t *testing.T) {
 		says string
 	}{
 		{nil, "no command given"},
-		{[]string{"stocks", "SKU-1"}, `unknown command "stocks SKU-1"`},
-		{[]string{"poison"}, `unknown command "poison"`},
-		{[]string{"--nope", "stock", "A"}, "-nope"},
-		{[]string{"stock", "A", "--limit", "5"}, `--limit does not apply to "stock"`},
+		{[]string{"stocks", "SKU-1"}, `unknown command "stocks" for "stockctl"`},
+		{[]string{"poison", "purge"}, `unknown command "purge" for "stockctl poison"`},
+		{[]string{"pending", "entries"}, `stockctl pending takes no arguments, got ["entries"]`},
+		{[]string{"stock", "A", "--nope"}, "unknown flag: --nope"},
+		{[]string{"lock", "A", "--limit", "5"}, "unknown flag: --limit"},
+		{[]string{"stock", "A", "-o", "xml"}, "invalid -o xml: want text, wide, json or yaml"},
+		{[]string{"stock", "A", "--json", "-o", "yaml"}, "--json is -o json"},
 		{[]string{"pending", "--limit", "0"}, "invalid --limit 0"},
 		{[]string{"stock", "A", "--timeout", "0s"}, "invalid --timeout"},
-		{[]string{"stock", "A", "--timeout", "soon"}, `invalid value "soon"`},
+		{[]string{"stock", "A", "--timeout", "soon"}, `invalid argument "soon" for "--timeout"`},
 		{[]string{"stock", "A", "--redis-url", "http://x"}, "invalid REDIS_URL"},
 		{[]string{"lock", "A", "--redlock-urls", "redis://a:1,ftp://b"}, "invalid REDLOCK_URLS"},
 		{[]string{"pending", "--orders-stream", ""}, "invalid ORDERS_STREAM"},

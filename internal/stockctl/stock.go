@@ -5,7 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -22,6 +27,8 @@ type skuStock struct {
 
 type stockReport struct {
 	SKUs []skuStock `json:"skus"`
+	// More: a listing (stock without SKUs) stopped at --limit SKUs; there are others.
+	More bool `json:"more,omitempty"`
 }
 
 func (r stockReport) writeText(w io.Writer) {
@@ -35,6 +42,9 @@ func (r stockReport) writeText(w io.Writer) {
 	for _, sku := range unknown {
 		fmt.Fprintf(w, "%s: unknown SKU (never stocked)\n", sku)
 	}
+	if r.More {
+		fmt.Fprintf(w, "showing %d SKUs (--limit); there are more\n", len(r.SKUs))
+	}
 }
 
 // byFound splits the SKUs into those stocked and the names of those never stocked.
@@ -47,6 +57,52 @@ func (r stockReport) byFound() (found []skuStock, unknown []string) {
 		}
 	}
 	return found, unknown
+}
+
+// runStock shows the stock of each SKU given, or lists the SKUs stocked.
+func runStock(ctx context.Context, a *app, args []string) (report, error) {
+	if len(args) > 0 {
+		return runStockGet(ctx, a, args)
+	}
+	skus, more, err := a.stockedSKUs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stocks, err := mapEach(ctx, skus, a.readStock)
+	return stockReport{SKUs: stocks, More: more}, err
+}
+
+// stockedSKUs finds the SKUs that have a stock hash (SCAN, on each master of a cluster), sorted, at most
+// --limit of them; more reports that there are others.
+func (a *app) stockedSKUs(ctx context.Context) (skus []string, more bool, err error) {
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, inventory.StockKey("*"), 1000).Iterator()
+		for iter.Next(ctx) {
+			sku, ok := strings.CutSuffix(strings.TrimPrefix(iter.Val(), "stock:{"), "}")
+			mu.Lock()
+			if ok && inventory.StockKey(sku) == iter.Val() {
+				skus = append(skus, sku)
+			}
+			done := len(skus) > a.opts.limit
+			mu.Unlock()
+			if done {
+				break
+			}
+		}
+		return iter.Err()
+	}
+	switch c := a.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	}
+	slices.Sort(skus)
+	if len(skus) > a.opts.limit {
+		skus, more = skus[:a.opts.limit], true
+	}
+	return skus, more, err
 }
 
 // runStockGet shows the stock of each SKU; unknown ones are listed as such and end in ExitNotFound.

@@ -19,6 +19,7 @@ type stockJSON struct {
 		Reserved  int64  `json:"reserved"`
 		Fence     int64  `json:"fence"`
 	} `json:"skus"`
+	More bool `json:"more"`
 }
 
 func TestStockSetAddAndShow(t *testing.T) {
@@ -81,14 +82,15 @@ func TestStockBadInputWritesNothing(t *testing.T) {
 		says string // the message names the bad argument
 	}{
 		{"a number that is not one", []string{"stock", "set", "SKU-1", "ten"}, `invalid N "ten"`},
-		{"a negative stock", []string{"stock", "set", "SKU-1", "-1"}, "available -1"},
+		{"a negative stock, taken for a flag", []string{"stock", "set", "SKU-1", "-1"}, "'1' in -1"},
+		{"a negative stock", []string{"stock", "set", "SKU-1", "--", "-1"}, "available -1"},
 		{"a stock over the maximum", []string{"stock", "set", "SKU-1", "1000000000000001"}, "available 1000000000000001"},
 		{"a SKU with a brace", []string{"stock", "set", "SKU{1}", "5"}, `sku "SKU{1}"`},
 		{"a missing N", []string{"stock", "set", "SKU-1"}, "stock set wants SKU N"},
 		{"a zero restock", []string{"stock", "add", "SKU-1", "0"}, "quantity 0"},
 		{"a restock past the maximum", []string{"stock", "add", "FULL", "1"}, "would exceed"},
 		{"a bad SKU among good ones", []string{"stock", "SKU-1", "bad sku"}, `sku "bad sku"`},
-		{"no SKU", []string{"stock"}, "at least one SKU"},
+		{"no SKU", []string{"stock", "get"}, "at least one SKU"},
 	}
 	for _, c := range cases {
 		r := e.run(c.args...)
@@ -131,4 +133,26 @@ func TestStockWritesWhoseReplyIsLostApplyOnce(t *testing.T) {
 	if got := must(e.rdb.HGet(context.Background(), "stock:{R1}", "available").Result()); got != "7" || proxy.Dropped() != 2 {
 		t.Fatalf("available %s after stock set 7 with %d replies lost, want 7 after 2", got, proxy.Dropped())
 	}
+}
+
+// stock without SKUs lists the SKUs stocked, sorted, at most --limit of them (and says there are more);
+// the keys of its write latches are not SKUs.
+func TestStockWithoutSKUsListsTheStockedOnes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, sku := range []string{"B", "A", "C"} {
+		wantCode(t, e.run("stock", "set", sku, "5"), stockctl.ExitOK)
+	}
+	must(e.rdb.Set(context.Background(), "stock:{A}:latch:x", "1", 0).Result())
+	var got stockJSON
+	wantCode(t, e.runJSON(&got, "stock"), stockctl.ExitOK)
+	if len(got.SKUs) != 3 || got.SKUs[0].SKU != "A" || got.SKUs[1].SKU != "B" || got.SKUs[2].SKU != "C" || got.More ||
+		got.SKUs[0].Available != 5 {
+		t.Fatalf("stock: %+v, want A, B and C with 5 each", got)
+	}
+	wantCode(t, e.runJSON(&got, "stock", "--limit", "2"), stockctl.ExitOK)
+	if len(got.SKUs) != 2 || !got.More {
+		t.Fatalf("stock --limit 2: %+v, want 2 SKUs and more", got)
+	}
+	wantContains(t, "stock --limit 2", e.run("stock", "--limit", "2").stdout, "showing 2 SKUs (--limit); there are more")
 }

@@ -19,6 +19,8 @@ func TestVersionAndPlaceholders(t *testing.T) {
 		}
 	}
 	r := runArgs(t, "-h")
-	wantContains(t, "-h", r.stdout, "  --redis-url url (env REDIS_URL", "  --timeout duration (", "  --limit n (",
-		"  --id id (", "  --reason-contains text (", "  --json (", "  --version\n")
+	wantContains(t, "-h", r.stdout, "  --redis-url url (env REDIS_URL", "  --timeout duration (", "  --output format (-o, ",
+		"  --json\n", "  --version\n")
+	wantContains(t, "poison replay -h", runArgs(t, "poison", "replay", "-h").stdout, "  --id id\n", "  --reason-contains text\n")
+	wantContains(t, "pending -h", runArgs(t, "pending", "-h").stdout, "  --limit n (", "  --partition n\n")
 }
