@@ -1,42 +1,42 @@
 // Command demo shows stockflow working on one machine: it starts a Redis (or uses REDIS_URL), several
 // workers and a producer with a hot-SKU mix, and prints the outcomes, the consistency check and the lock
-// wait summary. It exits 1 when the consistency check fails.
+// wait summary to stdout. It exits 1 when the run fails or the consistency check does, 2 for a setting,
+// flag or argument it refused; its log lines (stderr), the last one included, are JSON unless stderr is a
+// terminal.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/demo"
 )
 
 func main() {
-	cfg, err := parseConfig(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return
+	logger := config.Logger(os.Stderr, slog.LevelInfo)
+	redis.SetLogger(config.RedisLogger{L: logger}) // go-redis's lines in the same log
+	os.Exit(config.Exit(logger, "demo", run(os.Args[1:])))
+}
+
+// run reads the settings and runs the demo; its error decides the exit code (config.ExitCode).
+func run(args []string) error {
+	var cfg demo.Config
+	set := config.NewSet("demo", nil)
+	set.NoArguments()
+	demo.Flags(set, &cfg)
+	if err := set.Parse(args); err != nil {
+		return err
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(2)
+	if err := cfg.Validate(); err != nil {
+		return config.Usage(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := demo.Run(ctx, cfg, os.Stdout, config.Progress()); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
-	}
-}
-
-// parseConfig reads the settings from args and the environment.
-func parseConfig(args []string) (demo.Config, error) {
-	var cfg demo.Config
-	set := config.NewSet("demo", nil)
-	demo.Flags(set, &cfg)
-	return cfg, set.Parse(args)
+	return demo.Run(ctx, cfg, os.Stdout, config.Progress())
 }

@@ -1,17 +1,20 @@
 // Command producer publishes order events for stockflow workers and, with --wait, waits for their
-// outcomes, prints a summary and checks that the stock adds up (exit status 1 when it does not).
+// outcomes, prints a summary and checks that the stock adds up (exit status 1 when it does not, 2 for a
+// setting it refused). Its log lines, the last one included, are JSON unless stderr is a terminal.
 package main
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
@@ -19,53 +22,47 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	logger := config.Logger(os.Stderr, slog.LevelInfo)
+	redis.SetLogger(config.RedisLogger{L: logger}) // go-redis's lines in the same log
+	os.Exit(config.Exit(logger, "producer", run(os.Args[1:], os.Stdout)))
 }
 
-// run runs the producer and returns the exit status: 0, 1 when the stock does not add up, 2 on an error.
-func run(args []string) int {
+// run runs the producer and prints its summary to stdout. Its error decides the exit code
+// (config.ExitCode): 2 for a setting, flag or argument refused, 1 for a run that failed or, with --wait,
+// whose stock does not add up.
+func run(args []string, stdout io.Writer) error {
 	cfg, err := parseConfig(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	tel, err := otelsetup.Setup(ctx, "stockflow-producer", false)
 	if err != nil {
-		return fail(fmt.Errorf("telemetry: %w", err))
+		return fmt.Errorf("telemetry: %w", err)
 	}
 	defer tel.Shutdown(context.WithoutCancel(ctx)) // flush the publish spans
 	sum, err := producer.Run(ctx, cfg, config.Progress())
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	printSummary(os.Stdout, cfg, sum)
-	return exitStatus(cfg, sum)
-}
-
-// fail reports an error that stopped the producer and returns its exit status.
-func fail(err error) int {
-	fmt.Fprintln(os.Stderr, "producer:", err)
-	return 2
-}
-
-// exitStatus is 1 when the run waited for its outcomes and the stock did not add up, 0 otherwise.
-func exitStatus(cfg producer.Config, sum *producer.Summary) int {
+	printSummary(stdout, cfg, sum)
 	if cfg.Wait && !sum.Consistent {
-		return 1
+		return fmt.Errorf("the stock does not add up: %s", strings.Join(sum.Problems, "; "))
 	}
-	return 0
+	return nil
 }
 
-// parseConfig reads the settings from args and the environment.
+// parseConfig reads the settings from args and the environment, and checks them.
 func parseConfig(args []string) (producer.Config, error) {
 	var cfg producer.Config
 	set := config.NewSet("producer", nil)
+	set.NoArguments()
 	producer.Flags(set, &cfg)
-	return cfg, set.Parse(args)
+	if err := set.Parse(args); err != nil {
+		return cfg, err
+	}
+	return cfg, config.Usage(cfg.Validate())
 }
 
 // printSummary prints the summary as JSON, the line of what was seeded (with --orders 0), a table (with

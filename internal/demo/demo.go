@@ -123,8 +123,8 @@ type workers struct {
 
 // startWorkers starts cfg.Workers workers on url.
 func startWorkers(ctx context.Context, cfg Config, url string) (*workers, error) {
-	// Workers log only errors: the demo's output is the summary.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	// Workers log only errors (JSON unless stderr is a terminal): the demo's output is the summary.
+	logger := config.Logger(os.Stderr, slog.LevelError)
 	ctx, cancel := context.WithCancel(ctx)
 	ws := &workers{cancel: cancel, done: make(chan error, cfg.Workers)}
 	for i := range cfg.Workers {

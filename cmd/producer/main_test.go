@@ -1,0 +1,61 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/stockflow/stockflow/internal/testing/clitest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
+)
+
+// The producer's exit codes, and every line it writes to stderr being JSON (stderr is no terminal here):
+// 2 for a setting or argument it refused, with the one meant; 1 for a run that failed or whose stock does
+// not add up; 0 for one that did what it was asked.
+func TestProducerExitCodesAndJSONLines(t *testing.T) {
+	bin := clitest.Build(t, ".")
+	s := redistest.Start(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "REDIS_URL=redis://" + l.Addr().String() + "/0"
+	_ = l.Close()
+	here := "REDIS_URL=" + s.URL()
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		says string // in the last line's err; "" for a run that logs nothing
+	}{
+		{"a misspelt setting exits 2 naming the one meant", []string{here, "ORDERS_PARTITION=2"}, nil, 2, "did you mean ORDERS_PARTITIONS?"},
+		{"an argument exits 2", []string{here}, []string{"publish"}, 2, `unexpected argument "publish"`},
+		{"a misspelt flag exits 2 naming the one meant", []string{here}, []string{"--oders", "5"}, 2, "did you mean --orders?"},
+		{"a value that cannot work exits 2", []string{here}, []string{"--orders", "-1"}, 2, "invalid --orders -1"},
+		{"a Redis that does not answer exits 1", []string{closed}, []string{"--orders", "1"}, 1, "connection refused"},
+		{"outcomes that never come exit 1", []string{here}, []string{"--orders", "3", "--wait", "--wait-timeout", "1s"}, 1, "the stock does not add up: 3 events have no outcome"},
+		{"seeding exits 0", []string{here}, []string{"--orders", "0", "--skus", "2", "--seed-stock", "5"}, 0, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := clitest.Run(t, bin, tc.env, tc.args...)
+			if r.Code != tc.code {
+				t.Fatalf("exit code %d, want %d; stdout:\n%s\nstderr:\n%s", r.Code, tc.code, r.Stdout, r.Stderr)
+			}
+			if tc.says == "" {
+				if !strings.Contains(r.Stdout, "stock of 2 SKUs set to 5") {
+					t.Errorf("seeding printed %q, want the line of what was seeded on stdout", r.Stdout)
+				}
+				if r.Stderr != "" {
+					clitest.JSONLines(t, r.Stderr)
+				}
+				return
+			}
+			last := clitest.Last(t, clitest.JSONLines(t, r.Stderr), "err", tc.says)
+			if last["exit_code"] != float64(tc.code) {
+				t.Fatalf("last line %v: want exit_code %d", last, tc.code)
+			}
+		})
+	}
+}
