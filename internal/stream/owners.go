@@ -17,9 +17,13 @@ import (
 // unheard.
 const bellOwners = 2
 
-// liveWithin is how long a consumer counts as live after it last said so (every idlePoll), and how long a
+// liveEvery is how often a consumer says it is live and learns which others are: every 5 s, so that 64 idle
+// workers cost Redis about 13 calls of live.lua a second (scripts/idle-workers.sh).
+const liveEvery = 5 * time.Second
+
+// liveWithin is how long a consumer counts as live after it last said so (every liveEvery), and how long a
 // consumer that cannot learn of the others keeps what it saw last before it owns every partition.
-const liveWithin = 5 * idlePoll
+const liveWithin = 3 * liveEvery
 
 //go:embed live.lua
 var liveLua string
@@ -86,14 +90,14 @@ func ownerScore(name, stream string) uint64 {
 	return x
 }
 
-// watch says every idlePoll that this consumer is live, and learns which others are, until ctx ends, when
+// watch says every liveEvery that this consumer is live, and learns which others are, until ctx ends, when
 // it takes the consumer out (done is closed then): live.lua on ConsumersKey. (The consumers' idle times
 // in the group cannot tell: Redis 7.0 counts an empty read as no interaction.) When it cannot learn them
 // for liveWithin, it owns every partition until it can again.
 func (o *owners) watch(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	ms := liveWithin.Milliseconds()
-	t := time.NewTicker(idlePoll)
+	t := time.NewTicker(liveEvery)
 	defer t.Stop()
 	learnt, failing := time.Now(), false
 	for {

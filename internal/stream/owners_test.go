@@ -86,7 +86,7 @@ func idleWorkers(t *testing.T, rdb redis.UniversalClient, parts []Partition, n, 
 func settle(t *testing.T, rdb *redis.Client, subs map[string]*Subscriber, names []string, p Partition) (owners []string) {
 	t.Helper()
 	channel := KeyspaceChannel(0, p.Orders)
-	for deadline := time.Now().Add(3 * idlePoll); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(2*liveEvery + idlePoll); ; time.Sleep(50 * time.Millisecond) {
 		owners = owners[:0]
 		saw := 0
 		for _, name := range names {

@@ -58,3 +58,15 @@ func TestAnEventOlderThanTwiceClaimIdleWaitsForNoEarlierEntry(t *testing.T) {
 		t.Fatalf("an event published long before twice CLAIM_IDLE ago: earlier %v, %v; want false", earlier, err)
 	}
 }
+
+// An event whose id a producer set in the future (the year 2100; every later entry of the partition then gets
+// an id in 2100 too) waits for no earlier entry either: its id cannot say when it was published, and the
+// bound of twice CLAIM_IDLE on an event's wait must hold.
+func TestAnEventWithAFutureIDWaitsForNoEarlierEntry(t *testing.T) {
+	w, rdb := earlierWorker(t)
+	pend(t, rdb, "4102444800000-0")
+	event := pend(t, rdb, "*")
+	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(event, nil)); err != nil || earlier {
+		t.Fatalf("an event with id %s: earlier %v, %v; want false", event, earlier, err)
+	}
+}

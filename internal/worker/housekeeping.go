@@ -58,11 +58,11 @@ func (w *Worker) housekeepOnce(ctx context.Context) {
 func (w *Worker) trim(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	minID := strconv.FormatInt(time.Now().Add(-w.cfg.StreamRetention).UnixMilli(), 10) + "-0"
+	retention := w.cfg.StreamRetention.Milliseconds()
 	total := &backlog{}
 	var errs []error
 	for _, p := range w.parts {
-		r, err := trimScript.Run(ctx, w.rdb, []string{p.Orders}, minID, w.cfg.ConsumerGroup).Slice()
+		r, err := trimScript.Run(ctx, w.rdb, []string{p.Orders, DeliveredTimesKey(p.Orders)}, retention, w.cfg.ConsumerGroup).Slice()
 		if err == nil && len(r) != 6 {
 			err = fmt.Errorf("unexpected reply %v", r)
 		}
@@ -81,6 +81,11 @@ func (w *Worker) trim(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// DeliveredTimesKey is where trim.lua notes when the entries of stream up to an id had been delivered (in
+// stream's slot): a sorted set of ids scored by Redis's time, unix ms, so that retention does not depend on
+// ids a producer chose.
+func DeliveredTimesKey(stream string) string { return stream + ":delivered-times" }
 
 // add adds another partition's backlog to b.
 func (b *backlog) add(o *backlog) {
@@ -156,5 +161,5 @@ func (b *backlog) oldestAge() float64 {
 	if b.oldest.IsZero() {
 		return 0
 	}
-	return time.Since(b.oldest).Seconds()
+	return max(time.Since(b.oldest).Seconds(), 0) // 0 for an id in the future, as a producer may choose
 }

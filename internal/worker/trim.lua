@@ -1,7 +1,16 @@
 -- Trim a stream to its retention, never past an entry that some consumer group has not been delivered yet
 -- or still has pending, and report one group's backlog.
+--
+-- How old an entry is does not come from its id alone: a producer may XADD an explicit id in the future (the
+-- year 2100), and every later entry's id then carries that time too. So each run also notes, in a sorted set
+-- (KEYS[2]), the greatest id any group had been delivered and when (Redis's time): entries up to that id were
+-- in the stream by then, whatever their ids say. An entry is old once a note that covers it is older than the
+-- retention; until there is such a note (the first retention after the stream appeared), its id says. A note
+-- is added at most every hundredth of the retention (so the set holds about 100), and the notes older than
+-- the one in use are removed: trimming lags the retention by up to a hundredth of it.
 -- KEYS[1] stream
--- ARGV[1] trim entries older than this id ("<unix ms>-0": now - retention)
+-- KEYS[2] its notes of delivered ids (DeliveredTimesKey)
+-- ARGV[1] the retention, in milliseconds
 -- ARGV[2] the consumer group to report on
 -- Returns {trimmed, group found (0|1), pending, lag (-1: unknown), oldest pending id or '', holder}, where
 -- holder names a group that keeps entries older than the retention ('' when none does).
@@ -32,10 +41,35 @@ local function after(id)
   return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
 end
 
-local bound = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local retention = tonumber(ARGV[1])
+local cutoff = now - retention
+local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
+
+-- The bound: entries before it are older than the retention.
+local bound = string.format('%d', cutoff) .. '-0'
+local note = redis.call('ZRANGE', KEYS[2], cutoff, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+if #note > 0 then
+  bound = after(note[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. note[2])
+end
+-- A note of the greatest id delivered to a group.
+local delivered = '0-0'
+for _, g in ipairs(groups) do
+  for i = 1, #g, 2 do
+    if g[i] == 'last-delivered-id' and less(delivered, g[i + 1]) then delivered = g[i + 1] end
+  end
+end
+local newest = redis.call('ZRANGE', KEYS[2], '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+if delivered ~= '0-0' and (#newest == 0 or tonumber(newest[2]) <= now - retention / 100) then
+  redis.call('ZADD', KEYS[2], 'NX', now, delivered) -- an id noted before keeps its first time
+end
+redis.call('PEXPIRE', KEYS[2], 2 * retention)
+
 local minid, holder = bound, ''
 local found, pending, lag, oldest = 0, 0, -1, ''
-for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+for _, g in ipairs(groups) do
   local info = {}
   for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
   -- Entries after last-delivered-id have not reached this group yet.

@@ -220,11 +220,15 @@ func (w *Worker) setHandler(faults *Faults) error {
 // an entry published less than twice CLAIM_IDLE ago: an earlier entry that stays pending longer than that
 // (failing again and again, or stuck behind a lock held elsewhere) no longer holds the event back, which is
 // then decided as it finds its order. (The range ends at msg's own id, inclusive: Redis before 6.2 and
-// miniredis know no exclusive bound.)
+// miniredis know no exclusive bound.) An id more than CLAIM_IDLE ahead of the clock (a producer chose it:
+// every later entry of the partition then has its time too) says nothing of when the entry was published,
+// so the event waits for none either: the bound holds, and the decision is the one a wait would end in.
 func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
 	if ms, _, ok := strings.Cut(msg.UUID, "-"); ok {
-		if t, err := strconv.ParseInt(ms, 10, 64); err == nil && time.Since(time.UnixMilli(t)) > 2*w.cfg.ClaimIdle {
-			return false, nil
+		if t, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			if age := time.Since(time.UnixMilli(t)); age > 2*w.cfg.ClaimIdle || age < -w.cfg.ClaimIdle {
+				return false, nil
+			}
 		}
 	}
 	part := w.parts[stream.EntryPartition(msg)]
