@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -20,49 +21,64 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// base is the rendered base, each kind once, decoded into its API type.
+// base is a rendered kustomization, each kind at most once, decoded into its API type.
 type base struct {
 	deployment     appsv1.Deployment
 	service        corev1.Service
 	pdb            policyv1.PodDisruptionBudget
-	hpa            autoscalingv2.HorizontalPodAutoscaler
 	networkPolicy  networkingv1.NetworkPolicy
 	serviceMonitor monitoringv1.ServiceMonitor
+	prometheusRule monitoringv1.PrometheusRule
+	scaledObject   kedav1alpha1.ScaledObject
+	triggerAuth    kedav1alpha1.TriggerAuthentication
+	hpa            autoscalingv2.HorizontalPodAutoscaler // components/hpa's, in place of the two above
 }
 
-// kinds are the objects the base holds, each with its API version and where it decodes to.
-func (b *base) kinds() map[string]struct {
+// kind is a kind of object a kustomization may hold: its API version and where it decodes to.
+type kind struct {
 	apiVersion string
 	into       any
-} {
-	type kind = struct {
-		apiVersion string
-		into       any
-	}
+}
+
+// baseKinds are the kinds the base holds; withoutKEDA those of an overlay with components/hpa.
+var (
+	baseKinds   = []string{"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor", "PrometheusRule", "ScaledObject", "TriggerAuthentication"}
+	withoutKEDA = []string{"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ServiceMonitor", "PrometheusRule", "HorizontalPodAutoscaler"}
+)
+
+// kinds are the objects a kustomization here may hold.
+func (b *base) kinds() map[string]kind {
 	return map[string]kind{
 		"Deployment":              {"apps/v1", &b.deployment},
 		"Service":                 {"v1", &b.service},
 		"PodDisruptionBudget":     {"policy/v1", &b.pdb},
-		"HorizontalPodAutoscaler": {"autoscaling/v2", &b.hpa},
 		"NetworkPolicy":           {"networking.k8s.io/v1", &b.networkPolicy},
 		"ServiceMonitor":          {"monitoring.coreos.com/v1", &b.serviceMonitor},
+		"PrometheusRule":          {"monitoring.coreos.com/v1", &b.prometheusRule},
+		"ScaledObject":            {"keda.sh/v1alpha1", &b.scaledObject},
+		"TriggerAuthentication":   {"keda.sh/v1alpha1", &b.triggerAuth},
+		"HorizontalPodAutoscaler": {"autoscaling/v2", &b.hpa},
 	}
 }
 
-// render builds the base with kustomize, as kubectl apply -k does, and decodes each object strictly: an
-// unknown or misspelt field, a duplicate key or a value of the wrong type fails the test.
-func render(t *testing.T) *base {
+// render builds the base; see renderDir.
+func render(t *testing.T) *base { return renderDir(t, ".", baseKinds) }
+
+// renderDir builds the kustomization in dir with kustomize, as kubectl apply -k does, wants exactly one
+// object of each of the kinds want, and decodes each strictly: an unknown or misspelt field, a duplicate key
+// or a value of the wrong type fails the test.
+func renderDir(t *testing.T, dir string, want []string) *base {
 	t.Helper()
-	objects, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), ".")
+	objects, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build: %v", err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	b := &base{}
 	kinds, seen := b.kinds(), map[string]bool{}
 	for _, r := range objects.Resources() {
 		k, ok := kinds[r.GetKind()]
-		if !ok || seen[r.GetKind()] {
-			t.Fatalf("the base renders a %s %s: want exactly one of each of %v", r.GetKind(), r.GetName(), slices.Sorted(maps.Keys(kinds)))
+		if !ok || seen[r.GetKind()] || !slices.Contains(want, r.GetKind()) {
+			t.Fatalf("%s renders a %s %s: want exactly one of each of %v", dir, r.GetKind(), r.GetName(), want)
 		}
 		seen[r.GetKind()] = true
 		if r.GetApiVersion() != k.apiVersion {
@@ -76,8 +92,8 @@ func render(t *testing.T) *base {
 			t.Errorf("%s %s does not decode strictly: %v", r.GetKind(), r.GetName(), err)
 		}
 	}
-	if len(seen) != len(kinds) {
-		t.Fatalf("the base renders %v, want %v", slices.Sorted(maps.Keys(seen)), slices.Sorted(maps.Keys(kinds)))
+	if len(seen) != len(want) {
+		t.Fatalf("%s renders %v, want %v", dir, slices.Sorted(maps.Keys(seen)), slices.Sorted(slices.Values(want)))
 	}
 	return b
 }
@@ -91,6 +107,16 @@ func TestEveryManifestIsInTheKustomizationAndDecodesStrictly(t *testing.T) {
 	for _, f := range files {
 		if f != "kustomization.yaml" && !slices.Contains(k.Resources, f) {
 			t.Errorf("%s is not in kustomization.yaml's resources: kubectl apply -k would leave it out", f)
+		}
+	}
+	var hpa types.Kustomization
+	if err := yaml.UnmarshalStrict(read(t, "components/hpa/kustomization.yaml"), &hpa); err != nil || hpa.Kind != types.ComponentKind {
+		t.Fatalf("components/hpa/kustomization.yaml: %v, kind %s: want a Component", err, hpa.Kind)
+	}
+	files, _ = filepath.Glob("components/hpa/*.yaml")
+	for _, f := range files {
+		if f := filepath.Base(f); f != "kustomization.yaml" && !slices.Contains(hpa.Resources, f) {
+			t.Errorf("components/hpa/%s is not in the component's resources", f)
 		}
 	}
 	render(t)

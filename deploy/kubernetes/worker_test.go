@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,31 +171,6 @@ func TestTheObjectsFindTheWorkerPods(t *testing.T) {
 	if in := b.networkPolicy.Spec.Ingress; len(in) != 1 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.StrVal != "metrics" {
 		t.Errorf("the NetworkPolicy lets in %+v, want the metrics port only", in)
 	}
-	if ref := b.hpa.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != b.deployment.Name {
-		t.Errorf("the HPA scales %s %s, not the worker's Deployment", ref.Kind, ref.Name)
-	}
-	if b.deployment.Spec.Replicas != nil {
-		t.Error("the Deployment sets replicas, which every apply would reset under the HPA")
-	}
-}
-
-func TestTheAutoscalerReadsTheLagMetric(t *testing.T) {
-	b := render(t)
-	metrics := b.hpa.Spec.Metrics
-	if len(metrics) != 1 || metrics[0].External == nil {
-		t.Fatalf("the HPA's metrics %+v: want one External metric", metrics)
-	}
-	m := metrics[0].External.Metric
-	// The metric's Prometheus name as the observability page lists it (a docs test holds that page to the code).
-	if doc := string(read(t, "../../docs/observability.md")); !strings.Contains(doc, "(`"+m.Name+"`)") {
-		t.Errorf("the HPA reads %s, which docs/observability.md does not list as a metric", m.Name)
-	}
-	if m.Selector == nil || m.Selector.MatchLabels["service"] != b.service.Name {
-		t.Errorf("the HPA's metric selector %v: want service=%s, the label Prometheus gives the scraped series", m.Selector, b.service.Name)
-	}
-	if target := metrics[0].External.Target; target.AverageValue == nil {
-		t.Errorf("the HPA's target %+v: want an AverageValue (the lag is the group's, divided among the replicas)", target)
-	}
 }
 
 func TestTheWorkerRunsLockedDown(t *testing.T) {
@@ -284,4 +260,25 @@ func writeFile(t *testing.T, name, content string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// The workers spread over zones and over nodes, each constraint selecting the worker's own pods.
+func TestTheWorkersSpreadOverZonesAndNodes(t *testing.T) {
+	b := render(t)
+	pods := b.deployment.Spec.Template.Labels
+	spread := map[string]bool{}
+	for _, c := range b.deployment.Spec.Template.Spec.TopologySpreadConstraints {
+		if c.LabelSelector == nil || !matches(c.LabelSelector.MatchLabels, pods) || c.MaxSkew != 1 {
+			t.Errorf("the spread over %s selects %v with maxSkew %d: want the worker's pods %v, maxSkew 1", c.TopologyKey, c.LabelSelector, c.MaxSkew, pods)
+		}
+		if !slices.Contains(c.MatchLabelKeys, "pod-template-hash") {
+			t.Errorf("the spread over %s counts the pods of every ReplicaSet: a rollout would spread around the old pods", c.TopologyKey)
+		}
+		spread[c.TopologyKey] = true
+	}
+	for _, key := range []string{corev1.LabelTopologyZone, corev1.LabelHostname} {
+		if !spread[key] {
+			t.Errorf("the workers do not spread over %s", key)
+		}
+	}
 }
