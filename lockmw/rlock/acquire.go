@@ -155,7 +155,7 @@ func (a *acquisition) takeHandOff(h *hold) *lease {
 		if _, redisOwner, _, held := a.e.dog.holder(a.key); !held || redisOwner != h.redisOwner {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), undoTimeout)
 			defer cancel()
-			_ = a.e.releaseHold(ctx, h, a.e.uniqueID())
+			_ = a.e.releaseHold(ctx, h, a.e.newUnlock(h))
 		}
 		return nil
 	}

@@ -1,9 +1,9 @@
 -- Acquire a reentrant lock in the Redisson RLock layout, with a fencing token as in Redisson's RFencedLock.
 -- KEYS[1] lock hash (field = owner id, value = reentry count)
 -- KEYS[2] fencing counter
--- KEYS[3] request latch: the outcome of this request, so that a resend of it (go-redis sends a command
---         again after a lost connection) answers the same instead of counting a second hold, and a late
---         copy of a request already undone (undo.lua leaves 'undone') does nothing
+-- KEYS[3] request latch: written by a reentry only (count:token), so that a resend of it (go-redis sends a
+--         command again after a lost connection) answers the same instead of counting a second hold; left
+--         'undone' by undo.lua, so that this request does nothing if it arrives after its undo
 -- ARGV[1] lease in milliseconds
 -- ARGV[2] owner id
 -- ARGV[3] fencing counter TTL in milliseconds, refreshed on every fresh acquisition; 0: none
@@ -16,6 +16,44 @@
 -- A caller that holds nothing gets count 1 even where ARGV[2] is in the hash already: that hold is this
 -- request's, run before its reply was lost, or one its owner no longer knows of; nobody would release a
 -- second count. Such a caller needs no latch: its resend finds the lock held by ARGV[2] and answers alike.
+-- Its common case, a free lock and no undo, costs one EXISTS of both keys and the writes.
+local function take() -- the lock is free: ARGV[2] takes it under a new token
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  local token = redis.call('incr', KEYS[2])
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('pexpire', KEYS[2], ARGV[3])
+  end
+  return token
+end
+local function keep() -- a lock taken already: the lease from now, never shorter than it is
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+  end
+  return tonumber(redis.call('get', KEYS[2]) or '0')
+end
+
+if ARGV[4] ~= '1' then
+  if redis.call('exists', KEYS[1], KEYS[3]) == 0 then
+    return take()
+  end
+  local count = redis.call('hget', KEYS[1], ARGV[2])
+  if not count then
+    local pttl = redis.call('pttl', KEYS[1])
+    if pttl == -2 then -- no lock: the key found is the latch of an undo
+      return {0, -1}
+    end
+    return {0, pttl}
+  end
+  if redis.call('get', KEYS[3]) == 'undone' then
+    return {0, -1}
+  end
+  if count ~= '1' then
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+  end
+  return keep()
+end
+
 local done = redis.call('get', KEYS[3])
 if done == 'undone' then
   return {0, -1}
@@ -23,33 +61,14 @@ elseif done then
   local count, token = string.match(done, '^(%d+):(%d+)$')
   return {1, tonumber(token), tonumber(count)}
 end
-local held = ARGV[4] == '1'
-local count, token
+local count, token = 1, nil
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  count, token = 1, redis.call('incr', KEYS[2])
-  if tonumber(ARGV[3]) > 0 then
-    redis.call('pexpire', KEYS[2], ARGV[3])
-  end
+  token = take()
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  token = keep()
 else
-  count = redis.call('hget', KEYS[1], ARGV[2])
-  if not count then
-    return {0, redis.call('pttl', KEYS[1])}
-  end
-  if held then
-    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  elseif count ~= '1' then
-    count = 1
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-  end
-  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then -- never shorten an extended lease
-    redis.call('pexpire', KEYS[1], ARGV[1])
-  end
-  token = tonumber(redis.call('get', KEYS[2]) or '0')
-end
-if not held then
-  return token
+  return {0, redis.call('pttl', KEYS[1])}
 end
 redis.call('set', KEYS[3], count .. ':' .. token, 'px', ARGV[5])
 return {1, token, count}

@@ -57,7 +57,7 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	if b.inFlight < maxInFlight {
 		b.inFlight++
 		b.mu.Unlock()
-		cmd := script.Run(ctx, b.rdb, keys, args...)
+		cmd := runScript(ctx, b.rdb, script, keys, args...)
 		if batch := b.take(); len(batch) > 0 {
 			go b.sendAll(batch)
 		}
@@ -118,18 +118,22 @@ func (b *batcher) sendAll(batch []*call) {
 	}
 }
 
-// send runs batch in one pipeline; a script the server does not know (NOSCRIPT) runs again alone.
+// send runs batch in one pipeline; a script the server does not know (NOSCRIPT) runs again alone (its sends
+// taken back: it did not run).
 func (b *batcher) send(batch []*call) {
 	ctx, cancel := batchContext(batch)
 	defer cancel()
 	pipe := b.rdb.Pipeline()
-	for _, c := range batch {
+	sent := make([]int32, len(batch))
+	for i, c := range batch {
+		sent[i] = sendsIn(c.args).count()
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx)
-	for _, c := range batch {
+	for i, c := range batch {
 		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+			sendsIn(c.args).rewind(sent[i])
+			c.cmd = runScript(ctx, b.rdb, c.script, c.keys, c.args...)
 		}
 		close(c.done)
 	}

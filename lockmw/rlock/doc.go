@@ -11,7 +11,7 @@
 //	lock:{KEY}                          hash: field = owner id, value = reentry count; PEXPIRE = lease
 //	redisson_lock__channel:lock:{KEY}   pub/sub: "0" is published when the lock is freed (SPUBLISH if sharded)
 //	redisson_lock_token:lock:{KEY}      string: fencing counter, INCR on every fresh acquisition
-//	redisson_unlock_latch:lock:{KEY}:R  string: the outcome of request R, for 10 s (see Resent calls)
+//	redisson_unlock_latch:lock:{KEY}:R  string: the outcome of request R, for 10 s, where a resend needs it
 //
 // Config.KeyPrefix replaces "lock:" (the other names follow from the lock's name, by Redisson's rule;
 // Config.LockKey, TokenKey and ChannelKey spell them). A key may not contain braces: {KEY} is the Redis
@@ -63,12 +63,20 @@
 //	acquire, reentry              request id + latch: answers the latched count and token
 //	undo of a failed acquisition  request id + latch: takes back what the request did, latches "undone";
 //	                              the request, arriving late, then does nothing
-//	release                       request id + latch: answers the latched holds left
+//	release of a reentrant hold   request id + latch: answers the latched holds left
+//	release of the last hold      request id + send count: a later send that finds the hold gone answers
+//	                              it freed, and latches that for a copy of an earlier send still on its way
 //	renew, Lease.Extend           idempotent: at least the lease from now; the lease here counts from the send
 //	RaiseToken                    idempotent: at least the token
 //	ForceRelease                  request id + latch: answers the latched outcome
 //
-// A latch is Redisson's unlock latch key with the request's own id, alive 10 s.
+// A latch is Redisson's unlock latch key with the request's own id, alive 10 s. Only what a resend could
+// get wrong is latched: the common cycle, a fresh acquisition and the release of its only hold, writes none
+// (a key with an expiry per request cost the uncontended lock a third of its speed). A release knows its
+// first send from a later one because one of its arguments counts how often go-redis wrote it. The one
+// thing a later send cannot tell: a hold gone because its first send freed it, or because it ended
+// meanwhile (expired, ForceRelease) with the first send lost before Redis; it answers freed, and the lock is
+// not held either way.
 //
 // Errors read as one line ("rlock: lock not obtained: context deadline exceeded") and match every cause
 // with errors.Is and errors.As: ErrNotObtained with ctx.Err(), ErrQuorum with each master's *NodeError.

@@ -16,9 +16,11 @@ type backend interface {
 	// (cut off, no reply) is undone by its request id, which takes back exactly what the request did,
 	// even if it reaches Redis after the undo.
 	acquire(ctx context.Context, req request) (attempt, error)
-	// release returns the holds left for owner (-1 when owner does not hold the lock) and the listeners
-	// its unlock message reached.
-	release(ctx context.Context, n names, owner, requestID string) (releaseReply, error)
+	// release returns the holds left for the owner of req (-1 when it does not hold the lock) and the
+	// listeners its unlock message reached. req may be sent again: its latch and sends make that safe.
+	release(ctx context.Context, req *unlock) (releaseReply, error)
+	// servers is how many Redis servers the lock lives on: one, or the Redlock masters.
+	servers() int
 	// renew makes each hold last at least lease from now (never shorter), and returns per hold: nil
 	// (renewed), ErrNotHeld (gone) or another error (outcome unknown).
 	renew(ctx context.Context, hs []*hold, lease time.Duration) []error
@@ -125,6 +127,9 @@ func (e *engine) owner(ctx context.Context) string {
 
 // uniqueID is unique across processes without a syscall (unlike a random UUID per call).
 func (e *engine) uniqueID() string { return e.instance + ":" + strconv.FormatUint(e.seq.Add(1), 10) }
+
+// newUnlock makes a new request to release one hold of h.
+func (e *engine) newUnlock(h *hold) *unlock { return newUnlock(h, e.uniqueID(), e.be.servers()) }
 
 // raiseToken raises the fencing counter of key to at least token (never lowers it).
 func (e *engine) raiseToken(ctx context.Context, key string, token int64) error {

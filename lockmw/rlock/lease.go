@@ -40,7 +40,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if step != releaseInRedis {
 		return err
 	}
-	return l.e.releaseHold(ctx, l.h, l.e.uniqueID())
+	return l.e.releaseHold(ctx, l.h, l.e.newUnlock(l.h))
 }
 
 // end ends the lease in this process and tells what is left to do in Redis. Whatever Redis will answer,
@@ -79,16 +79,20 @@ func ReleaseIn(ctx context.Context, pipe redis.Pipeliner, held Lease) (finish fu
 	if step != releaseInRedis {
 		return func(error) error { l.cancel(errReleased); return err }
 	}
-	requestID := l.e.uniqueID()
-	cmd := single.queueRelease(ctx, pipe, l.h.names, l.h.redisOwner, requestID)
+	req := l.e.newUnlock(l.h)
+	cmd := single.queueRelease(ctx, pipe, req)
 	return func(error) error {
 		l.cancel(errReleased)
 		rep, err := parseRelease(cmd)
 		if err == nil {
 			return l.e.afterRelease(l.h, rep)
 		}
-		// Not sent, not loaded (NOSCRIPT) or no reply: the same request again, which the latch makes safe.
-		return l.e.releaseHold(ctx, l.h, requestID)
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			req.sent[0].rewind(0) // it did not run
+		}
+		// Not sent, not loaded (NOSCRIPT) or no reply: the same request again, which its latch and sends
+		// make safe.
+		return l.e.releaseHold(ctx, l.h, req)
 	}
 }
 
@@ -143,13 +147,13 @@ func (l *lease) failed(op string, err error) error {
 }
 
 // releaseHold runs the release script for one hold of h, retrying a failed round trip with the same request
-// id: the unlock latch makes a retry whose first try did land return that result instead of taking a
+// req: its latch and sends make a retry whose first try did land return that result instead of taking a
 // second reentrant hold, or reading the lock it freed as not held.
-func (e *engine) releaseHold(ctx context.Context, h *hold, requestID string) error {
+func (e *engine) releaseHold(ctx context.Context, h *hold, req *unlock) error {
 	var err error
 	for try := range releaseTries {
 		var rep releaseReply
-		if rep, err = e.be.release(ctx, h.names, h.redisOwner, requestID); err == nil {
+		if rep, err = e.be.release(ctx, req); err == nil {
 			return e.afterRelease(h, rep)
 		}
 		if ctx.Err() != nil {

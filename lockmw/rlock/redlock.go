@@ -199,7 +199,7 @@ func (l *lane) settle() {
 
 // fanOut is a call to every master and what becomes of its answers.
 type fanOut[T any] struct {
-	call func(context.Context, redis.UniversalClient) (T, error)
+	call func(ctx context.Context, i int, c redis.UniversalClient) (T, error)
 	take func(answer[T]) bool               // takes an answer; true once the outcome is known
 	rest func(mine *lane, late []answer[T]) // gets the answers that came after gather returned, once all came
 }
@@ -226,7 +226,7 @@ func gather[T any](r redlockNodes, ctx context.Context, lock string, f fanOut[T]
 			a := answer[T]{i: i}
 			if a.err = before.wait(i, r.timeout); a.err == nil {
 				ctx, cancel := context.WithTimeoutCause(base, r.timeout, errNodeTimeout)
-				a.val, a.err = f.call(ctx, c)
+				a.val, a.err = f.call(ctx, i, c)
 				cancel()
 				close(mine.done[i])
 			} else {
@@ -316,14 +316,16 @@ func (r redlockNodes) raiseToken(ctx context.Context, n names, token int64) erro
 	return nil
 }
 
-func (r redlockNodes) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {
+func (r redlockNodes) servers() int { return len(r.clients) }
+
+func (r redlockNodes) release(ctx context.Context, req *unlock) (releaseReply, error) {
 	replies := make([]releaseReply, len(r.clients))
 	errs := slices.Repeat([]error{errNoAnswer}, len(r.clients))
 	var released, notHeld int
 	var out releaseReply
-	gather(r, ctx, n.lock, fanOut[releaseReply]{
-		call: func(ctx context.Context, c redis.UniversalClient) (releaseReply, error) {
-			return r.runRelease(ctx, direct{c}, n, owner, requestID)
+	gather(r, ctx, req.n.lock, fanOut[releaseReply]{
+		call: func(ctx context.Context, i int, c redis.UniversalClient) (releaseReply, error) {
+			return r.runRelease(ctx, direct{c}, req, i)
 		},
 		take: func(a answer[releaseReply]) bool {
 			replies[a.i], errs[a.i] = a.val, a.err
@@ -331,15 +333,15 @@ func (r redlockNodes) release(ctx context.Context, n names, owner, requestID str
 			return released >= r.quorum || notHeld > len(r.clients)-r.quorum
 		},
 		rest: func(mine *lane, late []answer[releaseReply]) {
-			// The masters that failed keep their copy until the lease ends unless told again; the latch
-			// makes a repeat of this request harmless where the first one landed.
+			// The masters that failed keep their copy until the lease ends unless told again; the request's
+			// latch and sends make a repeat of it harmless where the first one landed.
 			failed := slices.Clone(errs)
 			for _, a := range late {
 				failed[a.i] = a.err
 			}
 			if released >= r.quorum { // rest runs in the background already
-				r.retry(context.WithoutCancel(ctx), mine, failed, func(ctx context.Context, c redis.UniversalClient) {
-					_, _ = r.runRelease(ctx, direct{c}, n, owner, requestID)
+				r.retry(context.WithoutCancel(ctx), mine, failed, func(ctx context.Context, i int, c redis.UniversalClient) {
+					_, _ = r.runRelease(ctx, direct{c}, req, i)
 				})
 			}
 		},
@@ -373,7 +375,7 @@ func countReleases(replies []releaseReply, errs []error) (released, notHeld int,
 // retry runs call again on the masters where it failed (errs), each within a second once the calls before
 // it there (its lane, after) were answered, which it waits a second for: a release that was not sent,
 // because the grant before it was late, must not overtake that grant now.
-func (r redlockNodes) retry(ctx context.Context, after *lane, errs []error, call func(context.Context, redis.UniversalClient)) {
+func (r redlockNodes) retry(ctx context.Context, after *lane, errs []error, call func(context.Context, int, redis.UniversalClient)) {
 	var wg sync.WaitGroup
 	for i, err := range errs {
 		if err != nil {
@@ -381,7 +383,7 @@ func (r redlockNodes) retry(ctx context.Context, after *lane, errs []error, call
 				if after.wait(i, time.Second) == nil {
 					ctx, cancel := context.WithTimeout(ctx, time.Second)
 					defer cancel()
-					call(ctx, r.clients[i])
+					call(ctx, i, r.clients[i])
 				}
 			})
 		}

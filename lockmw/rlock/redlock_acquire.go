@@ -46,7 +46,7 @@ func (r redlockNodes) acquireRound(ctx context.Context, req request) *round {
 	rd := &round{req: req, replies: make([][]int64, len(r.clients)),
 		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients))}
 	rd.settled = gather(r, ctx, req.n.lock, fanOut[[]int64]{
-		call: func(ctx context.Context, c redis.UniversalClient) ([]int64, error) {
+		call: func(ctx context.Context, _ int, c redis.UniversalClient) ([]int64, error) {
 			return r.runAcquire(ctx, direct{c}, req)
 		},
 		take: func(a answer[[]int64]) bool {

@@ -432,7 +432,7 @@ func TestLanesKeepTheOrderThroughAnUnsentCall(t *testing.T) {
 	gatherAs := func(name string) <-chan struct{} {
 		answered := 0
 		return gather(r, context.Background(), "lock:{k}", fanOut[int]{
-			call: func(_ context.Context, c redis.UniversalClient) (int, error) {
+			call: func(_ context.Context, _ int, c redis.UniversalClient) (int, error) {
 				if c == clients[0] {
 					if name == "first" {
 						<-slowGrant

@@ -152,9 +152,11 @@ func (s singleNode) undo(ctx context.Context, req request) {
 	_ = s.runUndo(ctx, s.run, req)
 }
 
-func (s singleNode) release(ctx context.Context, n names, owner, requestID string) (releaseReply, error) {
-	return s.runRelease(ctx, s.run, n, owner, requestID)
+func (s singleNode) release(ctx context.Context, req *unlock) (releaseReply, error) {
+	return s.runRelease(ctx, s.run, req, 0)
 }
+
+func (s singleNode) servers() int { return 1 }
 
 func (s singleNode) renew(ctx context.Context, hs []*hold, lease time.Duration) []error {
 	return renewAll(ctx, s.rdb, hs, lease)

@@ -495,8 +495,9 @@ func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 			t.Fatalf("acquire: %+v %v", a, err)
 		}
 	}
+	req := &unlock{n: n, owner: "o", id: "req-1", sent: make([]sends, 1)}
 	for try := range 2 { // the same request sent twice, as after a lost reply
-		rep, err := be.release(ctx, n, "o", "req-1")
+		rep, err := be.release(ctx, req)
 		if err != nil || rep.left != 1 {
 			t.Fatalf("release try %d: %d holds left, %v; want 1", try, rep.left, err)
 		}

@@ -1,24 +1,35 @@
--- Release one hold of a reentrant lock (Redisson RLock unlock, with its unlock latch).
+-- Release one hold of a reentrant lock (Redisson RLock unlock, with its unlock latch where one is needed).
 -- KEYS[1] lock hash
 -- KEYS[2] unlock channel (message '0' wakes waiters, as Redisson's LockPubSub expects)
--- KEYS[3] unlock latch: remembers this request's result, so a release sent again after a lost reply
---         neither takes a second reentrant hold away nor reads its own deletion as "not held"
+-- KEYS[3] unlock latch: this request's result, for a later copy of the request (go-redis sends a command
+--         again after a lost connection, Options.MaxRetries, and this package retries a release under the
+--         same request id)
 -- ARGV[1] owner id
 -- ARGV[2] lease in milliseconds (for the holds that remain)
 -- ARGV[3] latch lifetime in milliseconds
 -- ARGV[4] the command that sends the unlock message: 'publish', or 'spublish' (sharded pub/sub), as Redisson
 --         passes it
+-- ARGV[5] '0' on the request's first send, '1' on every later one (the argument counts its own sends)
 -- Returns the holds left for ARGV[1] (0: the lock is free; -1: ARGV[1] does not hold it), or {0, clients that
 -- received the unlock message} when some did (bare integers are the cheapest replies for Redis to build).
--- The latch is read on every send, not only on this package's own retries: go-redis sends a command again
--- after a lost connection (Options.MaxRetries), with the same arguments.
+-- Latched is only what a later copy could not tell from the lock itself. A release that leaves holds always
+-- latches (the count does not say whether this request took its hold away already). The first send of the
+-- last hold's release, the common case, latches nothing: a later send that finds ARGV[1] holding nothing
+-- answers 0, freed by a send before it (or, if that one never ran, ended meanwhile by expiry or a force
+-- release: the lock is not held either way). Every later send latches its result, so that a copy of an
+-- earlier send that reaches Redis after it (over another connection) does nothing.
 local done = redis.call('get', KEYS[3])
 if done then
   return tonumber(done)
 end
+local again = ARGV[5] == '1'
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not count then
-  return -1
+  if not again then
+    return -1
+  end
+  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+  return 0
 end
 if count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
@@ -29,7 +40,9 @@ if count > 1 then
   return count - 1
 end
 redis.call('del', KEYS[1])
-redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+if again then
+  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+end
 local receivers = redis.call(ARGV[4], KEYS[2], '0')
 if receivers > 0 then
   return {0, receivers}

@@ -70,7 +70,20 @@ type runner interface {
 type direct struct{ c redis.Scripter }
 
 func (d direct) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return script.Run(ctx, d.c, keys, args...)
+	return runScript(ctx, d.c, script, keys, args...)
+}
+
+// runScript runs script as Script.Run does: by its SHA, and by its source when the server does not know it.
+// A NOSCRIPT reply says the script did not run: the sends of the call do not count (see sends).
+func runScript(ctx context.Context, c redis.Scripter, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	s := sendsIn(args)
+	before := s.count()
+	cmd := script.EvalSha(ctx, c, keys, args...)
+	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		return cmd
+	}
+	s.rewind(before)
+	return script.Eval(ctx, c, keys, args...)
 }
 
 // request is one acquisition request: the acquire script run once (on each Redlock master), or undone.
@@ -108,21 +121,35 @@ func flag(b bool) int {
 // owner did not hold it) and how many clients received the unlock message.
 type releaseReply struct{ left, receivers int64 }
 
-func (s scripts) runRelease(ctx context.Context, r runner, n names, owner, requestID string) (releaseReply, error) {
-	keys, args := s.releaseArgs(n, owner, requestID)
+// unlock is one release request: one hold of owner's, released by the release script on each server (a
+// Redlock's masters) under one id, however often the request is sent there.
+type unlock struct {
+	n     names
+	owner string
+	id    string  // names the request's latch
+	sent  []sends // per server: whether the request went out before
+}
+
+func newUnlock(h *hold, id string, servers int) *unlock {
+	return &unlock{n: h.names, owner: h.redisOwner, id: id, sent: make([]sends, servers)}
+}
+
+// runRelease runs the release script of req on server i.
+func (s scripts) runRelease(ctx context.Context, r runner, req *unlock, i int) (releaseReply, error) {
+	keys, args := s.releaseArgs(req, i)
 	return parseRelease(r.run(ctx, releaseScript, keys, args...))
 }
 
-// queueRelease queues the release script on pipe, by its SHA: a server that lost its scripts answers
-// NOSCRIPT, and the caller sends it again with runRelease.
-func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, n names, owner, requestID string) *redis.Cmd {
-	keys, args := s.releaseArgs(n, owner, requestID)
+// queueRelease queues the release script of req on pipe (one server's), by its SHA: a server that lost its
+// scripts answers NOSCRIPT, and the caller sends it again with runRelease.
+func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, req *unlock) *redis.Cmd {
+	keys, args := s.releaseArgs(req, 0)
 	return releaseScript.EvalSha(ctx, pipe, keys, args...)
 }
 
-func (s scripts) releaseArgs(n names, owner, requestID string) (keys []string, args []any) {
-	return []string{n.lock, n.channel, n.latch(requestID)},
-		[]any{owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish}
+func (s scripts) releaseArgs(req *unlock, i int) (keys []string, args []any) {
+	return []string{req.n.lock, req.n.channel, req.n.latch(req.id)},
+		[]any{req.owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, &req.sent[i]}
 }
 
 // runForceRelease deletes the lock of n whoever holds it and reports whether there was one.

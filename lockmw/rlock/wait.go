@@ -39,7 +39,7 @@ func (e *engine) subscribe(channel string) []<-chan struct{} {
 func (e *engine) leaveQueue(channel string, w *waiter, acquired bool) {
 	last, abandoned := e.queue.leave(channel, w, acquired)
 	if abandoned != nil && e.dog.abandoned(abandoned) {
-		e.releaseHold(context.Background(), abandoned, e.uniqueID())
+		e.releaseHold(context.Background(), abandoned, e.newUnlock(abandoned))
 	}
 	if !last {
 		return
