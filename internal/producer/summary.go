@@ -23,8 +23,8 @@ type Summary struct {
 	Lines     int `json:"basket_lines"`      // lines of the baskets
 	Cancels   int `json:"cancels"`           // cancel events published
 	Fulfils   int `json:"fulfils"`           // fulfil events published
-	Reserved  int `json:"reserved"`          // reservations accepted (replayed as since cancelled or fulfilled too)
-	Rejected  int `json:"rejected"`          // reservations rejected
+	Reserved  int `json:"reserved"`          // orders reserved (replayed as since cancelled or fulfilled too); a basket is one
+	Rejected  int `json:"rejected"`          // orders rejected; a basket is one
 	Cancelled int `json:"cancelled"`         // orders a cancel event cancelled
 	Fulfilled int `json:"fulfilled"`         // orders a fulfil event fulfilled
 	Refused   int `json:"refused"`           // cancel and fulfil events refused (RefusedBy says why)
@@ -53,7 +53,7 @@ type SKUSummary struct {
 	Fulfilled       int64   `json:"fulfilled"`
 	OrdersReserved  int64   `json:"orders_reserved"`  // quantity of this run's orders left reserved
 	OrdersFulfilled int64   `json:"orders_fulfilled"` // quantity of this run's orders fulfilled
-	OrdersRejected  int64   `json:"orders_rejected"`  // this run's orders of the SKU rejected
+	OrdersRejected  int64   `json:"orders_rejected"`  // this run's rejected orders with a line of the SKU (a basket counts for each of its SKUs)
 	LockWaitMs      float64 `json:"lock_wait_ms"`     // total lock wait of this run's events of the SKU
 	// DecidedBy counts this run's events of the SKU (an order, a cancel or fulfil of it) by the worker that
 	// decided them: how a hot SKU was shared. An event of a basket counts for each of its SKUs.
@@ -142,22 +142,48 @@ func (s *Summary) skuNames() []string {
 	return names
 }
 
-// Print writes the summary as a table.
+// Print writes the summary as a table, with a legend that says what each figure counts.
 func (s *Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "run %s: %s\n", s.RunID, s.PublishedText())
-	fmt.Fprintf(w, "outcomes: %d reserved, %d rejected, %d poisoned, %d missing; %d distinct events, %d duplicate events\n",
-		s.Reserved, s.Rejected, s.Poisoned, s.Missing, s.Outcomes, s.Duplicates)
+	basket := ""
+	if s.Baskets > 0 {
+		basket = " (a basket is one order)"
+	}
+	fmt.Fprintf(w, "orders: %d reserved, %d rejected%s\n", s.Reserved, s.Rejected, basket)
+	fmt.Fprintf(w, "events (orders, cancels, fulfils): %d decided, %d poisoned, %d missing, %d duplicate outcomes\n",
+		s.Outcomes, s.Poisoned, s.Missing, s.Duplicates)
 	s.printLifecycle(w)
-	fmt.Fprintf(w, "end-to-end latency: p50 %v, p99 %v; %.0f orders/s\n", s.LatencyP50.Round(time.Microsecond),
+	fmt.Fprintf(w, "end-to-end latency of an event: p50 %v, p99 %v; %.0f events decided/s\n", s.LatencyP50.Round(time.Microsecond),
 		s.LatencyP99.Round(time.Microsecond), s.Throughput)
-	fmt.Fprintf(w, "lock wait (ms): p50 %.2f, p95 %.2f, p99 %.2f, max %.2f\n", s.LockWait.P50, s.LockWait.P95, s.LockWait.P99, s.LockWait.Max)
+	fmt.Fprintf(w, "lock wait (ms) of an event: p50 %.2f, p95 %.2f, p99 %.2f, max %.2f\n", s.LockWait.P50, s.LockWait.P95, s.LockWait.P99, s.LockWait.Max)
 	s.printHotSKUs(w)
 	s.printStock(w)
+	s.printLegend(w)
 	if s.Consistent {
 		fmt.Fprintln(w, "consistency check: PASS")
 		return
 	}
 	fmt.Fprintf(w, "consistency check: FAIL\n  %s\n", strings.Join(s.Problems, "\n  "))
+}
+
+// printLegend says what the stock table's columns and the latency count.
+func (s *Summary) printLegend(w io.Writer) {
+	fulfilled, runFulfilled := "", ""
+	if s.Fulfils > 0 {
+		fulfilled, runFulfilled = ", fulfilled", " and fulfilled"
+	}
+	fmt.Fprintf(w, `  stock columns, in units: initial = available + reserved before the run; available, reserved%s: the
+  SKU's stock now (every run's orders); run reserved%s: what this run's orders hold at the end. orders
+  rejected: this run's rejected orders with a line of the SKU; a basket counts for each of its SKUs, so the
+  column can add up to more than the %d rejected orders.
+  latency: from an event's placed_at (the producer's clock) to its outcome's processed_at (the worker's),
+  its wait in the stream included: the producer publishes as fast as it can (unless --rate), so in a large
+  run most of it is the wait behind the events published before, not the work on the event.
+`, fulfilled, runFulfilled, s.Rejected)
+	if len(s.LockWait.HotSKUs) > 0 {
+		fmt.Fprintln(w, "  most lock wait: the waits of the SKU's events added up; they wait at the same time, so the sum can\n"+
+			"  exceed the run's duration.")
+	}
 }
 
 // PublishedText says what the run published: "1000 orders published", with its baskets and its cancel and
@@ -189,16 +215,17 @@ func (s *Summary) printLifecycle(w io.Writer) {
 	fmt.Fprintln(w, line)
 }
 
-// printHotSKUs writes the SKUs with the most lock wait on one line, if any waited.
+// printHotSKUs writes the SKUs with the most lock wait on one line, if any waited: the sum of the waits of
+// this run's events of the SKU, which wait at the same time, so it can exceed the run's duration.
 func (s *Summary) printHotSKUs(w io.Writer) {
 	if len(s.LockWait.HotSKUs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "most lock wait:")
-	for _, sku := range s.LockWait.HotSKUs {
-		fmt.Fprintf(w, " %s (%.0f ms)", sku, s.SKUs[sku].LockWaitMs)
+	hot := make([]string, len(s.LockWait.HotSKUs))
+	for i, sku := range s.LockWait.HotSKUs {
+		hot[i] = fmt.Sprintf("%s %.1f s", sku, s.SKUs[sku].LockWaitMs/1000)
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "most lock wait, the waits of the SKU's events added up: %s\n", strings.Join(hot, ", "))
 }
 
 // printStock writes the stock table, a row per SKU up to 20 of them; with columns of the fulfilled stock
@@ -207,7 +234,7 @@ func (s *Summary) printStock(w io.Writer) {
 	const maxRows = 20
 	names := s.skuNames()
 	wide := s.Fulfils > 0
-	fmt.Fprintln(w, stockRow(wide, "sku", "initial", "available", "reserved", "fulfilled", "run reserved", "run fulfilled", "rejected"))
+	fmt.Fprintln(w, stockRow(wide, "sku", "initial", "available", "reserved", "fulfilled", "run reserved", "run fulfilled", "orders rejected"))
 	for _, n := range names[:min(len(names), maxRows)] {
 		k := s.SKUs[n]
 		fmt.Fprintln(w, stockRow(wide, n, k.Initial, k.Available, k.Reserved, k.Fulfilled, k.OrdersReserved, k.OrdersFulfilled, k.OrdersRejected))
@@ -218,10 +245,10 @@ func (s *Summary) printStock(w io.Writer) {
 }
 
 // stockRow is a row of the stock table, of the cells sku, initial, available, reserved, fulfilled, run
-// reserved, run fulfilled and rejected; without the fulfilled ones unless wide.
+// reserved, run fulfilled and orders rejected; without the fulfilled ones unless wide.
 func stockRow(wide bool, cells ...any) string {
 	if wide {
-		return fmt.Sprintf("%-16v %10v %10v %10v %10v %12v %13v %10v", cells...)
+		return fmt.Sprintf("%-16v %10v %10v %10v %10v %12v %13v %15v", cells...)
 	}
-	return fmt.Sprintf("%-16v %10v %10v %10v %12v %10v", cells[0], cells[1], cells[2], cells[3], cells[5], cells[7])
+	return fmt.Sprintf("%-16v %10v %10v %10v %12v %15v", cells[0], cells[1], cells[2], cells[3], cells[5], cells[7])
 }
