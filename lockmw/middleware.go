@@ -21,7 +21,7 @@ import (
 // process (rlock's cohorts), or elided into the handler's own write (Elide). An acquired lock is held
 // under the lease's context (cancelled with rlock.ErrLockLost if the lock is lost) and released afterwards,
 // also when the handler fails or panics: the middleware is the one place that takes and releases it. Every
-// message whose handler succeeds records its wait for the section (RecordWait).
+// message whose handler succeeds records its wait for the section (Section.RecordWait), and tells Waits.
 type Middleware struct {
 	// Locker takes the locks. Required.
 	Locker rlock.Locker
@@ -51,6 +51,10 @@ type Middleware struct {
 	// to store the token where the handler's writes are checked: for a lock whose fencing counters live
 	// away from the data (Redlock's masters). An error fails the message, the lock released. Optional.
 	Fence func(ctx context.Context, key string, token int64) error
+	// Waits, when set, is told each wait the middleware records, and each that a handler records in its
+	// section (Section.RecordWait): a view of the waits by key, such as the hot SKUs of internal/hot.
+	// Default nil: the histogram and the spans only.
+	Waits WaitRecorder
 
 	runs atomic.Uint64
 }
@@ -146,12 +150,12 @@ func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix 
 // runElided runs h in a section whose lock its own write takes.
 func (m *Middleware) runElided(h message.HandlerFunc, msg *message.Message, keys []string, since time.Time) ([]*message.Message, error) {
 	orig := msg.Context()
-	sec := &Section{Keys: keys, Path: PathElided, Since: since, Start: time.Now()}
+	sec := &Section{Keys: keys, Path: PathElided, Since: since, Start: time.Now(), waits: m.Waits}
 	msg.SetContext(WithSection(orig, sec))
 	defer msg.SetContext(orig)
 	msgs, err := h(msg)
 	if err == nil {
-		RecordWait(orig, sec.wait())
+		sec.RecordWait(orig, sec.wait())
 	}
 	return msgs, err
 }
@@ -171,13 +175,14 @@ func (m *Middleware) runLocked(h message.HandlerFunc, msg *message.Message, keys
 		}
 	}()
 	sec := newSection(keys, lease, since)
+	sec.waits = m.Waits
 	if err := m.fence(orig, sec); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
 	msg.SetContext(WithSection(lease.Context(), sec))
 	msgs, err := h(msg)
 	if err == nil {
-		RecordWait(orig, sec.wait())
+		sec.RecordWait(orig, sec.wait())
 	}
 	return msgs, err
 }

@@ -30,7 +30,8 @@ type Section struct {
 	Keys         []string
 	Path         Path
 	Since, Start time.Time
-	lease        held // nil when elided
+	lease        held         // nil when elided
+	waits        WaitRecorder // the middleware's Waits; nil: none
 }
 
 // Waited is how long the message waited for the section.
@@ -135,6 +136,23 @@ type Wait struct {
 	Keys        []string
 	From, Until time.Time
 	Path        Path
+}
+
+// WaitRecorder is told each decided message's wait for its section, besides the histogram and the span
+// (Middleware.Waits): a view by key, such as the hot SKUs of internal/hot. It runs on the message's path:
+// it must be cheap and must not block.
+type WaitRecorder interface {
+	RecordWait(ctx context.Context, w Wait)
+}
+
+// RecordWait records w (RecordWait) and tells the section's WaitRecorder, when the middleware has one: the
+// middleware records its messages so, and a handler that decides other messages in its section (a batch)
+// records theirs so, with PathBatched and each message's own context.
+func (s *Section) RecordWait(ctx context.Context, w Wait) {
+	RecordWait(ctx, w)
+	if s.waits != nil {
+		s.waits.RecordWait(ctx, w)
+	}
 }
 
 // RecordWait records w for the message whose context is ctx, once per decided message: in the

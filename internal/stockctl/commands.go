@@ -33,9 +33,9 @@ func newRoot(o *options, env func(string) (string, bool)) *cobra.Command {
 	pf.DurationVar(&o.timeout, "timeout", DefaultTimeout, "longest `duration` the command may take")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsage(err) })
-	o.setHelp(root)
+	setHelp(root)
 	root.AddCommand(o.stockCommand(), o.orderCommand(), o.lockCommand(), o.pendingCommand(), o.consumersCommand(),
-		o.poisonCommand())
+		o.poisonCommand(), o.hotCommand())
 	return root
 }
 

@@ -1,5 +1,6 @@
 // Package stockctl is the operator CLI of stockflow: it shows and sets stock, inspects a SKU's lock and
-// fencing counter, shows the consumer group, its consumers and pending entries, lists and replays poison
+// fencing counter, shows the SKUs whose orders waited longest for their lock across the workers (hot),
+// shows the consumer group, its consumers and pending entries, lists and replays poison
 // entries, and prunes dead consumers. cmd/stockctl is a thin main around Run.
 //
 //	stockctl stock [SKU...]                     available, reserved and fence per SKU; none: the SKUs stocked
@@ -8,6 +9,7 @@
 //	stockctl stock add SKU N                    add to the available stock (inventory Restock)
 //	stockctl order ORDER_ID --sku SKU           the outcome recorded for an order
 //	stockctl lock SKU                           lock holder, lease, fencing counter and stored fence
+//	stockctl hot [--since D] [--limit N]        the SKUs that waited longest for their lock (package hot)
 //	stockctl pending [--limit N]                consumer group, its consumers and pending entries
 //	stockctl consumers                          the group's consumers
 //	stockctl consumers prune [--idle D] [--dry-run]

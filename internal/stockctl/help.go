@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -43,10 +44,15 @@ Exit codes:
   3  not found: unknown SKU, no such poison entry id, stream or group missing
   4  nothing done: a replay or prune that selected nothing it could change (every entry skipped)`
 
+// templateFuncs adds the template's functions to cobra's (a global map) once.
+var templateFuncs sync.Once
+
 // setHelp installs the template and the help command on root.
-func (o *options) setHelp(root *cobra.Command) {
-	cobra.AddTemplateFunc("flagUsages", o.flagUsages)
-	cobra.AddTemplateFunc("flagNames", flagNames)
+func setHelp(root *cobra.Command) {
+	templateFuncs.Do(func() {
+		cobra.AddTemplateFunc("flagUsages", flagUsages)
+		cobra.AddTemplateFunc("flagNames", flagNames)
+	})
 	root.SetUsageTemplate(usageTemplate)
 	root.SetHelpCommand(&cobra.Command{
 		Use:   "help [COMMAND]",
@@ -65,13 +71,13 @@ func (o *options) setHelp(root *cobra.Command) {
 }
 
 // flagUsages lists the flags of fs, one entry each.
-func (o *options) flagUsages(fs *pflag.FlagSet) string {
+func flagUsages(fs *pflag.FlagSet) string {
 	var b strings.Builder
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Hidden {
 			return
 		}
-		p := o.paramOf(f)
+		p := paramOf(f)
 		var notes []string
 		if f.Shorthand != "" {
 			notes = append(notes, "-"+f.Shorthand)
@@ -91,15 +97,29 @@ func (o *options) flagUsages(fs *pflag.FlagSet) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-// paramOf describes flag f: a setting's own description (its environment variable, the name of its value),
-// else the flag's, the name of its value back-quoted in its usage.
-func (o *options) paramOf(f *pflag.Flag) config.Param {
-	if o.settings != nil {
-		for _, p := range o.settings.Params() {
-			if p.Flag == "--"+f.Name {
-				return p
-			}
-		}
+// Annotations of the flags of settings: what package config says of them.
+const (
+	annotationEnv         = "stockflow_env"
+	annotationPlaceholder = "stockflow_placeholder"
+	annotationUsage       = "stockflow_usage"
+)
+
+// annotate notes on the flags of fs what set says of its settings, for paramOf.
+func annotate(fs *pflag.FlagSet, set *config.Set) {
+	for _, p := range set.Params() {
+		name := strings.TrimPrefix(p.Flag, "--")
+		_ = fs.SetAnnotation(name, annotationEnv, []string{p.Env})
+		_ = fs.SetAnnotation(name, annotationPlaceholder, []string{p.Placeholder})
+		_ = fs.SetAnnotation(name, annotationUsage, []string{p.Usage})
+	}
+}
+
+// paramOf describes flag f: a setting's own description (its environment variable, the name of its value;
+// annotate), else the flag's, the name of its value back-quoted in its usage.
+func paramOf(f *pflag.Flag) config.Param {
+	if env, ok := f.Annotations[annotationEnv]; ok {
+		return config.Param{Env: env[0], Flag: "--" + f.Name, Default: f.DefValue,
+			Usage: f.Annotations[annotationUsage][0], Placeholder: f.Annotations[annotationPlaceholder][0]}
 	}
 	placeholder, usage := pflag.UnquoteUsage(f)
 	if f.Value.Type() == "bool" {

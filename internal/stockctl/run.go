@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/internal/hot"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -40,6 +41,9 @@ type options struct {
 	idle           time.Duration
 	partition      int
 	sku            string
+	since          time.Duration  // hot
+	top            int            // hot's --limit
+	jaegerURL      string         // hot
 	flags          *pflag.FlagSet // the command's, parsed
 	settings       *config.Set    // the settings read from the environment, global flags too
 	stdout         io.Writer
@@ -83,6 +87,7 @@ func (o *options) defineSettings(fs *pflag.FlagSet, env func(string) (string, bo
 	set.URLList(&o.redlockURLs, "REDLOCK_URLS", "", "comma-separated Redis URLs of independent masters the locks are taken on (lock shows each)")
 	set.Duration(&o.outcomeTTL, "OUTCOME_TTL", inventory.DefaultOutcomeTTL, "poison replay: the workers' OUTCOME_TTL; an entry whose order was first published longer ago (less a margin) is not replayed")
 	fs.AddGoFlagSet(set.FlagSet)
+	annotate(fs, set)
 	o.settings = set
 }
 
@@ -115,6 +120,8 @@ func (o *options) check() error {
 		config.Check(o.timeout > 0, "--timeout", o.timeout, "must be positive"),
 		config.Check(o.limit >= 1, "--limit", o.limit, "want at least 1"),
 		config.Check(o.idle >= 0, "--idle", o.idle, "must not be negative"),
+		config.Check(o.top >= 1, "--limit", o.top, "want at least 1"),
+		config.Check(o.since > 0 && o.since <= hot.Retention, "--since", o.since, fmt.Sprintf("want more than 0s and at most %s (what the workers keep)", hot.Retention)),
 		config.Check(o.outcomeTTL >= time.Minute, "OUTCOME_TTL", o.outcomeTTL, "want at least 1m, as the worker"),
 		config.CheckNotEmpty("ORDERS_STREAM", o.OrdersStream),
 		config.CheckNotEmpty("POISON_STREAM", o.PoisonStream),
@@ -144,11 +151,10 @@ func (o *options) exec(ctx context.Context, run runFunc, args []string) error {
 // Settings returns the global settings and flags (stockctl -h lists them), for documentation and tests.
 func Settings() []config.Param {
 	var params []config.Param
-	o := &options{}
-	root := newRoot(o, func(string) (string, bool) { return "", false })
+	root := newRoot(&options{}, func(string) (string, bool) { return "", false })
 	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
 		if f.Name != "version" {
-			params = append(params, o.paramOf(f))
+			params = append(params, paramOf(f))
 		}
 	})
 	return params
