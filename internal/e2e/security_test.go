@@ -158,7 +158,7 @@ func aclDenials(t *testing.T, admin *redis.Client) []any {
 }
 
 // No binary shows a password or a token: not in -h (which shows the environment's values as defaults),
-// not in the usage after a bad flag, not in the error of a bad setting. Bad TLS settings stop the binaries
+// not after a bad flag, not in the error of a bad setting. Bad TLS settings stop the binaries
 // at start with a message naming the setting.
 func TestSecurityNoSecretsInHelpOrErrors(t *testing.T) {
 	worker, prod := binaries(t)
@@ -177,7 +177,7 @@ func TestSecurityNoSecretsInHelpOrErrors(t *testing.T) {
 		want      string
 	}{
 		{"worker -h", worker, nil, []string{"-h"}, 0, "redis://l:xxxxx@127.0.0.1:2/0"},
-		{"worker with a bad flag", worker, nil, []string{"--no-such-flag"}, 2, "redis://u:xxxxx@127.0.0.1:1/0"},
+		{"worker with a bad flag", worker, nil, []string{"--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		{"producer -h", prod, nil, []string{"-h"}, 0, "redis://u:xxxxx@127.0.0.1:1/0"},
 		{"demo -h", buildDemo(t), nil, []string{"-h"}, 0, "redis://u:xxxxx@127.0.0.1:1/0"},
 		{"stockctl -h", buildStockctl(t), nil, []string{"-h"}, 0, "REDIS_URL"},
