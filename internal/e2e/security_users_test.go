@@ -18,6 +18,7 @@ import (
 var aclPasswords = map[string]string{
 	"worker": "worker-dev-password", "producer": "producer-dev-password", "stockctl": "stockctl-dev-password",
 	"healthcheck": "healthcheck", "replica": "replica-dev-password", "clusteradmin": "clusteradmin-dev-password",
+	"keda": "keda-dev-password",
 }
 
 // aclTry is a command a user tries: allowed (it may fail, but not for a permission), or refused.
@@ -103,6 +104,15 @@ var aclClaims = map[string][]aclTry{
 		may("PING"), may("INFO"), may("CLUSTER", "INFO"),
 		mayNot("GET", "stock:{A}"), mayNot("HSET", "stock:{A}", "available", 1), mayNot("FLUSHALL"),
 		mayNot("CONFIG", "SET", "busy-reply-threshold", 0), mayNot("EVAL", "return 1", 0),
+	},
+	// KEDA's Redis Streams scaler (deploy/kubernetes/scaledobject.yaml): the group's lag, which it reads only
+	// after INFO shows Redis 7, and XLEN while the group does not exist.
+	"keda": {
+		may("PING"), may("INFO"), may("XINFO", "GROUPS", "orders"), may("XLEN", "orders"), may("XLEN", "orders:{3}"),
+		may("CLUSTER", "SLOTS"),
+		mayNot("XRANGE", "orders", "-", "+"), mayNot("XADD", "orders", "*", "payload", "x"), mayNot("XPENDING", "orders", "inventory"),
+		mayNot("XREADGROUP", "GROUP", "inventory", "w", "COUNT", 1, "STREAMS", "orders", ">"), mayNot("XLEN", "order-results"),
+		mayNot("HGET", "stock:{A}", "available"), mayNot("FLUSHALL"), mayNot("CONFIG", "GET", "requirepass"), mayNot("EVAL", "return 1", 0),
 	},
 }
 
