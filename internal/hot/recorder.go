@@ -50,6 +50,7 @@ type Recorder struct {
 	skus    map[string]*waits // since the last publication
 	dropped int               // waits of SKUs past MaxTracked, since the last publication
 	failing bool              // the last publication failed (logged once until one succeeds)
+	warned  bool              // waits were dropped (logged the first time only)
 }
 
 // waits are one SKU's waits since the last publication.
@@ -124,8 +125,9 @@ func (r *Recorder) Publish(ctx context.Context, now time.Time) error {
 	}
 	r.skus, r.dropped = make(map[string]*waits, len(skus)), 0
 	r.mu.Unlock()
-	if dropped > 0 {
-		r.logger.Warn("hot SKUs: more SKUs waited in one second than are tracked; some were left out",
+	if dropped > 0 && !r.warned {
+		r.warned = true
+		r.logger.Warn("hot SKUs: more SKUs waited in one second than are tracked; the waits of the others are left out (logged once)",
 			"tracked", MaxTracked, "waits_dropped", dropped)
 	}
 	start := WindowOf(now)
