@@ -14,7 +14,9 @@ import (
 //
 // A write counts even if the command never reached Redis (a write that failed): a later send is then taken
 // for a repeat, which is the safe side. A reply that says the script did not run (NOSCRIPT) takes its
-// sends back (rewind).
+// sends back (rewind). A client that marshals arguments without sending them (go-redis's AutoPipeliner
+// sizes its batches so) makes a first send look like a later one: that release would answer a hold gone
+// meanwhile as freed rather than ErrNotHeld; nothing else changes.
 type sends struct{ n atomic.Int32 }
 
 var sentFirst, sentAgain = []byte("0"), []byte("1")

@@ -152,7 +152,7 @@ func printTargets(w io.Writer, targets []Target) {
 	if len(targets) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== targets (issues 8 and 12; 29: the cost of an order)\n")
+	fmt.Fprintf(w, "\n== targets (issues 8, 12 and 45; 29: the cost of an order)\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, tg := range targets {
 		fmt.Fprintf(tw, "%s\twant %s\tgot %s%s\t%s\t%s\n", tg.Name, tg.Want, format(tg.Got, 2), tg.Unit,
