@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -38,8 +39,8 @@ func BenchmarkFetch(b *testing.B) {
 						err = rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "inventory", Consumer: "c",
 							Streams: []string{"orders", ">"}, Count: 100}).Err()
 					} else {
-						err = fetchScript.EvalSha(ctx, rdb, []string{"orders", "orders:poison"},
-							"read", "inventory", "c", MaxEntryBytes, 1000, 100).Err()
+						err = fetchScript.EvalSha(ctx, rdb, []string{"orders", "orders:poison", FetchedKey("orders", "inventory", "c", "read")},
+							"read", "inventory", "c", MaxEntryBytes, 1000, 100, 0, "0-0", "req-"+strconv.Itoa(read), 30000).Err()
 					}
 					if err != nil {
 						b.Fatal(err)

@@ -56,11 +56,9 @@ func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 		c.next = 0
 	}
 	pipe := s.rdb.Pipeline()
-	claims := splitCount(parts, count)
+	claims := s.calls("claim", parts, count)
 	for i := range claims {
-		p := claims[i].Partition
-		claims[i].cmd = s.queueFetch(ctx, pipe, p,
-			s.fetchArgs("claim", claims[i].count, []any{s.cfg.ClaimIdle.Milliseconds(), c.cursors[p.Index]}))
+		claims[i].queue(ctx, pipe, s)
 	}
 	_, _ = pipe.Exec(ctx) // each partition's error is its own
 	var msgs []*message.Message
@@ -72,12 +70,9 @@ func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 
 // claimReply reads the reply of one partition's claim: its entries, its next cursor, and the entries it
 // found deleted.
-func (s *Subscriber) claimReply(ctx context.Context, r partitionRead) []*message.Message {
+func (s *Subscriber) claimReply(ctx context.Context, r fetchCall) []*message.Message {
 	p := r.Partition
-	msgs, reply, err := s.fetchReply(ctx, p, r.cmd)
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		msgs, reply, err = s.fetch(ctx, p, "claim", r.count, s.cfg.ClaimIdle.Milliseconds(), s.claims.cursors[p.Index])
-	}
+	msgs, reply, err := s.reply(ctx, &r)
 	if len(reply.deleted) > 0 { // even when the entries could not be read: the claim dropped these for good
 		s.cfg.Logger.Error("entries were deleted from the stream before they were decided: their orders are lost",
 			"stream", p.Orders, "ids", reply.deleted)

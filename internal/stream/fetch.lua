@@ -1,20 +1,31 @@
 -- Hand a consumer its next entries (XREADGROUP ... >) or the idle entries it claims (XAUTOCLAIM), with each
 -- entry's delivery count, and never an oversized entry: that one is poisoned here, inside Redis, as its id,
 -- size, field names and a prefix of its payload, then acked and deleted, so no worker ever has to hold it.
+--
+-- Exact under a resend: a call whose reply was lost (go-redis sends it again on a new connection, or the
+-- subscriber calls again with the same request id) hands over the same entries again, those still pending to
+-- the consumer, with their delivery counts as they are, rather than reading or claiming the next ones and
+-- leaving these pending, unseen, until a claim: a lost reply costs no delivery, so it never counts towards
+-- MAX_ATTEMPTS. The call notes what it handed over in KEYS[3] (request id, cursor, ids, deleted ids), for
+-- a minute; an empty read or claim notes nothing.
 -- KEYS[1] stream
 -- KEYS[2] poison stream
+-- KEYS[3] what the consumer's last call of this mode handed over (FetchedKey)
 -- ARGV[1] read | claim
 -- ARGV[2] consumer group
 -- ARGV[3] consumer
 -- ARGV[4] largest entry accepted, in bytes (field names and values)
 -- ARGV[5] approximate MAXLEN of the poison stream
 -- ARGV[6] how many entries at most
--- ARGV[7] claim: the minimum idle time in milliseconds
+-- ARGV[7] claim: the minimum idle time in milliseconds (a read: ignored)
 -- ARGV[8] claim: the cursor (the id the scan of the pending entries goes on from; 0-0 at first)
--- Returns {entries, poisoned, cursor, deleted}: entries = the entries as one msgpack string (cmsgpack), an
+-- ARGV[9] the call's request id, the same when it is sent again
+-- ARGV[10] how long KEYS[3] is kept, in milliseconds (an entry is handed over again only while pending to ARGV[3])
+-- Returns {entries, poisoned, cursor, deleted, resent}: entries = the entries as one msgpack string (cmsgpack), an
 -- array of {id, {field, value, ...}} (delivered once: a read) or {id, {field, value, ...}, deliveries};
 -- poisoned = {{id, bytes}, ...}; claim: the next cursor (0-0: the scan is complete) and the ids of the
--- pending entries found deleted from the stream (XAUTOCLAIM drops them from the pending list). (One string:
+-- pending entries found deleted from the stream (XAUTOCLAIM drops them from the pending list); resent = 1
+-- when this is a call made before, whose entries are handed over again. (One string:
 -- turning 100 entries into a reply of some 900 values cost the worker reading it two dozen allocations an
 -- entry; packing them costs Redis no more.) A server without cmsgpack (miniredis, which the embedded demo
 -- runs) hands the same array over as a reply of its own.
@@ -64,17 +75,44 @@ local function keep(id, fields, deliveries)
   entries[#entries + 1] = {id, fields, deliveries}
 end
 
+-- A call made before: its entries again, those still pending to the consumer.
+local last = redis.call('GET', KEYS[3])
+if last then
+  local req, cursor, ids, deleted = string.match(last, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if req == ARGV[9] then
+    for id in string.gmatch(ids, '[^,]+') do
+      local p = redis.call('XPENDING', stream, group, id, id, 1, consumer)
+      local e = #p > 0 and redis.call('XRANGE', stream, id, id)
+      if e and #e > 0 then entries[#entries + 1] = {id, e[1][2], p[1][4]} end
+    end
+    local gone = {}
+    for id in string.gmatch(deleted, '[^,]+') do gone[#gone + 1] = id end
+    return {pack(entries), poisoned, cursor, gone, 1}
+  end
+end
+
+-- note keeps what this call hands over, for a call of the same request id.
+local function note(list, cursor, deleted)
+  if #list == 0 and #deleted == 0 then return end
+  local ids = {}
+  for i, e in ipairs(list) do ids[i] = e[1] end
+  redis.call('SET', KEYS[3], ARGV[9] .. '|' .. cursor .. '|' .. table.concat(ids, ',') .. '|' .. table.concat(deleted, ','),
+    'PX', ARGV[10])
+end
+
 if mode == 'read' then
   local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, 'STREAMS', stream, '>')
-  if not r then return {pack({}), poisoned, '0-0', {}} end
+  if not r then return {pack({}), poisoned, '0-0', {}, 0} end
   local read = r[1][2] -- {{id, {field, value, ...}}, ...}: handed over as it is when none is oversized
   for _, e in ipairs(read) do
     if size(e[2]) > limit then
       for _, e in ipairs(read) do keep(e[1], e[2], 1) end
-      return {pack(entries), poisoned, '0-0', {}}
+      note(entries, '0-0', {})
+      return {pack(entries), poisoned, '0-0', {}, 0}
     end
   end
-  return {pack(read), poisoned, '0-0', {}}
+  note(read, '0-0', {})
+  return {pack(read), poisoned, '0-0', {}, 0}
 end
 
 local r = redis.call('XAUTOCLAIM', stream, group, consumer, ARGV[7], ARGV[8], 'COUNT', count)
@@ -84,4 +122,5 @@ for _, e in ipairs(r[2]) do
     keep(e[1], e[2], p[1][4])
   end
 end
-return {pack(entries), poisoned, r[1], r[3] or {}}
+note(entries, r[1], r[3] or {})
+return {pack(entries), poisoned, r[1], r[3] or {}, 0}

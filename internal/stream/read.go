@@ -58,9 +58,9 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 	readable := len(parts)
 	parts = parts[:min(len(parts), count)]
 	pipe := s.rdb.Pipeline()
-	reads := splitCount(parts, count)
+	reads := s.calls("read", parts, count)
 	for i := range reads {
-		reads[i].cmd = s.queueFetch(ctx, pipe, reads[i].Partition, s.fetchArgs("read", reads[i].count, nil))
+		reads[i].queue(ctx, pipe, s)
 	}
 	_, _ = pipe.Exec(ctx) // each partition's error is its own
 	s.next = (parts[len(parts)-1].Index + 1) % len(s.cfg.Partitions)
@@ -118,34 +118,25 @@ func (s *Subscriber) readable() []Partition {
 	return parts
 }
 
-// splitCount splits count over parts (no more parts than count): evenly, the first ones one more.
-func splitCount(parts []Partition, count int) []partitionRead {
-	reads := make([]partitionRead, len(parts))
+// calls are the fetch.lua calls in mode ("read" or "claim") of parts (no more parts than count), count split
+// over them: evenly, the first ones one more.
+func (s *Subscriber) calls(mode string, parts []Partition, count int) []fetchCall {
+	calls := make([]fetchCall, len(parts))
 	for i, p := range parts {
-		reads[i] = partitionRead{Partition: p, count: count / len(parts)}
+		calls[i] = s.call(mode, p, count/len(parts))
 		if i < count%len(parts) {
-			reads[i].count++
+			calls[i].count++
 		}
 	}
-	return reads
-}
-
-// partitionRead is the read (or claim) of one partition in a pipeline.
-type partitionRead struct {
-	Partition
-	count int
-	cmd   *redis.Cmd
+	return calls
 }
 
 // readReplies reads the fetch replies of a pipeline's reads, creating a lost group again; it returns the
 // messages and how many partitions failed.
-func (s *Subscriber) readReplies(ctx context.Context, reads []partitionRead) (msgs []*message.Message, failures int) {
+func (s *Subscriber) readReplies(ctx context.Context, reads []fetchCall) (msgs []*message.Message, failures int) {
 	for _, r := range reads {
 		p := r.Partition
-		got, reply, err := s.fetchReply(ctx, p, r.cmd)
-		if redis.HasErrorPrefix(err, "NOSCRIPT") { // the script was flushed, or this node never saw it
-			got, reply, err = s.fetch(ctx, p, "read", r.count)
-		}
+		got, reply, err := s.reply(ctx, &r)
 		if redis.HasErrorPrefix(err, "NOGROUP") {
 			if err = s.recreateGroup(ctx, p); errors.Is(err, errNoStream) {
 				err = nil
@@ -235,33 +226,75 @@ func (s *Subscriber) recreateGroup(ctx context.Context, p Partition) error {
 	return nil
 }
 
-// queueFetch queues a fetch.lua call of partition p with args (fetchArgs: a read or a claim) on pipe.
-func (s *Subscriber) queueFetch(ctx context.Context, pipe redis.Pipeliner, p Partition, args []any) *redis.Cmd {
-	return pipe.EvalSha(ctx, fetchScript.Hash(), []string{p.Orders, p.Poison}, args...)
+// fetchCall is one call of fetch.lua on a partition: a read, or a claim.
+type fetchCall struct {
+	Partition
+	mode   string // "read" or "claim"
+	count  int    // the most entries it hands over
+	cursor string // a claim's: where its scan of the pending entries goes on
+	// req is its request id: a call made again (go-redis resends it after a lost reply, or the next call
+	// of its partition and mode after a failure, requests) hands the same entries over.
+	req string
+	cmd *redis.Cmd
 }
 
-func (s *Subscriber) fetchArgs(mode string, count int, args []any) []any {
-	return append([]any{mode, s.cfg.Group, s.cfg.Consumer, MaxEntryBytes, s.cfg.PoisonMaxLen, count}, args...)
+// call is the next fetch.lua call in mode of partition p, for up to count entries.
+func (s *Subscriber) call(mode string, p Partition, count int) fetchCall {
+	c := fetchCall{Partition: p, mode: mode, count: count, cursor: "0-0"}
+	if mode == "claim" {
+		c.cursor = s.claims.cursors[p.Index]
+	}
+	c.req = s.requests.next(c)
+	return c
 }
 
-// fetch runs fetch.lua on partition p alone (loading the script when Redis lacks it) and returns the
-// entries it handed over as messages, and the claim's reply.
-func (s *Subscriber) fetch(ctx context.Context, p Partition, mode string, count int, args ...any) ([]*message.Message, claimReply, error) {
-	cmd := fetchScript.Run(ctx, s.rdb, []string{p.Orders, p.Poison}, s.fetchArgs(mode, count, args)...)
-	return s.fetchReply(ctx, p, cmd)
+func (c *fetchCall) keys(s *Subscriber) []string {
+	return []string{c.Orders, c.Poison, FetchedKey(c.Orders, s.cfg.Group, s.cfg.Consumer, c.mode)}
 }
 
-// fetchReply reads a fetch.lua reply on partition p: the entries as messages, and what a claim reports.
-// The oversized entries the script poisoned are logged and counted.
-func (s *Subscriber) fetchReply(ctx context.Context, p Partition, cmd *redis.Cmd) ([]*message.Message, claimReply, error) {
-	reply, err := cmd.Slice()
+func (c *fetchCall) args(s *Subscriber) []any {
+	return []any{c.mode, s.cfg.Group, s.cfg.Consumer, MaxEntryBytes, s.cfg.PoisonMaxLen, c.count,
+		s.cfg.ClaimIdle.Milliseconds(), c.cursor, c.req, fetchedFor.Milliseconds()}
+}
+
+// fetchedFor is how long fetch.lua keeps what a call handed over (FetchedKey): longer than go-redis's resends
+// and the subscriber's next call of the partition take. (Kept longer than the claim idle time, the entries are
+// handed over again only while still pending to the consumer.)
+const fetchedFor = time.Minute
+
+// queue queues the call on pipe.
+func (c *fetchCall) queue(ctx context.Context, pipe redis.Pipeliner, s *Subscriber) {
+	c.cmd = pipe.EvalSha(ctx, fetchScript.Hash(), c.keys(s), c.args(s)...)
+}
+
+// FetchedKey is where fetch.lua keeps what consumer's last call in mode handed over on stream (in its slot),
+// so that the call made again hands the same entries over.
+func FetchedKey(stream, group, consumer, mode string) string {
+	return stream + ":fetched:" + group + ":" + mode + ":" + consumer
+}
+
+// reply reads the reply of a call queued in a pipeline, making the call again on its own (loading the script)
+// when Redis did not know the script: the entries as messages, and what a claim reports. The oversized entries
+// the script poisoned are logged and counted; so is a call whose reply was lost, its entries handed over by the
+// call made again.
+func (s *Subscriber) reply(ctx context.Context, c *fetchCall) ([]*message.Message, claimReply, error) {
+	reply, err := c.cmd.Slice()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") { // the script was flushed, or this node never saw it
+		reply, err = fetchScript.Run(ctx, s.rdb, c.keys(s), c.args(s)...).Slice()
+	}
+	s.requests.done(*c, err)
 	if err != nil {
 		return nil, claimReply{}, err
 	}
-	entries, poisonedIDs, claim, err := parseFetch(reply, p)
+	entries, poisonedIDs, claim, err := parseFetch(reply, c.Partition)
 	for id, bytes := range poisonedIDs {
-		s.cfg.Logger.Warn("poisoned oversized entry", "stream", p.Orders, "id", id, "bytes", bytes, "limit", MaxEntryBytes)
+		s.cfg.Logger.Warn("poisoned oversized entry", "stream", c.Orders, "id", id, "bytes", bytes, "limit", MaxEntryBytes)
 		Poisoned.Add(ctx, 1, reasonOversized)
+	}
+	if claim.resent {
+		s.cfg.Logger.Warn("the reply of a "+c.mode+" was lost: its entries were handed over by the call made again, without another delivery",
+			"stream", c.Orders, "entries", len(entries))
+		LostReplies.Add(ctx, 1, lostReplyOf[c.mode])
 	}
 	msgs := make([]*message.Message, len(entries))
 	for i, e := range entries {
@@ -277,15 +310,17 @@ type claimReply struct {
 	poisoned int
 	cursor   string
 	deleted  []string
+	resent   bool // the call was made before: its reply was lost
 }
 
 // parseFetch reads fetch.lua's reply {entries (packed: unpackEntries), {{id, bytes}, ...}, cursor,
-// {deleted id, ...}} on partition p.
+// {deleted id, ...}, resent} on partition p.
 func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]int64, claim claimReply, err error) {
 	bad := func() error { return fmt.Errorf("stream: unexpected fetch reply %.200v", reply) } // on the error paths only
-	if len(reply) != 4 {
+	if len(reply) != 5 {
 		return nil, nil, claim, bad()
 	}
+	claim.resent = reply[4] == int64(1)
 	oversized, ok2 := reply[1].([]any)
 	claim.cursor, _ = reply[2].(string)
 	deleted, ok3 := reply[3].([]any)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
@@ -126,11 +127,7 @@ func TestAServerWithoutCmsgpackHandsTheEntriesOverAsAnArray(t *testing.T) {
 	id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", "first"}}).Val()
 	s := newTestSubscriber(t, rdb, []Partition{p})
 	for _, mode := range []string{"read", "claim"} {
-		var args []any
-		if mode == "claim" {
-			args = []any{0, "0-0"} // idle for 0 ms: the entry just read
-		}
-		msgs, _, err := s.fetch(ctx, p, mode, 10, args...)
+		msgs, _, err := fetchNow(ctx, s, p, mode) // a claim: of the entry just read
 		if err != nil || len(msgs) != 1 || msgs[0].UUID != id || string(msgs[0].Payload) != "first" ||
 			Deliveries(msgs[0]) != map[string]int{"read": 1, "claim": 2}[mode] {
 			t.Fatalf("%s on miniredis: %v, %v", mode, msgs, err)
@@ -159,7 +156,7 @@ func TestAPoisonedOversizedEntryIsAckedNotLeftPending(t *testing.T) {
 	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if msgs, _, err := s.fetch(ctx, p, "claim", 10, 0, "0-0"); err != nil || len(msgs) != 0 {
+	if msgs, _, err := fetchNow(ctx, s, p, "claim"); err != nil || len(msgs) != 0 {
 		t.Fatalf("a claim of an oversized entry: %d messages, %v; want none", len(msgs), err)
 	}
 	if n := rdb.XLen(ctx, p.Poison).Val(); n != 2 || len(pending()) != 0 {
@@ -199,4 +196,14 @@ func TestASubscriberIdlesOnlyOnceEveryPartitionWasFoundEmpty(t *testing.T) {
 		msg.Ack()
 	}
 	awaitSubscribed(t, rdb, KeyspaceChannel(0, backlog.Orders)) // idle once it is drained
+}
+
+// fetchNow makes one fetch.lua call in mode of partition p on its own, for up to 10 entries; a claim takes
+// the entries idle for any time.
+func fetchNow(ctx context.Context, s *Subscriber, p Partition, mode string) ([]*message.Message, claimReply, error) {
+	c := s.call(mode, p, 10)
+	args := c.args(s)
+	args[6] = 0 // the minimum idle time
+	c.cmd = fetchScript.Run(ctx, s.rdb, c.keys(s), args...)
+	return s.reply(ctx, &c)
 }

@@ -123,7 +123,9 @@ func (c SubscriberConfig) Validate() error {
 //     router's; a read waits until half of them are back (acked or nacked), or all when fewer were out, so
 //     reads stay large under load and come at once when the worker is idle.
 //   - Entries are read and claimed by fetch.lua, which poisons oversized entries (MaxEntryBytes) inside
-//     Redis, so a worker never holds one, and returns each entry's delivery count (Deliveries).
+//     Redis, so a worker never holds one, and returns each entry's delivery count (Deliveries). A call whose
+//     reply was lost, made again (by go-redis, or by the next call of its partition: requests), hands the
+//     same entries over without another delivery; it is logged and counted (LostReplies).
 //   - When no partition has an entry, the subscriber waits for a keyspace event of a partition's stream
 //     (an XADD: it carries no payload) unless SubscriberConfig.Events is off, and then reads with the script
 //     again; it still looks every idlePoll in case an event was missed (with EventsAuto, a look that finds
@@ -169,13 +171,14 @@ type Subscriber struct {
 	freed chan struct{} // a place was freed
 
 	// The read loop's state; only the read loop (readLoop) touches it.
-	next    int           // the partition the next read starts at
-	dry     int           // partitions read empty since a read last found entries
-	pause   time.Duration // the current pause after an empty read, when polling
-	failed  []failure     // by partition: how long its reads are skipped after a failure, and until when
-	failing int           // partitions in failed with a pause
-	claims  claims
-	bell    *doorbell // nil: polling
+	next     int           // the partition the next read starts at
+	dry      int           // partitions read empty since a read last found entries
+	pause    time.Duration // the current pause after an empty read, when polling
+	failed   []failure     // by partition: how long its reads are skipped after a failure, and until when
+	failing  int           // partitions in failed with a pause
+	claims   claims
+	requests requests  // the fetch calls' request ids
+	bell     *doorbell // nil: polling
 	// owners is bell's owners once subscribed with keyspace events, for Owns (read outside the read loop).
 	owners atomic.Pointer[owners]
 }
@@ -205,7 +208,7 @@ func NewSubscriber(rdb redis.UniversalClient, cfg SubscriberConfig) (*Subscriber
 	}
 	n := len(cfg.Partitions)
 	return &Subscriber{rdb: rdb, cfg: cfg, next: rand.IntN(n), failed: make([]failure, n),
-		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n)}, nil
+		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n), requests: newRequests()}, nil
 }
 
 // Subscribe starts reading; topic is a name for the orders, whose partitions the config lists. The

@@ -31,6 +31,14 @@ var (
 	// XADD MAXLEN or MINID, an XDEL or XTRIM by hand).
 	Deleted, _ = meter.Int64Counter("stockflow.messages.deleted",
 		metric.WithDescription("Entries deleted from the orders stream while pending, before their orders were decided."))
+	// LostReplies counts the reads and claims whose reply was lost after Redis ran them (fetch.lua, by
+	// op): their entries were handed over by the call made again, without another delivery.
+	LostReplies, _ = meter.Int64Counter("stockflow.stream.lost_replies",
+		metric.WithDescription("Reads and claims of the orders whose reply was lost after Redis ran them, by op; their entries were handed over again, without another delivery."))
+	lostReplyOf = map[string]metric.AddOption{
+		"read":  metric.WithAttributes(attribute.String("op", "read")),
+		"claim": metric.WithAttributes(attribute.String("op", "claim")),
+	}
 	groupsRecreated, _ = meter.Int64Counter("stockflow.group.recreated",
 		metric.WithDescription("Times the consumer group was found missing and created again."))
 	reasonOversized = PoisonReason("oversized")

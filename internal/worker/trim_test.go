@@ -3,7 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
-		"testing"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"

@@ -1,0 +1,44 @@
+package stream
+
+import (
+	"math/rand/v2"
+	"strconv"
+)
+
+// requests numbers a subscriber's fetch.lua calls (their request ids) and keeps, by mode and partition, the id
+// of a call that failed: the next call of that mode and partition is made with it again, so that the entries
+// Redis handed over to the call whose reply never came (go-redis gave up resending it) come back at once,
+// rather than after the claim idle time with one more delivery counted. Only the read loop touches it.
+type requests struct {
+	prefix string
+	seq    uint64
+	again  map[requestOf]string
+}
+
+type requestOf struct {
+	mode      string
+	partition int
+}
+
+func newRequests() requests {
+	// A random prefix: a consumer of the same name in a later process starts anew.
+	return requests{prefix: strconv.FormatUint(rand.Uint64(), 36) + "-", again: map[requestOf]string{}}
+}
+
+// next is the request id of call c: that of the call of its mode and partition that failed, or a new one.
+func (r *requests) next(c fetchCall) string {
+	if id, ok := r.again[requestOf{c.mode, c.Index}]; ok {
+		return id
+	}
+	r.seq++
+	return r.prefix + strconv.FormatUint(r.seq, 36)
+}
+
+// done notes how call c went: failed, the next call of its mode and partition is made with its id again.
+func (r *requests) done(c fetchCall, err error) {
+	if err != nil {
+		r.again[requestOf{c.mode, c.Index}] = c.req
+	} else {
+		delete(r.again, requestOf{c.mode, c.Index})
+	}
+}
