@@ -12,15 +12,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/demo"
 )
 
 func main() {
 	logger := config.Logger(os.Stderr, slog.LevelInfo)
-	redis.SetLogger(config.RedisLogger{L: logger}) // go-redis's lines in the same log
+	config.CaptureLogs(logger) // go-redis's and OpenTelemetry's lines in the same log
 	os.Exit(config.Exit(logger, "demo", run(os.Args[1:])))
 }
 

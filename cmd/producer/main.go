@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/producer"
@@ -23,7 +21,7 @@ import (
 
 func main() {
 	logger := config.Logger(os.Stderr, slog.LevelInfo)
-	redis.SetLogger(config.RedisLogger{L: logger}) // go-redis's lines in the same log
+	config.CaptureLogs(logger) // go-redis's and OpenTelemetry's lines in the same log
 	os.Exit(config.Exit(logger, "producer", run(os.Args[1:], os.Stdout)))
 }
 

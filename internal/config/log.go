@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -70,6 +74,18 @@ func ParseLogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("invalid LOG_LEVEL %q: want debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// CaptureLogs makes every line that the libraries write on their own a record of l, so that a process's
+// output stays one record a line (JSON when l is): go-redis's (a pool that cannot dial), OpenTelemetry's
+// (an exporter that cannot reach its collector: its error handler and its logger) and the standard log
+// package's, as warnings.
+func CaptureLogs(l *slog.Logger) {
+	redis.SetLogger(RedisLogger{L: l})
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { l.Warn(err.Error(), "component", "opentelemetry") }))
+	otel.SetLogger(logr.FromSlogHandler(l.With("component", "opentelemetry").Handler()))
+	log.SetFlags(0)
+	log.SetOutput(slog.NewLogLogger(l.With("component", "log").Handler(), slog.LevelWarn).Writer())
 }
 
 // RedisLogger is a go-redis logger (redis.SetLogger) that writes go-redis's lines (a pool that cannot

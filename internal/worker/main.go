@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
 )
@@ -32,9 +30,9 @@ type Extension func(*config.Set) func(Config, *Options) error
 func Main(name string, args []string, ext Extension) int {
 	level := new(slog.LevelVar)
 	logger := config.Logger(os.Stderr, level)
-	// go-redis's own lines (a pool that cannot dial, say) become records of the same log: one JSON
-	// object a line, whatever writes it.
-	redis.SetLogger(config.RedisLogger{L: logger})
+	// go-redis's and OpenTelemetry's own lines (a pool that cannot dial, an exporter that cannot export)
+	// become records of the same log: one JSON object a line, whatever writes it.
+	config.CaptureLogs(logger)
 	return config.Exit(logger, name, runMain(name, args, ext, logger, level))
 }
 
