@@ -6,9 +6,11 @@
 #   docker build --build-arg COMMIT=$(git rev-parse HEAD) -t stockflow .
 #   docker build --build-arg COMMIT=$(git rev-parse HEAD) --target producer -t stockflow-producer .
 # scripts/build.sh is the one build command, here and outside Docker. VERSION is the newest release in
-# CHANGELOG.md (a test holds them equal); COMMIT has no default that could be true: .git is not in the build
-# context (.dockerignore).
-ARG VERSION=0.1.0
+# CHANGELOG.md, with -dev between releases (while its [Unreleased] section lists changes; a test holds them
+# equal): build.sh stamps 0.1.0-dev+<COMMIT> into the binaries, and the images' version label says 0.1.0-dev.
+# A release build passes --build-arg VERSION=x.y.z. COMMIT has no default that could be true: .git is not
+# in the build context (.dockerignore).
+ARG VERSION=0.1.0-dev
 ARG COMMIT=unknown
 
 FROM golang:1.26-bookworm AS build

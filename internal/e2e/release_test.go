@@ -23,6 +23,26 @@ func changelogVersion(t *testing.T) string {
 	return string(m[1])
 }
 
+// unreleasedChanges reports whether CHANGELOG.md's [Unreleased] section lists changes: then the sources
+// are between releases, and their builds are development builds, x.y.z-dev+<commit>.
+func unreleasedChanges(t *testing.T) bool {
+	t.Helper()
+	_, rest, ok := strings.Cut(string(readFile(t, "../../CHANGELOG.md")), "\n## [Unreleased]\n")
+	if !ok {
+		return false
+	}
+	section, _, _ := strings.Cut(rest, "\n## [")
+	return regexp.MustCompile(`(?m)^- `).MatchString(section)
+}
+
+// dockerVersion is the VERSION the Dockerfile builds by default: the release, -dev between releases.
+func dockerVersion(t *testing.T) string {
+	if unreleasedChanges(t) {
+		return changelogVersion(t) + "-dev"
+	}
+	return changelogVersion(t)
+}
+
 func TestVersionOfABuiltWorkerIsTheChangelogsAndTheCommit(t *testing.T) {
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
@@ -36,9 +56,14 @@ func TestVersionOfABuiltWorkerIsTheChangelogsAndTheCommit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("worker --version: %v", err)
 	}
-	want := "worker github.com/stockflow/stockflow " + changelogVersion(t) + ", commit " + strings.TrimSpace(string(head))
-	if !strings.HasPrefix(string(out), want) {
-		t.Errorf("worker --version printed %q, want it to start with %q", out, want)
+	commit := strings.TrimSpace(string(head))
+	want := `^worker github\.com/stockflow/stockflow ` + regexp.QuoteMeta(changelogVersion(t)) + `, commit ` + commit + `(-dirty)?, go[^,]+\n$`
+	if unreleasedChanges(t) {
+		want = `^worker github\.com/stockflow/stockflow ` + regexp.QuoteMeta(changelogVersion(t)) + `-dev\+` + commit[:12] +
+			`(\.dirty)?, commit ` + commit + `(-dirty)?, go[^,]+, a development build\n$`
+	}
+	if !regexp.MustCompile(want).Match(out) {
+		t.Errorf("worker --version printed %q, want %s", out, want)
 	}
 }
 
@@ -79,8 +104,8 @@ func (s dockerStage) has(pattern string) bool {
 
 func TestDockerfileBuildsTheBinaries(t *testing.T) {
 	global, stages := readDockerfile(t)
-	if !slices.Contains(global, "ARG VERSION="+changelogVersion(t)) {
-		t.Errorf("the Dockerfile's global args %q lack ARG VERSION=%s, CHANGELOG.md's newest release", global, changelogVersion(t))
+	if !slices.Contains(global, "ARG VERSION="+dockerVersion(t)) {
+		t.Errorf("the Dockerfile's global args %q lack ARG VERSION=%s, CHANGELOG.md's newest release (-dev while [Unreleased] lists changes)", global, dockerVersion(t))
 	}
 	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(readFile(t, "../../go.mod")))[1]
 	byName := map[string]dockerStage{}
