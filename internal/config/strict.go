@@ -36,11 +36,15 @@ func Usage(err error) error {
 }
 
 // ExitCode is the exit code of a binary whose run ended with err: ExitOK for nil and after -h or --version
-// (flag.ErrHelp), ExitUsage for a refused setting (ErrUsage), ExitFailure for anything else.
+// (flag.ErrHelp), the code of an error in err's chain that has one (an ExitCode method: stockctl's not
+// found, 3), ExitUsage for a refused setting (ErrUsage), ExitFailure for anything else.
 func ExitCode(err error) int {
+	var coded interface{ ExitCode() int }
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return ExitOK
+	case errors.As(err, &coded):
+		return coded.ExitCode()
 	case errors.Is(err, ErrUsage):
 		return ExitUsage
 	}
@@ -52,9 +56,10 @@ func ExitCode(err error) int {
 func Exit(logger *slog.Logger, name string, err error) int {
 	code := ExitCode(err)
 	switch code {
+	case ExitOK:
 	case ExitUsage:
 		logger.Error(name+" refused its settings or arguments ("+name+" -h lists them)", "err", err, "exit_code", code)
-	case ExitFailure:
+	default:
 		logger.Error(name+" failed", "err", err, "exit_code", code)
 	}
 	return code

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -119,6 +120,7 @@ func TestExitLogsOneJSONLineWithTheExitCode(t *testing.T) {
 		{"--version", ErrVersion, ExitOK},
 		{"a refused setting", Usage(errors.New("invalid LOCK_WAIT 0s: must be positive")), ExitUsage},
 		{"a failure", errors.New("Redis did not answer"), ExitFailure},
+		{"an error with a code of its own", fmt.Errorf("stock: %w", codedError{3}), 3},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,6 +144,12 @@ func TestExitLogsOneJSONLineWithTheExitCode(t *testing.T) {
 		})
 	}
 }
+
+// codedError is an error with an exit code of its own, as stockctl's not found.
+type codedError struct{ code int }
+
+func (e codedError) Error() string { return "SKU-9 not found" }
+func (e codedError) ExitCode() int { return e.code }
 
 func TestEditDistance(t *testing.T) {
 	for _, tc := range []struct {
