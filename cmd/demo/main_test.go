@@ -31,7 +31,7 @@ func TestDemoExitCodesAndJSONLines(t *testing.T) {
 		{"a misspelt flag exits 2 naming the one meant", nil, []string{"--worker", "2"}, 2, "did you mean --workers?"},
 		{"a value that cannot work exits 2", nil, []string{"--workers", "0"}, 2, "--workers and --concurrency must be at least 1"},
 		{"a Redis that does not answer exits 1", []string{closed}, small, 1, "connection refused"},
-		{"a run that passes exits 0", nil, append([]string{"--redis", "embedded"}, small...), 0, ""},
+		{"a run that passes exits 0", nil, append([]string{"--redis", "server"}, small...), 0, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
