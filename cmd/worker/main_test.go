@@ -59,7 +59,7 @@ func TestWorkerExitCodesAndJSONLines(t *testing.T) {
 	}
 }
 
-// The start line names the Redis in use, without its password, and where REDIS_URL came from.
+// The start line names the Redis in use, without its password, where REDIS_URL came from, and the build.
 func TestWorkerStartLineNamesTheRedis(t *testing.T) {
 	bin := clitest.Build(t, ".")
 	r := clitest.Run(t, bin, []string{"REDIS_URL=" + closedURL(t), "STARTUP_TIMEOUT=1s"})
@@ -67,8 +67,10 @@ func TestWorkerStartLineNamesTheRedis(t *testing.T) {
 		if rec["msg"] != "worker started" {
 			continue
 		}
-		if redis, _ := rec["redis"].(string); !strings.HasPrefix(redis, "redis://u:xxxxx@127.0.0.1:") || rec["redis_url_from"] != "REDIS_URL" {
-			t.Fatalf("start line %v: want the Redis with its password redacted, and REDIS_URL as where it came from", rec)
+		redis, _ := rec["redis"].(string)
+		build, _ := rec["build"].(map[string]any)
+		if !strings.HasPrefix(redis, "redis://u:xxxxx@127.0.0.1:") || rec["redis_url_from"] != "REDIS_URL" || build["version"] == nil {
+			t.Fatalf("start line %v: want the Redis with its password redacted, REDIS_URL as where it came from, and the build's version", rec)
 		}
 		return
 	}

@@ -79,11 +79,11 @@ func parseSettings(name string, args []string, ext Extension) (Config, *config.S
 
 // startAttrs are the attributes of the start line: the settings that say what the worker works on, with
 // the Redis it uses (its password redacted) and where REDIS_URL came from ("default" when it was not set:
-// on a shared machine the default may be someone else's Redis).
+// on a shared machine the default may be someone else's Redis), and the build.
 func startAttrs(cfg Config, set *config.Set) []any {
 	return []any{"name", cfg.Name, "redis", config.RedactURL(cfg.RedisURL), "redis_url_from", set.Source("REDIS_URL"),
 		"concurrency", cfg.Concurrency, "orders", cfg.OrdersStream, "partitions", cfg.OrdersPartitions,
-		"cluster", cfg.Cluster, "group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != ""}
+		"cluster", cfg.Cluster, "group", cfg.ConsumerGroup, "redlock", cfg.RedlockURLs != "", config.BuildAttr()}
 }
 
 // defaultGOGC is the worker's GOGC when the environment sets none. A worker's live heap is a few MB and
