@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,7 +66,7 @@ func (s *SKU) add(totalMS float64, stats map[string]string) {
 	orders, _ := strconv.ParseInt(field("orders"), 10, 64)
 	worst, _ := strconv.ParseFloat(field("worst_ms"), 64)
 	s.Orders += orders
-	s.TotalWaitMS += totalMS
+	s.TotalWaitMS = math.Round((s.TotalWaitMS+totalMS)*1e6) / 1e6 // to the nanosecond, without float noise
 	if worst >= s.WorstWaitMS {
 		s.WorstWaitMS, s.WorstTraceID = worst, field("worst_trace")
 	}

@@ -160,9 +160,9 @@ func (r *Recorder) log(err error) {
 	r.failing = err != nil
 }
 
-// ms is d in milliseconds, to the microsecond.
+// ms is d in milliseconds (to the nanosecond: an elided or batched wait may last less than a microsecond).
 func ms(d time.Duration) string {
-	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', -1, 64)
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
 }
 
 func traceHex(id trace.TraceID) string {

@@ -74,7 +74,7 @@ func writeConsumers(w io.Writer, consumers []consumerInfo, wide bool) {
 }
 
 // runConsumersPrune deletes the consumers of the group that have no pending entries and have been idle
-// longer than --idle; one that deletes none ends in ExitNothingDone. Each deletion is checked again inside Redis (prune_consumer.lua), so a consumer
+// longer than --idle; one that deletes none ends in ExitNothingDone (not a dry run). Each deletion is checked again inside Redis (prune_consumer.lua), so a consumer
 // that read an entry since it was listed keeps it. Before Redis 7.2 a read that finds nothing does not
 // reset a consumer's idle time, so a live worker's consumer on a quiet stream can be pruned too; that loses
 // nothing (it has no pending entries) and its next read creates it again.
@@ -88,7 +88,8 @@ func runConsumersPrune(ctx context.Context, a *app, _ []string) (report, error) 
 	if err := forEach(ctx, list, a.pruneOne, r.add); err != nil {
 		return r, err
 	}
-	if r.Deleted == 0 && r.WouldDelete == 0 {
+	if r.Deleted == 0 && !r.DryRun { // a dry run did what it was asked, show
+
 		return r, nothingDone(fmt.Sprintf("no consumer deleted: %d kept", r.Kept))
 	}
 	return r, nil

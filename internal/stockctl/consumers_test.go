@@ -85,13 +85,12 @@ func TestConsumersPrune(t *testing.T) {
 		t.Fatalf("pending = %+v, want o-1 still pending for busy", p)
 	}
 
-	// A prune that deletes nothing did nothing it was asked to: exit 4, with its report.
-	for _, args := range [][]string{{"consumers", "prune", "--idle", "0s"}, {"consumers", "prune", "--idle", "0s", "--dry-run"}} {
-		r = e.run(args...)
-		wantCode(t, r, stockctl.ExitNothingDone)
-		wantContains(t, "prune output", r.stdout, "busy")
-		wantContains(t, "prune stderr", r.stderr, "no consumer deleted: 1 kept")
-	}
+	// A prune that deletes nothing did nothing it was asked to: exit 4, with its report; a dry run did.
+	r = e.run("consumers", "prune", "--idle", "0s")
+	wantCode(t, r, stockctl.ExitNothingDone)
+	wantContains(t, "prune output", r.stdout, "busy")
+	wantContains(t, "prune stderr", r.stderr, "no consumer deleted: 1 kept")
+	wantCode(t, e.run("consumers", "prune", "--idle", "0s", "--dry-run"), stockctl.ExitOK)
 }
 
 // consumers without a subcommand lists the consumers of the group: -o wide adds the time since each one

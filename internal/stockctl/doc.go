@@ -39,7 +39,7 @@
 //	1  operational failure: Redis unreachable, a script or command error, the timeout
 //	2  usage error: unknown command, bad argument or setting; nothing was written
 //	3  not found: unknown SKU, no such poison entry id, stream or group missing (pending, consumers)
-//	4  nothing done: a replay that replayed nothing, a prune that deleted nothing (--dry-run: would)
+//	4  nothing done: a replay that replayed nothing, a prune that deleted nothing (a dry run exits 0)
 //
 // poison list shows the newest entries first; poison replay goes oldest first (--id: in the order given).
 // A replay moves each poison entry in one script call (poison_replay.lua): the original fields (all but

@@ -11,8 +11,8 @@ const (
 	ExitFailure  = 1 // Redis unreachable, a script or command failed, the timeout passed
 	ExitUsage    = 2 // unknown command, bad argument or setting
 	ExitNotFound = 3 // unknown SKU, no such poison id, stream or group missing
-	// ExitNothingDone: a command that changes things selected nothing it could change (a replay whose
-	// every entry was skipped, a prune that kept every consumer); its report says why.
+	// ExitNothingDone: a command that changes things changed nothing (a replay whose every entry was
+	// skipped, a prune that kept every consumer; not a dry run); its report says why.
 	ExitNothingDone = 4
 )
 

@@ -42,7 +42,7 @@ Exit codes:
   1  operational failure: Redis unreachable, a script or command error, the timeout
   2  usage error: unknown command, bad argument or setting; nothing was written
   3  not found: unknown SKU, no such poison entry id, stream or group missing
-  4  nothing done: a replay or prune that selected nothing it could change (every entry skipped)`
+  4  nothing done: a replay that replayed nothing (every entry skipped), a prune that deleted nothing`
 
 // templateFuncs adds the template's functions to cobra's (a global map) once.
 var templateFuncs sync.Once

@@ -80,9 +80,9 @@ func runPoisonReplay(ctx context.Context, a *app, _ []string) (report, error) {
 	return r, firstErr(r.missingIDs(len(a.opts.ids) > 0), r.nothingDone())
 }
 
-// nothingDone is ExitNothingDone when the replay replayed nothing (with --dry-run: would replay nothing).
+// nothingDone is ExitNothingDone when the replay replayed nothing. A dry run did what it was asked, show.
 func (r *replayReport) nothingDone() error {
-	if r.Replayed > 0 || r.WouldReplay > 0 {
+	if r.Replayed > 0 || r.DryRun {
 		return nil
 	}
 	return nothingDone(fmt.Sprintf("nothing replayed: %d selected, %d skipped", len(r.Entries), r.Skipped))
