@@ -5,8 +5,9 @@
 # medians; writes <mode>.json and <mode>-lock-waits.png to bench/results/latest/ (untracked), or with
 # --record to bench/results/, the committed results BENCHMARKS.md cites.
 #
-#   scripts/bench.sh --quick          under 3 minutes on 2 cores
-#   scripts/bench.sh                  full mode, about 9 minutes
+#   scripts/bench.sh --quick          measured 10 min 24 s (12 min 29 s with the harness compiled first) on 2
+#                                     cores shared with other test runs (load average 15-20), 7 min 36 s before
+#   scripts/bench.sh                  full mode: 556 s in the run BENCHMARKS.md records
 #   scripts/bench.sh --record         full mode, and replace the committed results
 #   scripts/bench.sh --only hotkey    any harness flag passes through (--rounds N, --only a,b)
 #   scripts/bench.sh --quick --only cost --base 88c55e3
