@@ -129,7 +129,7 @@ func (e *combineEnv) order(t *testing.T, id string) *message.Message {
 	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	msg := message.NewMessage(entry, []byte("p"))
+	msg := stream.Entry{ID: entry, Deliveries: 1, Values: map[string]any{"payload": "p"}}.Message()
 	msg.SetContext(WithOrder(ctx, Order{OrderID: id, SKU: "SKU-1", Quantity: 1}))
 	return msg
 }

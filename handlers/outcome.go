@@ -43,7 +43,7 @@ func (h *Handler) commit(ctx context.Context, batch []*queued, results []*messag
 		commits[i] = &stream.Commit{Orders: part.Orders, Results: part.Results, Group: h.cfg.Group,
 			Consumer: h.consumer(), MaxLen: h.cfg.ResultsMaxLen, Server: h.server}
 		for _, k := range part.orders {
-			if err := commits[i].Add(part.batch[k].msg.UUID, results[k]); err != nil {
+			if err := commits[i].Add(stream.EntryID(part.batch[k].msg), results[k]); err != nil {
 				return slices.Repeat([]error{err}, len(batch)), false
 			}
 		}
@@ -74,7 +74,7 @@ func (h *Handler) noteClaimed(part partitionBatch, owned []bool) {
 		if !own {
 			q := part.batch[part.orders[i]]
 			cmp.Or(h.cfg.Logger, slog.Default()).WarnContext(q.msg.Context(), "outcome not published: the entry was claimed by another consumer while this round stalled",
-				"order_id", q.order.OrderID, "entry", q.msg.UUID, "stream", part.Orders)
+				"order_id", q.order.OrderID, "entry", stream.EntryID(q.msg), "stream", part.Orders)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
@@ -25,7 +26,7 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 	waitWaiting(t, e, 1)
 	// The round is stalled in its stock scripts; another consumer claims SKU-A's entry, as after CLAIM_IDLE.
 	if err := e.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: e.parts[0].Orders, Group: "g", Consumer: "other",
-		Messages: []string{claimed[0].msg.UUID}}).Err(); err != nil {
+		Messages: []string{stream.EntryID(claimed[0].msg)}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	close(e.store.gate)

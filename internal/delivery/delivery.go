@@ -162,10 +162,11 @@ func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
 		defer cancel()
 		p := c.partition(msg)
-		if err := c.toPoison(ctx, p, msg.UUID, reason); err != nil {
-			return nil, fmt.Errorf("poison entry %s: %w", msg.UUID, err)
+		id := stream.EntryID(msg)
+		if err := c.toPoison(ctx, p, id, reason); err != nil {
+			return nil, fmt.Errorf("poison entry %s: %w", id, err)
 		}
-		c.logger.WarnContext(msg.Context(), "poisoned entry", "stream", p.Orders, "id", msg.UUID, "reason", reason)
+		c.logger.WarnContext(msg.Context(), "poisoned entry", "stream", p.Orders, "id", id, "reason", reason)
 		stream.Poisoned.Add(ctx, 1, kind)
 		trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
 		return nil, nil
@@ -179,7 +180,7 @@ func (c *Consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
 		defer func() {
 			if v := recover(); v != nil {
 				p := &panicError{value: v, stack: debug.Stack()}
-				c.logger.ErrorContext(msg.Context(), "handler panicked", "id", msg.UUID, "panic", v, "stack", string(p.stack))
+				c.logger.ErrorContext(msg.Context(), "handler panicked", "id", stream.EntryID(msg), "panic", v, "stack", string(p.stack))
 				err = p
 			}
 		}()
@@ -251,7 +252,7 @@ type liveEntry struct {
 // keep adds msg's entry to those whose idle time is reset, and starts the loop that resets them when it
 // is not running.
 func (c *Consumer) keep(msg *message.Message) {
-	e := &liveEntry{part: c.partition(msg), id: msg.UUID, last: time.Now()}
+	e := &liveEntry{part: c.partition(msg), id: stream.EntryID(msg), last: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.live[msg] = e

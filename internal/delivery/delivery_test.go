@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +34,8 @@ func newChainEnv(t *testing.T) chainEnv {
 	return chainEnv{rdb: rdb, c: testConsumer(rdb)}
 }
 
-// deliver adds an entry and delivers it to c1, as a message that came through the Reader: its UUID is the
-// entry id, its metadata says how many times it was delivered.
+// deliver adds an entry and delivers it to c1, as a message that came through the Reader: its metadata says
+// its entry id and how many times it was delivered.
 func (e chainEnv) deliver(t *testing.T, deliveries int) *message.Message {
 	t.Helper()
 	ctx := context.Background()
@@ -44,10 +43,7 @@ func (e chainEnv) deliver(t *testing.T, deliveries int) *message.Message {
 	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	values := map[string]any{"payload": "p", "extra": "x"}
-	msg, _ := stream.Unmarshaller{}.Unmarshal(values)
-	msg.UUID = id
-	msg.Metadata.Set("stockflow_deliveries", strconv.Itoa(deliveries))
+	msg := stream.Entry{ID: id, Deliveries: int64(deliveries), Values: map[string]any{"payload": "p", "extra": "x"}}.Message()
 	msg.SetContext(context.Background())
 	return msg
 }
@@ -124,7 +120,7 @@ func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
 			if r := v["poison_reason"].(string); len(r) > maxReason || !utf8.ValidString(r) {
 				t.Fatalf("poison reason of %d bytes (valid UTF-8: %v), want at most %d", len(r), utf8.ValidString(r), maxReason)
 			}
-			if !strings.Contains(v["poison_reason"].(string), tc.reason) || v["poison_source_id"] != msg.UUID || v["extra"] != "x" {
+			if !strings.Contains(v["poison_reason"].(string), tc.reason) || v["poison_source_id"] != stream.EntryID(msg) || v["extra"] != "x" {
 				t.Fatalf("poison entry %v: want reason %q, the source id and the original fields", v, tc.reason)
 			}
 		})
@@ -242,7 +238,7 @@ func TestKeepAliveResetsAnEntryThatStartedBetweenRounds(t *testing.T) {
 		_, _ = e.c.keepAlive(func(*message.Message) ([]*message.Message, error) {
 			for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 				p, err := e.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: "orders", Group: "g",
-					Start: msg.UUID, End: msg.UUID, Count: 1}).Result()
+					Start: stream.EntryID(msg), End: stream.EntryID(msg), Count: 1}).Result()
 				if err != nil || len(p) != 1 {
 					t.Fatalf("pending %v, %v", p, err)
 				}

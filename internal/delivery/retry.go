@@ -64,11 +64,11 @@ func (c *Consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 	if kind == transient {
 		uncount = int64(stream.Deliveries(msg))
 	}
-	if herr := c.reclaim(ctx, c.partition(msg), msg.UUID, c.claimIdle-delay, uncount); herr != nil {
-		c.logger.WarnContext(msg.Context(), "order failed, retrying here", "id", msg.UUID, "in", retryMin, "err", err, "hand_back_err", herr)
+	if herr := c.reclaim(ctx, c.partition(msg), stream.EntryID(msg), c.claimIdle-delay, uncount); herr != nil {
+		c.logger.WarnContext(msg.Context(), "order failed, retrying here", "id", stream.EntryID(msg), "in", retryMin, "err", err, "hand_back_err", herr)
 		return false
 	}
-	c.logger.WarnContext(msg.Context(), "order failed, handed back for a retry", "id", msg.UUID, "in", delay.String(),
+	c.logger.WarnContext(msg.Context(), "order failed, handed back for a retry", "id", stream.EntryID(msg), "in", delay.String(),
 		"failure", kind.String(), "attempt", deliveries, "err", err)
 	retried.Add(ctx, 1, kind.attr())
 	return true

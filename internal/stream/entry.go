@@ -6,17 +6,17 @@ import (
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/redisstream"
 )
 
-// Metadata the worker sets on a message; the same keys sent by a producer are dropped.
+// Metadata the worker sets on a message; the same keys sent by a producer are dropped. The entry id and the
+// delivery count go under the keys of the public Pub/Sub (package redisstream: EntryID, Deliveries).
 const (
 	// MetaBadEntry marks an entry that cannot be read as a message; its value is the reason. The poison
 	// middleware sends such messages to the poison stream without running the handler.
 	MetaBadEntry = "stockflow_bad_entry"
-	// metaDeliveries is how many times the entry was delivered, failed attempts given back not counted.
-	metaDeliveries = "stockflow_deliveries"
 	// metaPartition is the index of the partition the entry was read from (Config.Partitions).
 	metaPartition = "stockflow_partition"
 )
@@ -43,18 +43,20 @@ func (e *Entry) set(name string, value any) {
 	e.Values[name] = value
 }
 
-// Message reads the entry as a message: a Watermill entry (_watermill_message_uuid, metadata, payload) or a
-// plain one that any Redis client can write (XADD orders * payload '<json>'). Its UUID is the entry id,
-// stable across redeliveries; its metadata says the delivery count and the partition (Deliveries,
-// EntryPartition). It never fails: an entry it cannot read becomes a message marked with MetaBadEntry,
-// for the poison stream, so it never stays pending for the next consumer to choke on.
+// Message reads the entry as a message, as Watermill's contract has it: a Watermill entry
+// (_watermill_message_uuid, metadata, payload) keeps its publisher's UUID; a plain one that any Redis client
+// can write (XADD orders * payload '<json>') has none, and gets the entry id. Its metadata says the entry id,
+// the delivery count and the partition (EntryID, Deliveries, EntryPartition). It never fails: an entry it
+// cannot read becomes a message marked with MetaBadEntry, for the poison stream, so it never stays pending for
+// the next consumer to choke on.
 func (e Entry) Message() (msg *message.Message) {
 	defer func() {
 		// A panic here would take the whole process down (it runs in the subscriber's goroutine).
 		if v := recover(); v != nil {
 			msg = badEntry(e.ID, fmt.Sprintf("unreadable entry: %v", v))
 		}
-		msg.Metadata.Set(metaDeliveries, strconv.FormatInt(e.Deliveries, 10))
+		msg.Metadata.Set(redisstream.MetadataEntryID, e.ID)
+		msg.Metadata.Set(redisstream.MetadataDeliveries, strconv.FormatInt(e.Deliveries, 10))
 		msg.Metadata.Set(metaPartition, strconv.Itoa(e.Partition))
 	}()
 	if e.Repeated != "" {
@@ -83,7 +85,9 @@ func (e Entry) unmarshal(values map[string]any) (*message.Message, bool) {
 	if err != nil {
 		return badEntry(e.ID, "unreadable entry: "+err.Error()), false
 	}
-	msg.UUID = e.ID
+	if msg.UUID == "" { // as plainMessage: an empty UUID field is none
+		msg.UUID = e.ID
+	}
 	if msg.Metadata == nil { // a metadata field holding msgpack nil (found by FuzzUnmarshaller)
 		msg.Metadata = make(message.Metadata)
 	}
@@ -104,7 +108,7 @@ func (e Entry) plainMessage() (*message.Message, bool) {
 	if md != "" {
 		u := &unpacker{s: strings.Clone(md)} // one copy, which the metadata's strings share (md may be a read's)
 		n := u.mapLen()
-		metadata = make(message.Metadata, n+2) // and the delivery count and partition (Message)
+		metadata = make(message.Metadata, n+3) // and the entry id, delivery count and partition (Message)
 		for range n {
 			k := u.str()
 			metadata[k] = u.str()
@@ -113,7 +117,11 @@ func (e Entry) plainMessage() (*message.Message, bool) {
 			return nil, false
 		}
 	}
-	msg := message.NewMessage(e.ID, []byte(payload))
+	uuid := e.ID // a plain entry's
+	if u, ok := e.Values[redisstream.UUIDHeaderKey].(string); ok && u != "" {
+		uuid = strings.Clone(u) // not the read's packed entries
+	}
+	msg := message.NewMessage(uuid, []byte(payload))
 	if metadata != nil {
 		msg.Metadata = metadata
 	}
@@ -121,7 +129,8 @@ func (e Entry) plainMessage() (*message.Message, bool) {
 }
 
 // Unmarshaller reads an entry from its fields alone, as Entry.Message does, for a caller that has no
-// Subscriber's entry: the message gets a new UUID, no delivery count and partition 0.
+// Subscriber's entry: a plain entry's message gets a new UUID (and that as its entry id), no delivery count
+// and partition 0.
 type Unmarshaller struct{}
 
 func (Unmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
@@ -152,11 +161,12 @@ var traceLimits = [...]struct {
 	max int
 }{{"traceparent", maxTraceparent}, {"tracestate", maxTracestate}}
 
-// dropUntrusted removes the worker's own keys (stockflow_*: only the worker marks entries), baggage (it
-// would travel into every outcome event and span), and trace context over its size limit.
+// dropUntrusted removes the worker's own keys (stockflow_* and redisstream_*: only the subscriber marks
+// entries), baggage (it would travel into every outcome event and span), and trace context over its size
+// limit.
 func dropUntrusted(md message.Metadata) {
 	for k := range md {
-		if strings.HasPrefix(k, "stockflow_") || k == "baggage" {
+		if strings.HasPrefix(k, "stockflow_") || strings.HasPrefix(k, "redisstream_") || k == "baggage" {
 			delete(md, k)
 		}
 	}
@@ -180,7 +190,7 @@ func EntryPartition(msg *message.Message) int {
 }
 
 // Deliveries returns how many times msg's entry was delivered (attempts given back not counted).
-func Deliveries(msg *message.Message) int {
-	n, _ := strconv.Atoi(msg.Metadata.Get(metaDeliveries))
-	return n
-}
+func Deliveries(msg *message.Message) int { return int(redisstream.Deliveries(msg)) }
+
+// EntryID returns the id of msg's entry in its partition's stream (its UUID is its publisher's).
+func EntryID(msg *message.Message) string { return redisstream.EntryID(msg) }

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"bytes"
+	"cmp"
 	"maps"
 	"strconv"
 	"strings"
@@ -27,12 +28,13 @@ func TestEntryMessage(t *testing.T) {
 		payload   string
 		meta      string // expected traceparent
 		badReason string // "" when readable
+		uuid      string // the message's; "": the entry id
 	}{
-		{"a Watermill entry keeps its payload and metadata", watermillEntry, `{"order_id":"o"}`, "00-abc-def-01", ""},
-		{"a plain XADD with a payload is readable", map[string]any{"payload": `{"x":1}`}, `{"x":1}`, "", ""},
-		{"an entry without payload is marked", map[string]any{"foo": "bar"}, "", "", "payload"},
-		{"an entry whose fields are not strings is marked", map[string]any{"payload": 42}, "", "", "unreadable"},
-		{"an entry with broken metadata is marked", map[string]any{"payload": "p", "metadata": "\xc1garbage"}, "", "", "unreadable"},
+		{"a Watermill entry keeps its UUID, payload and metadata", watermillEntry, `{"order_id":"o"}`, "00-abc-def-01", "", "wm-uuid"},
+		{"a plain XADD with a payload is readable", map[string]any{"payload": `{"x":1}`}, `{"x":1}`, "", "", ""},
+		{"an entry without payload is marked", map[string]any{"foo": "bar"}, "", "", "payload", ""},
+		{"an entry whose fields are not strings is marked", map[string]any{"payload": 42}, "", "", "unreadable", ""},
+		{"an entry with broken metadata is marked", map[string]any{"payload": "p", "metadata": "\xc1garbage"}, "", "", "unreadable", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,8 +46,8 @@ func TestEntryMessage(t *testing.T) {
 				values[k] = v
 			}
 			msg := Entry{ID: "1-1", Values: values}.Message()
-			if msg.UUID != "1-1" {
-				t.Fatalf("UUID %q, want the entry id", msg.UUID)
+			if want := cmp.Or(tc.uuid, "1-1"); msg.UUID != want || EntryID(msg) != "1-1" {
+				t.Fatalf("UUID %q, entry id %q; want %q (the publisher's, or the entry id of a plain entry) and 1-1", msg.UUID, EntryID(msg), want)
 			}
 			bad := msg.Metadata.Get(MetaBadEntry)
 			if tc.badReason == "" {
@@ -64,7 +66,8 @@ func TestEntryMessage(t *testing.T) {
 func TestEntryMessageDropsWhatProducersMustNotSet(t *testing.T) {
 	m := message.NewMessage("u", []byte(`{}`))
 	m.Metadata.Set(MetaBadEntry, strings.Repeat("x", 4<<20)) // would become a 4 MiB poison reason
-	m.Metadata.Set(metaDeliveries, "999")
+	m.Metadata.Set("redisstream_deliveries", "999")
+	m.Metadata.Set("redisstream_entry_id", "0-1") // forged: an ack of it would ack another entry
 	m.Metadata.Set("baggage", "user=alice")
 	m.Metadata.Set("tracestate", strings.Repeat("a", maxTracestate+1))
 	m.Metadata.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
@@ -78,8 +81,8 @@ func TestEntryMessageDropsWhatProducersMustNotSet(t *testing.T) {
 	if md.Get(MetaBadEntry) != "" || md.Get("baggage") != "" || md.Get("tracestate") != "" {
 		t.Errorf("metadata %v: the worker's mark, baggage and an oversized tracestate must be dropped", md)
 	}
-	if Deliveries(got) != 2 || md.Get("team") != "kept" || md.Get("traceparent") == "" {
-		t.Errorf("metadata %v: want the reader's delivery count (2), other keys and a valid traceparent kept", md)
+	if Deliveries(got) != 2 || EntryID(got) != "1-1" || got.UUID != "u" || md.Get("team") != "kept" || md.Get("traceparent") == "" {
+		t.Errorf("UUID %s, metadata %v: want the publisher's UUID, the reader's entry id (1-1) and delivery count (2), other keys and a valid traceparent kept", got.UUID, md)
 	}
 }
 
@@ -110,9 +113,9 @@ func FuzzUnmarshaller(f *testing.F) {
 		if msg == nil {
 			t.Fatal("no message")
 		}
-		if msg.UUID != "7-1" || Deliveries(msg) != 3 || EntryPartition(msg) != 5 {
-			t.Fatalf("message %s with %d deliveries from partition %d, want the entry's 7-1, 3 and 5", msg.UUID,
-				Deliveries(msg), EntryPartition(msg))
+		if EntryID(msg) != "7-1" || Deliveries(msg) != 3 || EntryPartition(msg) != 5 || msg.UUID == "" {
+			t.Fatalf("message %s of entry %s with %d deliveries from partition %d, want a UUID and the entry's 7-1, 3 and 5", msg.UUID,
+				EntryID(msg), Deliveries(msg), EntryPartition(msg))
 		}
 		if bad := msg.Metadata.Get(MetaBadEntry); bad != "" && len(bad) > 1024 {
 			t.Fatalf("bad-entry mark of %d bytes", len(bad))
@@ -202,7 +205,8 @@ func BenchmarkEntryMessage(b *testing.B) {
 			e := Entry{ID: "1-1", Deliveries: 1, Values: values}
 			msg, _ := e.unmarshal(values)
 			markUnusual(msg, values)
-			msg.Metadata.Set(metaDeliveries, "1")
+			msg.Metadata.Set("redisstream_entry_id", "1-1")
+			msg.Metadata.Set("redisstream_deliveries", "1")
 			msg.Metadata.Set(metaPartition, "0")
 		}
 	})

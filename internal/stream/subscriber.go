@@ -131,9 +131,10 @@ func (c SubscriberConfig) Validate() error {
 //     again; it still looks every idlePoll in case an event was missed (with EventsAuto, a look that finds
 //     entries checks that Redis still publishes the events, and turns them on again when an operator
 //     turned them off). Without keyspace events it polls, every 10 ms doubling to 100 ms.
-//   - A message's UUID is its entry id, stable across redeliveries; EntryPartition says where it came
-//     from; its metadata and trace context are the entry's (Entry.Message). An entry that cannot be read
-//     is marked with MetaBadEntry, for the poison stream.
+//   - A message keeps its publisher's UUID (a plain entry's is its entry id), as Watermill's contract has
+//     it; EntryID and EntryPartition say where it came from (the public Pub/Sub's metadata keys); its
+//     metadata and trace context are the entry's (Entry.Message). An entry that cannot be read is marked
+//     with MetaBadEntry, for the poison stream.
 //   - Every ClaimInterval it claims, in one pipeline, the entries idle longer than ClaimIdle (XAUTOCLAIM):
 //     those of dead consumers, and failed attempts handed back; with keyspace events only on the partitions
 //     it owns (2 live owners a partition, owners), so that idle consumers cost the same however many there

@@ -39,11 +39,11 @@ func pend(t *testing.T, rdb *redis.Client, id string) string {
 func TestAnEventsOwnEntryIsNotAnEarlierPendingOne(t *testing.T) {
 	w, rdb := earlierWorker(t)
 	first := pend(t, rdb, "*")
-	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(first, nil)); err != nil || earlier {
+	if earlier, err := w.earlierPending(context.Background(), entryMessage(first)); err != nil || earlier {
 		t.Fatalf("the only pending entry, the event's own: earlier %v, %v; want false", earlier, err)
 	}
 	second := pend(t, rdb, "*")
-	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(second, nil)); err != nil || !earlier {
+	if earlier, err := w.earlierPending(context.Background(), entryMessage(second)); err != nil || !earlier {
 		t.Fatalf("an entry before the event's pending: earlier %v, %v; want true", earlier, err)
 	}
 }
@@ -54,7 +54,7 @@ func TestAnEventOlderThanTwiceClaimIdleWaitsForNoEarlierEntry(t *testing.T) {
 	w, rdb := earlierWorker(t)
 	pend(t, rdb, "1000-0")
 	old := pend(t, rdb, "2000-0") // published in 1970
-	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(old, nil)); err != nil || earlier {
+	if earlier, err := w.earlierPending(context.Background(), entryMessage(old)); err != nil || earlier {
 		t.Fatalf("an event published long before twice CLAIM_IDLE ago: earlier %v, %v; want false", earlier, err)
 	}
 }
@@ -66,7 +66,12 @@ func TestAnEventWithAFutureIDWaitsForNoEarlierEntry(t *testing.T) {
 	w, rdb := earlierWorker(t)
 	pend(t, rdb, "4102444800000-0")
 	event := pend(t, rdb, "*")
-	if earlier, err := w.earlierPending(context.Background(), message.NewMessage(event, nil)); err != nil || earlier {
+	if earlier, err := w.earlierPending(context.Background(), entryMessage(event)); err != nil || earlier {
 		t.Fatalf("an event with id %s: earlier %v, %v; want false", event, earlier, err)
 	}
+}
+
+// entryMessage is the message of entry id as the subscriber hands it over.
+func entryMessage(id string) *message.Message {
+	return stream.Entry{ID: id, Values: map[string]any{"payload": "p"}}.Message()
 }

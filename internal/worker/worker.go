@@ -224,7 +224,8 @@ func (w *Worker) setHandler(faults *Faults) error {
 // every later entry of the partition then has its time too) says nothing of when the entry was published,
 // so the event waits for none either: the bound holds, and the decision is the one a wait would end in.
 func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
-	if ms, _, ok := strings.Cut(msg.UUID, "-"); ok {
+	id := stream.EntryID(msg)
+	if ms, _, ok := strings.Cut(id, "-"); ok {
 		if t, err := strconv.ParseInt(ms, 10, 64); err == nil {
 			if age := time.Since(time.UnixMilli(t)); age > 2*w.cfg.ClaimIdle || age < -w.cfg.ClaimIdle {
 				return false, nil
@@ -233,8 +234,8 @@ func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool
 	}
 	part := w.parts[stream.EntryPartition(msg)]
 	p, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: part.Orders, Group: w.cfg.ConsumerGroup,
-		Start: "-", End: msg.UUID, Count: 1}).Result()
-	return len(p) > 0 && p[0].ID != msg.UUID, err
+		Start: "-", End: id, Count: 1}).Result()
+	return len(p) > 0 && p[0].ID != id, err
 }
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write
