@@ -72,8 +72,8 @@
 //
 // A latch is Redisson's unlock latch key with the request's own id, alive 10 s. Only what a resend could
 // get wrong is latched: the common cycle, a fresh acquisition and the release of its only hold, writes none
-// (a key with an expiry per request cost the uncontended lock a third of its speed). A release knows its
-// first send from a later one because one of its arguments counts how often go-redis wrote it. The one
+// (a key with an expiry per request cost the uncontended lock a fifth of its Redis CPU). A release knows
+// its first send from a later one because one of its arguments counts how often go-redis wrote it. The one
 // thing a later send cannot tell: a hold gone because its first send freed it, or because it ended
 // meanwhile (expired, ForceRelease) with the first send lost before Redis; it answers freed, and the lock is
 // not held either way.

@@ -79,7 +79,7 @@ func runScript(ctx context.Context, c redis.Scripter, script *redis.Script, keys
 	s := sendsIn(args)
 	before := s.count()
 	cmd := script.EvalSha(ctx, c, keys, args...)
-	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") { // HasErrorPrefix allocates
 		return cmd
 	}
 	s.rewind(before)
