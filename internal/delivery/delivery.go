@@ -188,7 +188,7 @@ func (c *Consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// retry runs the handler once per delivery and hands a failed attempt back to the group (see attempts.go:
+// retry runs the handler once per delivery and hands a failed attempt back to the group (see retry.go:
 // which failures count, and MaxAttempts). When Redis cannot take the entry back, the handler is retried
 // here with backoff, as long as the message context lives.
 func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
