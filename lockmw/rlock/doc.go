@@ -65,7 +65,9 @@
 //	                              the request, arriving late, then does nothing
 //	release of a reentrant hold   request id + latch: answers the latched holds left
 //	release of the last hold      request id + send count: a later send that finds the hold gone answers
-//	                              it freed, and latches that for a copy of an earlier send still on its way
+//	                              it freed, one that finds the owner's next hold (the fencing counter past
+//	                              the hold's token) leaves it; each latches that for a copy of an earlier
+//	                              send still on its way
 //	renew, Lease.Extend           idempotent: at least the lease from now; the lease here counts from the send
 //	RaiseToken                    idempotent: at least the token
 //	ForceRelease                  request id + latch: answers the latched outcome
@@ -73,10 +75,11 @@
 // A latch is Redisson's unlock latch key with the request's own id, alive 10 s. Only what a resend could
 // get wrong is latched: the common cycle, a fresh acquisition and the release of its only hold, writes none
 // (a key with an expiry per request cost the uncontended lock a fifth of its Redis CPU). A release knows
-// its first send from a later one because one of its arguments counts how often go-redis wrote it. The one
-// thing a later send cannot tell: a hold gone because its first send freed it, or because it ended
-// meanwhile (expired, ForceRelease) with the first send lost before Redis; it answers freed, and the lock is
-// not held either way.
+// its first send from a later one because one of its arguments counts how often go-redis wrote it. What a
+// later send cannot tell: a hold gone because its first send freed it, or because it ended meanwhile
+// (expired, ForceRelease) with the first send lost before Redis; it answers freed, and the lock is not held
+// either way. And a counter raised past the hold's token while it was held (RaiseToken; on a Redlock master
+// whose counter ran ahead of the others') makes a later send leave the hold, which then lasts its lease.
 //
 // Errors read as one line ("rlock: lock not obtained: context deadline exceeded") and match every cause
 // with errors.Is and errors.As: ErrNotObtained with ctx.Err(), ErrQuorum with each master's *NodeError.

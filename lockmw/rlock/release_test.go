@@ -182,39 +182,52 @@ func TestAReleaseAfterTheScriptsWereFlushedStillReportsALostHold(t *testing.T) {
 	}
 }
 
-// A copy of a release can reach Redis after a later send of the same request (over another connection: a
-// resend after a timeout). The later send freed the lock and latched that; the copy, a first send, must
-// then leave alone the hold its owner took next, which it would otherwise take for its own.
+// A later send of a release and a copy of an earlier one can each reach Redis after the owner, its release
+// returned, took the key again: over another connection, held up on the way. Neither may take that hold for
+// the one it releases. A later send that finds the hold freed latches that for an earlier copy still out;
+// one that comes after the first send freed the hold tells the owner's next hold by its newer token.
 func TestALateCopyOfAReleaseSparesItsOwnersNextHold(t *testing.T) {
-	s := redistest.Start(t)
-	rdb := s.Client()
-	be := singleNode{scripts: scripts{lease: time.Minute, publish: "publish"}, rdb: rdb, run: direct{rdb}}
-	ctx := context.Background()
-	n := namesFor("k")
-	acquire := func(id string) {
-		t.Helper()
-		if a, err := be.acquire(ctx, request{n: n, owner: "o", id: id}); err != nil || !a.ok {
-			t.Fatalf("acquire: %+v %v", a, err)
-		}
-	}
-	release := func(send string) releaseReply {
-		t.Helper()
-		rep, err := parseRelease(releaseScript.Run(ctx, rdb, []string{n.lock, n.channel, n.latch("req-1")},
-			"o", time.Minute.Milliseconds(), latchTTL.Milliseconds(), "publish", send))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
-	acquire("a-1")
-	if rep := release("1"); rep.left != 0 { // the resend, first to arrive
-		t.Fatalf("the resend of the release: %d holds left, want 0", rep.left)
-	}
-	acquire("a-2") // the owner's next hold
-	if rep := release("0"); rep.left != 0 {
-		t.Errorf("the late first send: %d holds left, want the resend's answer, 0", rep.left)
-	}
-	if holds, _ := rdb.HGet(ctx, n.lock, "o").Int(); holds != 1 {
-		t.Errorf("%d holds of the owner after the late copy of its earlier release, want its next hold's 1", holds)
+	for _, tc := range []struct {
+		name         string
+		first, later string // the sends in the order they reach Redis
+	}{
+		{"the later send first, then a copy of the first", "1", "0"},
+		{"the first send, then a later one", "0", "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := redistest.Start(t)
+			rdb := s.Client()
+			be := singleNode{scripts: scripts{lease: time.Minute, publish: "publish"}, rdb: rdb, run: direct{rdb}}
+			ctx := context.Background()
+			n := namesFor("k")
+			acquire := func(id string) int64 {
+				t.Helper()
+				a, err := be.acquire(ctx, request{n: n, owner: "o", id: id})
+				if err != nil || !a.ok {
+					t.Fatalf("acquire: %+v %v", a, err)
+				}
+				return a.token
+			}
+			token := acquire("a-1")
+			release := func(send string) releaseReply {
+				t.Helper()
+				rep, err := parseRelease(releaseScript.Run(ctx, rdb, []string{n.lock, n.channel, n.latch("req-1"),
+					n.token}, "o", time.Minute.Milliseconds(), latchTTL.Milliseconds(), "publish", send, token))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rep
+			}
+			if rep := release(tc.first); rep.left != 0 {
+				t.Fatalf("the release that reached Redis first: %d holds left, want 0", rep.left)
+			}
+			acquire("a-2") // the owner's next hold
+			if rep := release(tc.later); rep.left != 0 {
+				t.Errorf("the release that reached Redis second: %d holds left, want 0 (freed by the first)", rep.left)
+			}
+			if holds, _ := rdb.HGet(ctx, n.lock, "o").Int(); holds != 1 {
+				t.Errorf("%d holds of the owner after a late copy of its earlier release, want its next hold's 1", holds)
+			}
+		})
 	}
 }

@@ -126,12 +126,13 @@ type releaseReply struct{ left, receivers int64 }
 type unlock struct {
 	n     names
 	owner string
+	token int64   // the hold's: a later send tells the owner's next hold by a larger counter
 	id    string  // names the request's latch
 	sent  []sends // per server: whether the request went out before
 }
 
 func newUnlock(h *hold, id string, servers int) *unlock {
-	return &unlock{n: h.names, owner: h.redisOwner, id: id, sent: make([]sends, servers)}
+	return &unlock{n: h.names, owner: h.redisOwner, token: h.token, id: id, sent: make([]sends, servers)}
 }
 
 // runRelease runs the release script of req on server i.
@@ -148,8 +149,8 @@ func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, req *un
 }
 
 func (s scripts) releaseArgs(req *unlock, i int) (keys []string, args []any) {
-	return []string{req.n.lock, req.n.channel, req.n.latch(req.id)},
-		[]any{req.owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, &req.sent[i]}
+	return []string{req.n.lock, req.n.channel, req.n.latch(req.id), req.n.token},
+		[]any{req.owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, &req.sent[i], req.token}
 }
 
 // runForceRelease deletes the lock of n whoever holds it and reports whether there was one.
