@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
 )
@@ -65,7 +65,7 @@ func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
 }
 
 // standInWorker decides the events of the orders stream one at a time, unfenced (no lock), with the real
-// handler h, which adds their outcome events to the results stream and acks them.
+// handler h, which adds their outcome events to the results stream; it acks them, as the router does.
 func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Config, h *handlers.Handler) {
 	decide := h.Decode(h.Combine(h.Handle))
 	for ctx.Err() == nil {
@@ -77,12 +77,13 @@ func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Con
 		}
 		for _, e := range streams[0].Messages {
 			payload, _ := e.Values["payload"].(string)
-			msg := message.NewMessage(e.ID, []byte(payload))
+			msg := stream.Entry{ID: e.ID, Deliveries: 1, Values: map[string]any{"payload": payload}}.Message()
 			msg.SetContext(ctx)
 			if _, err := decide(msg); err != nil {
 				t.Errorf("decide %s: %v", payload, err)
 				return
 			}
+			rdb.XAck(ctx, cfg.OrdersStream, cfg.ConsumerGroup, e.ID) // as the router does
 		}
 	}
 }

@@ -6,6 +6,7 @@ package stream
 // handled one, named "{messaging.operation.name} {messaging.destination.name}".
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"strconv"
@@ -147,13 +148,14 @@ type ProcessSpans struct {
 
 // Start starts the consumer span of processing msg under ctx, as Consumer.StartProcess does. What differs
 // by message (its id, the link) is added only to a span that records: with no tracing, a span costs
-// nothing.
+// nothing. The message id is the stream entry's (EntryID), which Redis assigned and an operator looks up
+// with XRANGE; the send span, made before Redis assigned it, has the message's UUID.
 func (p ProcessSpans) Start(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
 	ctx = Extract(ctx, msg)
 	sent := trace.SpanContextFromContext(ctx)
 	ctx, span := startSpan(ctx, p.name, p.opts...)
 	if span.IsRecording() {
-		span.SetAttributes(semconv.MessagingMessageID(msg.UUID))
+		span.SetAttributes(semconv.MessagingMessageID(cmp.Or(EntryID(msg), msg.UUID)))
 		if sent.IsRemote() {
 			span.AddLink(trace.Link{SpanContext: sent})
 		}
