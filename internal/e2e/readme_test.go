@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,13 +155,13 @@ func params(define func(*config.Set)) []config.Param {
 }
 
 // docs/configuration.md documents every setting of every binary, with the code's flag and default, and
-// nothing the code does not read.
+// nothing the code does not read; stockctl's table, the flags of its commands too (checkCommandFlags).
 func TestConfigurationTablesMatchTheCode(t *testing.T) {
 	text := doc(t, "configuration.md")
-	check := func(name, sec string, ps []config.Param) {
+	// seen holds the rows the caller checked already.
+	check := func(name, sec string, ps []config.Param, seen map[string]bool) {
 		rows := tableRows(sec)
 		intro, _, _ := strings.Cut(sec, "\n|")
-		seen := map[string]bool{}
 		for _, p := range ps {
 			key := p.Env
 			if key == "" {
@@ -197,10 +199,71 @@ func TestConfigurationTablesMatchTheCode(t *testing.T) {
 			}
 		}
 	}
-	check("worker", section(t, text, "## worker"), params(func(s *config.Set) { var c worker.Config; worker.Flags(s, &c) }))
-	check("producer", section(t, text, "## producer"), params(func(s *config.Set) { var c producer.Config; producer.Flags(s, &c) }))
-	check("demo", section(t, text, "## demo"), params(func(s *config.Set) { var c demo.Config; demo.Flags(s, &c) }))
-	check("stockctl", section(t, text, "## stockctl"), stockctl.Settings())
+	check("worker", section(t, text, "## worker"), params(func(s *config.Set) { var c worker.Config; worker.Flags(s, &c) }), map[string]bool{})
+	check("producer", section(t, text, "## producer"), params(func(s *config.Set) { var c producer.Config; producer.Flags(s, &c) }), map[string]bool{})
+	check("demo", section(t, text, "## demo"), params(func(s *config.Set) { var c demo.Config; demo.Flags(s, &c) }), map[string]bool{})
+	sec := section(t, text, "## stockctl")
+	check("stockctl", sec, stockctl.Settings(), checkCommandFlags(t, sec, stockctl.CommandFlags()))
+}
+
+// checkCommandFlags holds the rows of the flags of stockctl's commands to the code and returns the flags it
+// checked. A row names, before its colon, the commands that take the flag, all of them and no other
+// ("poison [list\|replay]" is poison, poison list and poison replay); its default is each command's, but
+// those it names: "`50` (`hot`: `10`)".
+func checkCommandFlags(t *testing.T, sec string, byCommand map[string][]config.Param) map[string]bool {
+	t.Helper()
+	takes := map[string]map[string]string{} // flag, command: default
+	for cmd, ps := range byCommand {
+		for _, p := range ps {
+			if takes[p.Flag] == nil {
+				takes[p.Flag] = map[string]string{}
+			}
+			takes[p.Flag][cmd] = strings.TrimSuffix(p.Default, "[]") // an empty list: (none)
+		}
+	}
+	perCommand := regexp.MustCompile("\\(`([^`]+)`: `([^`]*)`\\)")
+	checked := map[string]bool{}
+	for flag, defaults := range takes {
+		checked[flag] = true
+		_, line, ok := strings.Cut(sec, "\n| `"+flag+"` | ")
+		if !ok {
+			t.Errorf("stockctl: %s (%v) is not documented in docs/configuration.md", flag, slices.Sorted(maps.Keys(defaults)))
+			continue
+		}
+		line, _, _ = strings.Cut(line, "\n")
+		def, meaning, _ := strings.Cut(line, " | ")
+		names, _, _ := strings.Cut(meaning, ": ")
+		named := map[string]bool{}
+		for _, m := range regexp.MustCompile("`([a-z]+)(?: \\[([a-z\\\\|]+)\\])?( [a-z]+)?`").FindAllStringSubmatch(names, -1) {
+			named[m[1]+m[3]] = true
+			for _, sub := range strings.Split(strings.ReplaceAll(m[2], "\\|", "|"), "|") {
+				if sub != "" {
+					named[m[1]+" "+sub] = true
+				}
+			}
+		}
+		if got, want := slices.Sorted(maps.Keys(named)), slices.Sorted(maps.Keys(defaults)); !slices.Equal(got, want) {
+			t.Errorf("stockctl: docs/configuration.md gives %s to %q, the code to %q", flag, got, want)
+		}
+		general, _, _ := strings.Cut(perCommand.ReplaceAllString(def, ""), " ")
+		own := map[string]string{}
+		for _, m := range perCommand.FindAllStringSubmatch(def, -1) {
+			own[m[1]] = m[2]
+		}
+		for cmd, codeDefault := range defaults {
+			doc, ok := own[cmd]
+			if !ok {
+				doc = strings.Trim(general, "`")
+				if !strings.HasPrefix(general, "`") { // (none)
+					doc = ""
+				}
+			}
+			if doc != codeDefault {
+				t.Errorf("stockctl: docs/configuration.md default of %s %s is %q, the code's %q", cmd, flag, doc, codeDefault)
+			}
+		}
+	}
+	return checked
 }
 
 // shCommands are the commands of the sh blocks of README.md and the docs pages, comments and a trailing &

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -158,4 +159,27 @@ func Settings() []config.Param {
 		}
 	})
 	return params
+}
+
+// CommandFlags returns the flags of each command but the global ones (Settings), by the command's path
+// without "stockctl" ("poison replay"), for documentation and tests. A command's flags include those it
+// inherits from its family ("consumers prune": --partition of consumers).
+func CommandFlags() map[string][]config.Param {
+	out := map[string][]config.Param{}
+	root := newRoot(&options{}, func(string) (string, bool) { return "", false })
+	var walk func(*cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			path := strings.TrimPrefix(sub.CommandPath(), root.Name()+" ")
+			sub.LocalFlags() // merges the families' flags into sub.Flags(): the command's own and those it inherits
+			sub.Flags().VisitAll(func(f *pflag.Flag) {
+				if root.PersistentFlags().Lookup(f.Name) == nil {
+					out[path] = append(out[path], paramOf(f))
+				}
+			})
+			walk(sub)
+		}
+	}
+	walk(root)
+	return out
 }
