@@ -44,8 +44,7 @@ func dockerVersion(t *testing.T) string {
 }
 
 func TestVersionOfABuiltWorkerIsTheChangelogsAndTheCommit(t *testing.T) {
-	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
+	if err := exec.Command("git", "rev-parse", "HEAD").Run(); err != nil {
 		t.Skipf("not in a git checkout: %v", err)
 	}
 	dir := t.TempDir()
@@ -56,15 +55,25 @@ func TestVersionOfABuiltWorkerIsTheChangelogsAndTheCommit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("worker --version: %v", err)
 	}
-	commit := strings.TrimSpace(string(head))
-	want := `^worker github\.com/stockflow/stockflow ` + regexp.QuoteMeta(changelogVersion(t)) + `, commit ` + commit + `(-dirty)?, go[^,]+\n$`
-	if unreleasedChanges(t) {
-		want = `^worker github\.com/stockflow/stockflow ` + regexp.QuoteMeta(changelogVersion(t)) + `-dev\+` + commit[:12] +
-			`(\.dirty)?, commit ` + commit + `(-dirty)?, go[^,]+, a development build\n$`
-	}
-	if !regexp.MustCompile(want).Match(out) {
+	if want := builtVersion(t, "worker"); !regexp.MustCompile(want).Match(out) {
 		t.Errorf("worker --version printed %q, want %s", out, want)
 	}
+}
+
+// builtVersion is a pattern of what --version of the binary name prints when scripts/build.sh built it from
+// this checkout: CHANGELOG.md's release and git's HEAD ("unknown" outside a checkout), and between releases
+// x.y.z-dev+<commit> and ", a development build".
+func builtVersion(t *testing.T, name string) string {
+	t.Helper()
+	commit := "unknown"
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		commit = strings.TrimSpace(string(head))
+	}
+	release := `^` + regexp.QuoteMeta(name) + ` github\.com/stockflow/stockflow ` + regexp.QuoteMeta(changelogVersion(t))
+	if !unreleasedChanges(t) {
+		return release + `, commit ` + commit + `(-dirty)?, go[^,]+\n$`
+	}
+	return release + `-dev\+` + commit[:min(12, len(commit))] + `(\.dirty)?, commit ` + commit + `(-dirty)?, go[^,]+, a development build\n$`
 }
 
 // dockerStage is one stage of the Dockerfile: its name (AS ...) and its instructions, continuation lines
