@@ -38,7 +38,8 @@ var (
 //	worker github.com/stockflow/stockflow v0.0.0-20261123140000-0123456789ab+dirty, commit 0123456789ab... (2026-11-23T14:00:00Z, modified), go1.26.0, a development build
 //
 // A build that recorded no version says "(devel)", one without VCS information (built outside a git
-// checkout, with -buildvcs=false, or by go run) says "commit unknown". Every build whose version is not a
+// checkout, in a git worktree or submodule, whose .git is a file where cmd/go looks for a directory, with
+// -buildvcs=false, or by go run) says "commit unknown". Every build whose version is not a
 // release's (IsRelease) ends with ", a development build".
 func Version(name string) string {
 	info, _ := debug.ReadBuildInfo()
