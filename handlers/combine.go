@@ -298,13 +298,13 @@ func (c *combiner) decideOneByOne(leader *message.Message, batch []*queued, fenc
 // decided hands a batch's outcome to its followers' consumers and records each follower's wait for its
 // SKU when the leader runs in a section of the lock middleware (which records the leader's own).
 func (c *combiner) decided(leader *message.Message, batch []*queued, err error) {
-	_, inSection := lockmw.SectionFrom(leader.Context())
+	sec, inSection := lockmw.SectionFrom(leader.Context())
 	for _, p := range batch {
 		if p.msg == leader {
 			continue
 		}
 		if err == nil && inSection {
-			lockmw.RecordWait(p.msg.Context(), lockmw.Wait{Keys: []string{p.order.SKU}, From: p.since,
+			sec.RecordWait(p.msg.Context(), lockmw.Wait{Keys: []string{p.order.SKU}, From: p.since,
 				Until: p.since.Add(p.waited), Path: lockmw.PathBatched})
 		}
 		select { // once: a panic's second call finds the outcome already there

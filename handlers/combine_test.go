@@ -98,11 +98,19 @@ func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
 	return e
 }
 
-// handler is the chain from Combine on: a leader leads in its section (inSection).
+// handler is the chain from Combine on: a leader leads in its section (inSection). As the router would, it
+// acks the entry of an order whose handler returned nil.
 func (e *combineEnv) handler() message.HandlerFunc {
-	return e.h.Combine(func(msg *message.Message) ([]*message.Message, error) {
+	chain := e.h.Combine(func(msg *message.Message) ([]*message.Message, error) {
 		return e.inSection(msg, e.h.Handle)
 	})
+	return func(msg *message.Message) ([]*message.Message, error) {
+		msgs, err := chain(msg)
+		if err == nil {
+			err = e.rdb.XAck(context.Background(), "orders", "g", stream.EntryID(msg)).Err()
+		}
+		return msgs, err
+	}
 }
 
 // inSection runs h as the lock middleware would: elided first when e.elide, then, after waiting at the

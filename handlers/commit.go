@@ -13,14 +13,14 @@ import (
 )
 
 // The batches that the SKUs' leaders in this process want decided at one moment are decided together
-// (group commit): their stock script calls go in one pipeline, then the outcome events and acks of all their
-// orders in one pipeline of commit calls, one per partition (publish). Flat combining once more: the first
+// (group commit): their stock script calls go in one pipeline, then the outcome events of all their orders
+// in one pipeline of commit calls, one per partition (publish); the Router acks their messages after. Flat combining once more: the first
 // leader to arrive commits a round; the leaders that arrive meanwhile wait and go into the next round
 // together, committed by the first of them once the round before is done. So a worker whose consumers hold
 // the orders of 50 SKUs decides them in two round trips rather than a hundred, and one leader alone
 // commits at once, without waiting for company. A basket is reserved in a round too (on one Redis: its
 // script in the round's pipeline, reserveBasket); a lifecycle event, or a basket on a cluster, decided
-// alone (its own script or saga), joins a round the same way for its outcome event and ack.
+// alone (its own script or saga), joins a round the same way for its outcome event.
 //
 // Every batch gets the outcome it would get alone: the scripts are separate calls (each atomic), and a
 // batch whose script fails fails alone. A failed transaction fails the batches with an order in it (all of
@@ -38,7 +38,7 @@ type committer struct {
 
 // commit is one batch in a round: its orders, oldest first, taken when the round starts, and the fence they
 // are decided under; or an order decided already (a basket, a lifecycle event: decided), whose outcome
-// event and ack only join the round's transaction.
+// event only joins the round's commit.
 type commit struct {
 	ctx     context.Context  // the batch leader's
 	take    func() []*queued // takes the batch: once, when the round starts (batch)
@@ -72,16 +72,15 @@ func (c *committer) decide(ctx context.Context, take func() []*queued, fence int
 	return c.join(b)
 }
 
-// publish publishes the outcome events of orders decided already, and acks their entries, in the next
-// round's transaction.
+// publish publishes the outcome events of orders decided already in the next round's commit.
 func (c *committer) publish(ctx context.Context, batch []*queued, results []*message.Message) error {
 	b := &commit{ctx: ctx, take: func() []*queued { return batch }, decided: true, results: results}
 	_, err := c.join(b)
 	return err
 }
 
-// reserveBasket reserves basket, the order of q, in the next round, and publishes its outcome event and
-// acks its entry in that round's transaction.
+// reserveBasket reserves basket, the order of q, in the next round, and publishes its outcome event in that
+// round's commit.
 func (c *committer) reserveBasket(ctx context.Context, q *queued, basket *inventory.Basket) error {
 	_, err := c.join(&commit{ctx: ctx, take: func() []*queued { return []*queued{q} }, basket: basket})
 	return err
@@ -157,8 +156,8 @@ func (c *committer) handOn() {
 }
 
 // decideRound reserves the batches of a round in one pipeline (Store.ReserveBatches), then publishes the
-// outcome events and acks the entries of every batch that succeeded, and of the orders decided already,
-// in one pipeline of commit calls (publish).
+// outcome events of every batch that succeeded, and of the orders decided already, in one pipeline of
+// commit calls (publish).
 func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(b.orders()) == 0 })
 	toReserve := slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return b.decided })

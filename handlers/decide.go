@@ -22,8 +22,8 @@ func orderIDs(batch []*queued) string {
 }
 
 // decideOrder decides a basket or a lifecycle event in sec (the locks of all its SKUs, fenced by each
-// one's token; elided: the script takes them; nil: unfenced), then publishes its outcome and acks its
-// entry in the next commit round's transaction, with the other orders decided meanwhile. On one Redis
+// one's token; elided: the script takes them; nil: unfenced), then publishes its outcome in the next
+// commit round, with the other orders decided meanwhile. On one Redis
 // (without replica acks) a basket is reserved in that round too: its script goes in the round's pipeline
 // with the batches' (Store.BatchesBaskets).
 func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section) error {

@@ -31,12 +31,13 @@ type Store interface {
 type Config struct {
 	// Store decides the orders. Required.
 	Store Store
-	// Redis takes the outcome events and the acks. Required.
+	// Redis takes the outcome events. Required.
 	Redis redis.UniversalClient
 	// Partitions are the streams of the orders' partitions: an order's outcome goes to the results stream
-	// of the partition its entry was read from (stream.EntryPartition), and its ack to its orders stream.
+	// of the partition its entry was read from (stream.EntryPartition).
 	Partitions []stream.Partition
-	// Group is the consumer group whose entries are acked. Required.
+	// Group is the consumer group the orders are read in: an outcome is published only for an entry still
+	// pending to Consumer in it. Required.
 	Group string
 	// ResultsMaxLen caps the results streams (XADD MAXLEN ~); 0: no cap.
 	ResultsMaxLen int64

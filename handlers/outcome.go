@@ -14,15 +14,16 @@ import (
 )
 
 // publish sends the outcome events results of batch's orders (by the batch's order) to their partitions'
-// results streams and acks their entries: one script call per partition (stream.Commit: one slot on a
-// cluster), all in one pipeline, each writing nothing unless its checks pass, so that no entry is acked
-// without its outcome (a Redis out of memory refuses the first write). An order whose entry is no longer
-// pending to this consumer (claimed by another while this round stalled) gets no event from this round: the
-// claimer settles it, and this round's outcome could contradict what was published since.
+// results streams: one script call per partition (stream.Commit: one slot on a cluster), all in one
+// pipeline, each writing nothing unless its checks pass. The entries are acked afterwards, when the router
+// acks the orders' messages: never before their outcomes are in Redis. An order whose entry is no longer
+// pending to this consumer (claimed by another while this round stalled) gets no event from this round, and
+// ErrClaimed: the claimer settles it, this round's outcome could contradict what was published since, and
+// an ack of the entry would take it from the claimer.
 //
-// It returns nil when every order is settled (published and acked, or found claimed), else each order's
-// error, by partition: nil for the orders of a partition whose call succeeded (on a cluster another
-// partition's can fail alone).
+// It returns nil when every order's outcome is published, else each order's error: ErrClaimed for those
+// claimed meanwhile, and by partition the error of a call that failed (on a cluster another partition's can
+// fail alone).
 func (h *Handler) publish(ctx context.Context, batch []*queued, results []*message.Message) []error {
 	errs, noScript := h.commit(ctx, batch, results)
 	if noScript { // Redis restarted, or a node never ran it: the calls wrote nothing
@@ -54,15 +55,16 @@ func (h *Handler) commit(ctx context.Context, batch []*queued, results []*messag
 		owned, err := commits[i].End()
 		noScript = noScript || redis.HasErrorPrefix(err, "NOSCRIPT")
 		h.noteClaimed(part, owned)
-		if err == nil {
-			continue
+		if err != nil {
+			err = fmt.Errorf("publish the outcomes of %d orders in %s: %w", len(part.orders), part.Orders, err)
 		}
-		if errs == nil {
-			errs = make([]error, len(batch))
-		}
-		err = fmt.Errorf("publish and ack the outcomes of %d orders in %s: %w", len(part.orders), part.Orders, err)
-		for _, k := range part.orders {
-			errs[k] = err
+		for j, k := range part.orders {
+			if e := cmp.Or(err, claimed(owned, j)); e != nil {
+				if errs == nil {
+					errs = make([]error, len(batch))
+				}
+				errs[k] = e
+			}
 		}
 	}
 	return errs, noScript
@@ -77,6 +79,20 @@ func (h *Handler) noteClaimed(part partitionBatch, owned []bool) {
 				"order_id", q.order.OrderID, "entry", stream.EntryID(q.msg), "stream", part.Orders)
 		}
 	}
+}
+
+// ErrClaimed fails the orders of a round whose entries another consumer claimed before the round could
+// publish their outcomes (this worker stalled past CLAIM_IDLE): the claimer settles them. Their messages are
+// nacked, not acked (stream.ErrLeftPending): an ack would take the entry from the claimer, which would then
+// publish nothing for it.
+var ErrClaimed = fmt.Errorf("handlers: the entry was claimed by another consumer meanwhile: %w", stream.ErrLeftPending)
+
+// claimed is ErrClaimed when the j-th order of a commit was not owned, else nil.
+func claimed(owned []bool, j int) error {
+	if j < len(owned) && !owned[j] {
+		return ErrClaimed
+	}
+	return nil
 }
 
 // consumer is the name this worker reads under in the group.

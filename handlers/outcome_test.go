@@ -62,7 +62,6 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 		var msg *message.Message
 		select {
 		case msg = <-msgs:
-			msg.Ack()
 		case <-time.After(10 * time.Second):
 			t.Fatalf("read %d of the 2 entries within 10 s", len(batch))
 		}
@@ -72,6 +71,12 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 
 	if _, err := h.committer.decide(ctx, fixed(batch), 0); err != nil {
 		t.Fatalf("decide a batch of two partitions on a cluster: %v", err)
+	}
+	for _, q := range batch { // as the router does once the handler returned
+		q.msg.Ack()
+	}
+	if err := sub.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
 	}
 	for _, p := range []stream.Partition{home, away} {
 		results := rdb.XRange(ctx, p.Results, "-", "+").Val()

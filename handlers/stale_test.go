@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -11,8 +12,9 @@ import (
 )
 
 // A round that stalled between deciding its orders and publishing them (a pause past CLAIM_IDLE, a cut
-// network) while another consumer claimed an entry of it publishes nothing for that order and does not ack
-// it: the claimer settles it, with the recorded outcome and whatever came since (a cancel), so the results
+// network) while another consumer claimed an entry of it publishes nothing for that order and fails it with
+// ErrClaimed, so that the router nacks rather than acks it (an ack would take the entry from the claimer):
+// the claimer settles it, with the recorded outcome and whatever came since (a cancel), so the results
 // stream never shows this round's stale outcome after a newer one. Its other orders are published as usual.
 func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 	e := newRoundEnv(t)
@@ -30,10 +32,14 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(e.store.gate)
+	var failed []error
 	for range 2 {
 		if err := <-errs; err != nil {
-			t.Fatalf("round: %v, want none (an order claimed meanwhile is the claimer's to settle)", err)
+			failed = append(failed, err)
 		}
+	}
+	if len(failed) != 1 || !errors.Is(failed[0], ErrClaimed) || !errors.Is(failed[0], stream.ErrLeftPending) {
+		t.Fatalf("round errors %v, want ErrClaimed for the order claimed meanwhile alone (nacked: the claimer's to settle)", failed)
 	}
 	got := e.outcomes(t)
 	if _, ok := got[claimed[0].order.OrderID]; ok {
@@ -47,7 +53,7 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 	}
 }
 
-// A commit whose reply is lost is sent again by go-redis; the second call finds the entries acked and
+// A commit whose reply is lost is sent again by go-redis; the second call finds the first one's note and
 // publishes nothing more: one outcome event per order.
 func TestACommitsLostReplyPublishesEachOutcomeOnce(t *testing.T) {
 	e := newRoundEnv(t)
@@ -73,6 +79,6 @@ func TestACommitsLostReplyPublishesEachOutcomeOnce(t *testing.T) {
 		t.Errorf("%d outcome events for 2 orders after a lost commit reply, want 2", n)
 	}
 	if n := e.pending(t); n != 0 {
-		t.Errorf("%d entries pending, want both acked", n)
+		t.Errorf("%d orders without an outcome, want none", n)
 	}
 }

@@ -138,7 +138,7 @@ func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 		}()
 		msg.SetContext(ctx)
 		msgs, err := h(msg)
-		if err != nil {
+		if err != nil && !errors.Is(err, stream.ErrLeftPending) { // a hand-back is logged and counted (retry)
 			stream.Fail(span, err)
 		}
 		return msgs, err
@@ -188,6 +188,10 @@ func (c *Consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
+// ErrHandedBack is what a failed attempt handed back to the group returns (retry): the router nacks its
+// message, and the entry, pending, is claimed about a second later.
+var ErrHandedBack = fmt.Errorf("delivery: handed back for a retry: %w", stream.ErrLeftPending)
+
 // retry runs the handler once per delivery and hands a failed attempt back to the group (see retry.go:
 // which failures count, and MaxAttempts). When Redis cannot take the entry back, the handler is retried
 // here with backoff, as long as the message context lives.
@@ -199,14 +203,14 @@ func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 		}
 		for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
 			msgs, err := h(msg)
-			if err == nil || errors.Is(err, handlers.ErrBadInput) {
-				return msgs, err
+			if err == nil || errors.Is(err, handlers.ErrBadInput) || errors.Is(err, stream.ErrLeftPending) {
+				return msgs, err // ErrLeftPending: claimed by another consumer, whose to settle
 			}
 			if err := c.failed(msg, deliveries, err); err != nil {
 				return nil, err
 			}
 			if c.handBack(msg, classify(err), deliveries, err) {
-				return nil, nil
+				return nil, ErrHandedBack // the router nacks it: no ack takes the entry from the group
 			}
 			if err := sleep(msg.Context(), backoff, err); err != nil {
 				return nil, err

@@ -137,8 +137,8 @@ func TestRetryHandsFailuresBackAndCountsOnlyPermanentOnes(t *testing.T) {
 		handedBack bool
 		counted    bool // the hand-back keeps the delivery in the count
 	}{
-		{"a transient failure is handed back uncounted", 1, errors.New("redis down"), 1, "", true, false},
-		{"a permanent failure before the last attempt is handed back counted", 2, inventory.ErrCorrupt, 1, "", true, true},
+		{"a transient failure is handed back uncounted", 1, errors.New("redis down"), 1, ErrHandedBack.Error(), true, false},
+		{"a permanent failure before the last attempt is handed back counted", 2, inventory.ErrCorrupt, 1, ErrHandedBack.Error(), true, true},
 		{"a permanent failure on the last attempt is poisoned", 3, inventory.ErrCorrupt, 1, "failed permanently on attempt 3", false, false},
 		{"bad input passes through", 1, handlers.ErrBadInput, 1, handlers.ErrBadInput.Error(), false, false},
 		{"a delivery over the maximum never runs", 4, nil, 0, "delivered 3 times without an outcome", false, false},
@@ -182,8 +182,8 @@ func TestReplicaAckFailuresWaitLongerBeforeTheirRetry(t *testing.T) {
 	} {
 		e := newChainEnv(t)
 		msg := e.deliver(t, 1)
-		if _, err := e.c.retry((&stub{err: tc.err}).handle)(msg); err != nil {
-			t.Fatal(err)
+		if _, err := e.c.retry((&stub{err: tc.err}).handle)(msg); !errors.Is(err, ErrHandedBack) {
+			t.Fatalf("%v, want ErrHandedBack: the router nacks a handed-back attempt", err)
 		}
 		p := e.pending(t)
 		if left := e.c.claimIdle - p[0].Idle; left < tc.min || left > tc.max {

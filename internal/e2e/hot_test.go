@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,11 +18,6 @@ import (
 // a real Jaeger, stockctl hot lists SKU-0 first: with every order of it the workers decided, their total
 // and worst wait, and the worst wait's trace, which Jaeger returns with the order's "lock wait" span on SKU-0.
 func TestHotListsTheHotSKUFirstWithATraceJaegerHas(t *testing.T) {
-	// Until worker.go tells the recorder the waits and runs it (the lines in internal/hot/doc.go), there is
-	// nothing to list; remove this guard with that change.
-	if _, wired := reflect.TypeFor[worker.Worker]().FieldByName("hot"); !wired {
-		t.Skip("the worker does not publish its lock waits yet: worker.go lacks the wiring of internal/hot")
-	}
 	j := startJaeger(t)
 	s := redistest.Start(t)
 	for _, name := range []string{"w0", "w1", "w2"} {

@@ -19,12 +19,13 @@ var commitLua string
 // CommitScript is commit.lua; load it (Load) where a commit met NOSCRIPT.
 var CommitScript = redis.NewScript(commitLua)
 
-// Commit publishes the outcome events of one partition's orders and acks their entries, in one script call
-// (commit.lua), for the entries still pending to Consumer only: a round that stalled past the claim idle
-// time, its entries claimed by another consumer meanwhile, publishes nothing for them, so that what it
-// decided cannot come after (and contradict) what the claimer published since, a cancel's outcome say. A
-// resend of the call after a lost reply finds the entries acked and writes nothing again. Each event gets
-// the producer span and trace context Publisher would give it.
+// Commit publishes the outcome events of one partition's orders in one script call (commit.lua), for the
+// entries still pending to Consumer only: a round that stalled past the claim idle time, its entries claimed
+// by another consumer meanwhile, publishes nothing for them, so that what it decided cannot come after (and
+// contradict) what the claimer published since, a cancel's outcome say. The entries are acked afterwards,
+// by the router's ack of their messages (Subscriber: one XACK per partition for many). A resend of the call
+// after a lost reply finds its note (CommittedKey) and writes nothing again. Each event gets the producer
+// span and trace context Publisher would give it.
 type Commit struct {
 	Orders, Results string // the partition's orders and results streams
 	Group, Consumer string
@@ -48,7 +49,7 @@ const otherPending = 10000
 func (c *Commit) Add(id string, msg *message.Message) error {
 	if c.send.name == "" {
 		c.send = newSendSpans(c.Results, c.Server)
-		c.args = []any{c.Group, c.Consumer, c.MaxLen, "", "", 0}
+		c.args = []any{c.Group, c.Consumer, c.MaxLen, "", "", 0, commitRequests.next()}
 		c.lo, c.hi = id, id
 	}
 	if idBefore(id, c.lo) {
@@ -73,8 +74,16 @@ func (c *Commit) Add(id string, msg *message.Message) error {
 // says so).
 func (c *Commit) Queue(ctx context.Context, pipe redis.Pipeliner) {
 	c.args[3], c.args[4], c.args[5] = c.lo, c.hi, len(c.spans)+otherPending
-	c.cmd = CommitScript.EvalSha(ctx, pipe, []string{c.Orders, c.Results}, c.args...)
+	c.cmd = CommitScript.EvalSha(ctx, pipe, []string{c.Orders, c.Results, CommittedKey(c.Orders, c.Group, c.Consumer)}, c.args...)
 }
+
+// CommittedKey is where commit.lua notes consumer's last call on stream (in its slot), for a call made again.
+func CommittedKey(stream, group, consumer string) string {
+	return stream + ":committed:" + group + ":" + consumer
+}
+
+// commitRequests numbers the commit calls of the process (their request ids).
+var commitRequests = newRequestIDs()
 
 // idBefore reports whether stream entry id a comes before b ("<ms>-<seq>"; an id that does not parse
 // counts as 0-0).
@@ -92,7 +101,7 @@ func parseID(id string) (ms, seq uint64) {
 }
 
 // End ends the events' spans once the pipeline was sent and reports, by the order of Add, which orders
-// this consumer still owned (their events published, their entries acked); an error when the call failed
+// this consumer still owned (their events published); an error when the call failed
 // (nothing was written: the script checks before it writes).
 func (c *Commit) End() (owned []bool, err error) {
 	defer func() {

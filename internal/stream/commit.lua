@@ -1,29 +1,39 @@
--- Publish the outcome events of a round's orders of one partition and ack their entries, for the entries
--- still pending to this consumer only: an entry another consumer claimed meanwhile (this one stalled past
--- the claim idle time) is that consumer's to settle, and its outcome may have been superseded since (a
--- cancel applied), so a stale round publishes nothing that could contradict what was published meanwhile.
+-- Publish the outcome events of a round's orders of one partition, for the entries still pending to this
+-- consumer only: an entry another consumer claimed meanwhile (this one stalled past the claim idle time) is
+-- that consumer's to settle, and its outcome may have been superseded since (a cancel applied), so a stale
+-- round publishes nothing that could contradict what was published meanwhile. The entries are acked later,
+-- by the router's ack of each message (the subscriber's batched XACK), once its outcome is here.
+-- Safe to send twice: the call notes its request id and reply in KEYS[3] for a minute, and a call made again
+-- (go-redis resends after a lost reply) returns that reply and writes nothing.
 -- KEYS[1] the orders partition's stream
 -- KEYS[2] its results stream
+-- KEYS[3] the consumer's last commit (CommittedKey)
 -- ARGV[1] consumer group
 -- ARGV[2] consumer
 -- ARGV[3] the results stream's approximate MAXLEN (0: none)
 -- ARGV[4] the least and ARGV[5] the greatest of the entry ids; ARGV[6] how many of ARGV[2]'s pending entries
 --         between them to look at, at most (the round's and its others, in flight or handed back)
--- ARGV[7..] per order, 4 each: its entry id, then its outcome event's fields in redisstream's format: the
+-- ARGV[7] the call's request id
+-- ARGV[8..] per order, 4 each: its entry id, then its outcome event's fields in redisstream's format: the
 --           message UUID, metadata (msgpack) and payload
--- Returns one integer per order: 1 published and acked, 0 not pending to ARGV[2] (nothing written for it).
--- Every write follows every check, and a Redis out of memory refuses the first one: no entry is acked without
--- its outcome.
+-- Returns one integer per order: 1 published, 0 not pending to ARGV[2] (nothing written for it).
+-- Every write follows every check, and a Redis out of memory refuses the first one.
 local group, consumer, maxlen = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local n = (#ARGV - 6) / 4
+local n = (#ARGV - 7) / 4
+local last = redis.call('GET', KEYS[3])
+if last and string.sub(last, 1, #ARGV[7] + 1) == ARGV[7] .. '|' then
+  local owned = {}
+  for i = 1, n do owned[i] = tonumber(string.sub(last, #ARGV[7] + 1 + i, #ARGV[7] + 1 + i)) end
+  return owned
+end
 -- One look at the consumer's pending entries in the round's range of ids.
 local mine = {}
 for _, p in ipairs(redis.call('XPENDING', KEYS[1], group, ARGV[4], ARGV[5], ARGV[6], consumer)) do
   mine[p[1]] = true
 end
-local owned, acks = {}, {}
+local owned = {}
 for i = 1, n do
-  local a = 4 * i + 3
+  local a = 4 * i + 4
   if mine[ARGV[a]] then
     if maxlen > 0 then
       redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*',
@@ -31,11 +41,10 @@ for i = 1, n do
     else
       redis.call('XADD', KEYS[2], '*', '_watermill_message_uuid', ARGV[a + 1], 'metadata', ARGV[a + 2], 'payload', ARGV[a + 3])
     end
-    acks[#acks + 1] = ARGV[a]
     owned[i] = 1
   else
     owned[i] = 0
   end
 end
-if #acks > 0 then redis.call('XACK', KEYS[1], group, unpack(acks)) end
+redis.call('SET', KEYS[3], ARGV[7] .. '|' .. table.concat(owned), 'PX', 60000)
 return owned

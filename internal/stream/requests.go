@@ -3,6 +3,7 @@ package stream
 import (
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 )
 
 // requests numbers a subscriber's fetch.lua calls (their request ids) and keeps, by mode and partition, the id
@@ -19,6 +20,19 @@ type requestOf struct {
 	mode      string
 	partition int
 }
+
+// requestIDs draws request ids, safe for concurrent use: a random prefix (a process of the same consumer
+// name later starts anew) and a counter.
+type requestIDs struct {
+	prefix string
+	seq    atomic.Uint64
+}
+
+func newRequestIDs() *requestIDs {
+	return &requestIDs{prefix: strconv.FormatUint(rand.Uint64(), 36) + "-"}
+}
+
+func (r *requestIDs) next() string { return r.prefix + strconv.FormatUint(r.seq.Add(1), 36) }
 
 func newRequests() requests {
 	// A random prefix: a consumer of the same name in a later process starts anew.

@@ -71,11 +71,11 @@ type SubscriberConfig struct {
 	// subscription ends (the router closes) keeps its context until Handling ends (the worker's
 	// SHUTDOWN_TIMEOUT), with Handling's cause. nil: the subscription's context.
 	Handling context.Context
-	// Released: the router's handler frees each message's place in flight itself, calling Release once it
-	// is done with the message (just before the router acks or nacks it), instead of the subscriber waiting
-	// for the ack or the nack in a goroutine per message (half the goroutines a message costs: ~5 % of a
-	// worker's CPU). A handler that does not call Release for every message stalls the subscription once
-	// MaxInFlight messages are out.
+	// Released: the router's handler frees each message's place in flight itself, calling Release with its
+	// error once it is done with the message (just before the router acks or nacks it), instead of the
+	// subscriber waiting for the ack or the nack in a goroutine per message (half the goroutines a message
+	// costs: ~5 % of a worker's CPU). A handler that does not call Release for every message stalls the
+	// subscription once MaxInFlight messages are out.
 	Released bool
 }
 
@@ -146,11 +146,12 @@ func (c SubscriberConfig) Validate() error {
 //   - A missing consumer group (Redis restarted without its data, the stream deleted) is created again,
 //     from ReplayFrom.
 //
-// Ack and Nack do not touch Redis: the worker acks an entry itself, in the transaction that records its
-// outcome (or poisons it), and hands a failed attempt back itself. Ack frees the message's place among
-// those in flight. Nack leaves the entry pending in Redis, where it is claimed again once idle for
-// ClaimIdle (by any consumer, this one too), and frees its place after NackPause; a nacked message is
-// never sent again. (With Released set, the handler frees the places: Release.)
+// Ack acknowledges the entry in Redis: the acks given while one pipeline is on its way go together in the
+// next, one XACK per partition (FlushAcks waits for them). Nack leaves the entry pending in Redis, where it
+// is claimed again once idle for ClaimIdle (by any consumer, this one too; the worker's delivery steps hand a
+// failed attempt back for a claim about a second later first), and frees its place after NackPause, or at
+// once when the handler failed with ErrLeftPending; a nacked message is never sent again. (With Released
+// set, the handler frees the places: Release.)
 //
 // A message's context is the subscription's, or Handling if set: it ends when that ends, not when the
 // message is acked or nacked (a context per message cost a worker ~4 % of its CPU). Close ends the
@@ -177,6 +178,7 @@ type Subscriber struct {
 	pause    time.Duration // the current pause after an empty read, when polling
 	failed   []failure     // by partition: how long its reads are skipped after a failure, and until when
 	failing  int           // partitions in failed with a pause
+	acks     *acks
 	claims   claims
 	requests requests  // the fetch calls' request ids
 	bell     *doorbell // nil: polling
@@ -209,7 +211,7 @@ func NewSubscriber(rdb redis.UniversalClient, cfg SubscriberConfig) (*Subscriber
 	}
 	n := len(cfg.Partitions)
 	return &Subscriber{rdb: rdb, cfg: cfg, next: rand.IntN(n), failed: make([]failure, n),
-		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n), requests: newRequests()}, nil
+		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n), requests: newRequests(), acks: newAcks(rdb, cfg)}, nil
 }
 
 // Subscribe starts reading; topic is a name for the orders, whose partitions the config lists. The
@@ -311,14 +313,35 @@ func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg 
 	return true
 }
 
-// Release frees the place in flight of a message the subscriber sent, with Released set: at once, or
-// after NackPause when its handling failed (the router nacks it).
-func (s *Subscriber) Release(failed bool) {
-	if failed {
+// Release frees the place in flight of msg, a message the subscriber sent, with Released set, err being what
+// its handler returned: at once, its entry acked in Redis once the router acks it (err nil); at once when
+// the handler left the entry pending on purpose (ErrLeftPending); else after NackPause (the router nacks
+// it).
+func (s *Subscriber) Release(msg *message.Message, err error) {
+	switch {
+	case err == nil:
+		s.acks.add(msg)
+	case !errors.Is(err, ErrLeftPending):
 		time.AfterFunc(s.cfg.NackPause, s.free)
 		return
 	}
 	s.free()
+}
+
+// FlushAcks waits until the acks the router gave so far are sent to Redis, or ctx ends: before a consumer
+// hands back what it still has pending, on shutdown.
+func (s *Subscriber) FlushAcks(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.acks.flush()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // free frees a place in flight.
@@ -336,6 +359,7 @@ func (s *Subscriber) awaitAck(ctx context.Context, msg *message.Message, handlin
 	defer s.free()
 	select {
 	case <-msg.Acked():
+		s.acks.add(msg)
 	case <-msg.Nacked():
 		pauseFor(ctx, s.cfg.NackPause)
 	case <-handling.Done():

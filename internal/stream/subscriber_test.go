@@ -118,13 +118,15 @@ func TestSubscriberKeepsAtMostMaxInFlightOut(t *testing.T) {
 }
 
 // With Released, a message's place is freed by Release, not by its ack: the next message comes only once
-// the handler released the one out; a failed one's place comes back after NackPause.
+// the handler released the one out; a failed one's place comes back after NackPause, one left pending on
+// purpose (ErrLeftPending) at once. The router's ack of a released message acks its entry in Redis; a nack
+// leaves it pending.
 func TestAReleasedSubscriberFreesPlacesOnRelease(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	parts := threeParts[:1]
 	createGroups(t, rdb, parts...)
-	for i := range 3 {
+	for i := range 4 {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
 	s := newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
@@ -132,20 +134,39 @@ func TestAReleasedSubscriberFreesPlacesOnRelease(t *testing.T) {
 	})
 	msgs := subscribe(t, s)
 	first := receive(t, msgs)
-	done(t, rdb, first) // acked, not released
+	first.Ack() // acked, not released
 	select {
 	case msg := <-msgs:
 		t.Fatalf("message %s came while the one out was not released", msg.UUID)
 	case <-time.After(300 * time.Millisecond):
 	}
-	s.Release(false)
+	s.Release(first, nil)
 	second := receive(t, msgs)
-	second.Nack()
+	if err := s.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: parts[0].Orders, Group: "g", Start: "-", End: "+", Count: 10}).Val(); len(p) != 1 || p[0].ID != EntryID(second) {
+		t.Fatalf("pending %v, want only the second entry: the router's ack of the first acks it in Redis", p)
+	}
 	start := time.Now()
-	s.Release(true)
-	receive(t, msgs)
+	s.Release(second, errors.New("failed"))
+	second.Nack()
+	third := receive(t, msgs)
 	if waited := time.Since(start); waited < 300*time.Millisecond {
 		t.Fatalf("the next message came %v after a failed release, want NackPause (300 ms) or more", waited)
+	}
+	start = time.Now()
+	s.Release(third, fmt.Errorf("handed back: %w", ErrLeftPending))
+	third.Nack()
+	receive(t, msgs)
+	if waited := time.Since(start); waited >= 300*time.Millisecond {
+		t.Fatalf("the next message came %v after an entry left pending on purpose, want at once", waited)
+	}
+	if err := s.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XPending(ctx, parts[0].Orders, "g").Val().Count; n != 3 {
+		t.Fatalf("%d entries pending, want the 2 nacked and the one out", n)
 	}
 }
 
@@ -226,9 +247,9 @@ func TestSubscriberLeavesANackedEntryPending(t *testing.T) {
 	}
 }
 
-// Under a Router, a subscriber sends its entries in order, several at once; the Router's acks do not ack
-// the entries in Redis (the worker does, with their outcomes); closing the Router ends the subscription
-// without closing the Redis client.
+// Under a Router, a subscriber sends its entries in order, several at once; the Router's acks ack the
+// entries in Redis (batched XACKs); closing the Router ends the subscription without closing the Redis
+// client.
 func TestSubscriberFeedsARouter(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
@@ -244,7 +265,8 @@ func TestSubscriberFeedsARouter(t *testing.T) {
 	}
 	handled := make(chan string, 10)
 	var inFlight, most atomic.Int32
-	router.AddConsumerHandler("c1", "orders", newTestSubscriber(t, rdb, parts), func(msg *message.Message) error {
+	sub := newTestSubscriber(t, rdb, parts)
+	router.AddConsumerHandler("c1", "orders", sub, func(msg *message.Message) error {
 		most.Store(max(most.Load(), inFlight.Add(1)))
 		defer inFlight.Add(-1)
 		time.Sleep(100 * time.Millisecond)
@@ -272,8 +294,11 @@ func TestSubscriberFeedsARouter(t *testing.T) {
 	if !slices.Equal(got, want) || most.Load() < 2 {
 		t.Errorf("handled %v, at most %d at once; want %v, several at once", got, most.Load(), want)
 	}
-	if n := rdb.XPending(ctx, parts[0].Orders, "g").Val().Count; n != 3 {
-		t.Errorf("%d entries pending after the Router acked them, want 3 (the subscriber sends no XACK)", n)
+	if err := sub.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XPending(ctx, parts[0].Orders, "g").Val().Count; n != 0 {
+		t.Errorf("%d entries pending after the Router acked them, want none (the Router's ack is an XACK)", n)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Errorf("the Redis client after the Router closed: %v, want it open", err)

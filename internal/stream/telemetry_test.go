@@ -76,7 +76,7 @@ func TestMessagingSpansFollowTheConventions(t *testing.T) {
 		semconv.MessagingSystemKey.String("redis"), semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName("orders"),
 		semconv.MessagingConsumerGroupName("inventory"), semconv.MessagingClientID("w-0"),
-		semconv.MessagingMessageID(msg.UUID)}, server...))
+		semconv.MessagingMessageID(stream.EntryID(msg))}, server...))
 	if process.Parent().SpanID() != send.SpanContext().SpanID() || process.SpanContext().TraceID() != send.SpanContext().TraceID() {
 		t.Errorf("process span's parent %v, want the send span %v in its trace", process.Parent(), send.SpanContext())
 	}

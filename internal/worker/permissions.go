@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/hot"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
@@ -90,6 +91,7 @@ func (w *Worker) checkCommands(ctx context.Context, c *redis.Client, which strin
 func (w *Worker) streamCommands() [][]string {
 	p := w.parts[0]
 	o, g := p.Orders, w.cfg.ConsumerGroup
+	hotKey, hotStats := hot.Key(time.Unix(0, 0)), hot.StatsKey(time.Unix(0, 0))
 	commands := [][]string{
 		{"XREADGROUP", "GROUP", g, "probe", "COUNT", "1", "STREAMS", o, ">"},
 		{"XCLAIM", o, g, "probe", "0", "0-1"}, {"XPENDING", o, g}, {"XACK", o, g, "0-1"},
@@ -103,6 +105,14 @@ func (w *Worker) streamCommands() [][]string {
 		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},
 		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", rlock.TokenKey("probe")},
 		{"SET", w.cfg.LayoutKey(), "1", "NX", "GET"},
+		// What a read or claim handed over, for the call made again (fetch.lua); trimming's notes (trim.lua).
+		{"GET", stream.FetchedKey(o, g, "read", "probe")}, {"SET", stream.FetchedKey(o, g, "read", "probe"), "probe"},
+		{"ZADD", DeliveredTimesKey(o), "NX", "0", "0-1"}, {"ZRANGE", DeliveredTimesKey(o), "0", "-1"},
+		{"ZREMRANGEBYSCORE", DeliveredTimesKey(o), "-inf", "0"}, {"PEXPIRE", DeliveredTimesKey(o), "1"},
+		// The hot-SKU windows (internal/hot's publish.lua).
+		{"ZINCRBY", hotKey, "1", "probe"}, {"ZCARD", hotKey}, {"ZRANGE", hotKey, "0", "-1"}, {"ZREMRANGEBYRANK", hotKey, "0", "0"},
+		{"HINCRBY", hotStats, "probe", "1"}, {"HGET", hotStats, "probe"}, {"HSET", hotStats, "probe", "1"},
+		{"HDEL", hotStats, "probe"}, {"PEXPIRE", hotKey, "1"},
 	}
 	if w.cfg.KeyspaceEvents != "off" {
 		// The live consumers, of which an idle worker hears its own partitions' events (live.lua), and the

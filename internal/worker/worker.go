@@ -21,6 +21,7 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/delivery"
+	"github.com/stockflow/stockflow/internal/hot"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
@@ -47,6 +48,7 @@ type Worker struct {
 	store   *inventory.Store
 	handler *handlers.Handler
 	lockMW  *lockmw.Middleware // nil: NoLock
+	hot     *hot.Recorder      // the lock waits by SKU, for stockctl hot; nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
 	drain      context.Context
@@ -162,7 +164,8 @@ func (w *Worker) setLocker(opts Options) error {
 	if locker == NoLock {
 		return nil
 	}
-	w.lockMW = &lockmw.Middleware{Locker: locker, Keys: handlers.SKUs, Wait: w.cfg.LockWait, Instance: w.cfg.Name}
+	w.hot = hot.NewRecorder(w.rdb, w.logger)
+	w.lockMW = &lockmw.Middleware{Locker: locker, Keys: handlers.SKUs, Wait: w.cfg.LockWait, Instance: w.cfg.Name, Waits: w.hot}
 	if r, ok := locker.(interface {
 		RaiseToken(context.Context, string, int64) error
 	}); ok {
@@ -280,16 +283,21 @@ func (w *Worker) addConsumer(faults *Faults) error {
 	}
 	w.sub = sub
 	chain := w.consumer.Chain(w.handler.Handle, steps...)
+	// The router acks a message whose handler returned nil (the subscriber then acks its entry in Redis, many
+	// in one XACK), and nacks it otherwise: a failed attempt was handed back (delivery.ErrHandedBack), an
+	// entry claimed meanwhile is the claimer's (handlers.ErrClaimed).
 	w.router.AddConsumerHandler(cfg.Name, cfg.OrdersStream, sub, func(msg *message.Message) error {
-		failed := true
-		defer func() { sub.Release(failed) }() // a panic too: the router nacks the message
+		err := errPanicked
+		defer func() { sub.Release(msg, err) }() // a panic too: the router nacks the message
 		growStack()
-		_, err := chain(msg)
-		failed = err != nil
+		_, err = chain(msg)
 		return err
 	})
 	return nil
 }
+
+// errPanicked is a message's error while its handler runs: a panic leaves it so (the router nacks it).
+var errPanicked = errors.New("worker: the handler panicked")
 
 // growStack grows the stack of the goroutine the Router starts for each message, at once, while it is
 // shallow: otherwise it grows by doublings deep in the chain, each copy adjusting every frame above it (in a
@@ -325,6 +333,14 @@ func (q quietLogger) Debug(msg string, fields watermill.LogFields) {
 	}
 }
 
+// Error leaves out the router's line for a message whose entry was left pending on purpose (handed back for
+// a retry, or claimed by another consumer): the delivery steps log those already.
+func (q quietLogger) Error(msg string, err error, fields watermill.LogFields) {
+	if !errors.Is(err, stream.ErrLeftPending) {
+		q.LoggerAdapter.Error(msg, err, fields)
+	}
+}
+
 func (q quietLogger) Trace(msg string, fields watermill.LogFields) {
 	if q.logger.Enabled(context.Background(), watermill.LevelTrace) {
 		q.LoggerAdapter.Trace(msg, fields)
@@ -355,6 +371,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	hkCtx, stopHousekeeping := context.WithCancel(context.Background())
 	defer stopHousekeeping()
 	go w.housekeep(hkCtx)
+	go w.hot.Run(hkCtx) // publishes the hot SKUs every second; nothing with NoLock (nil)
 	stopped := make(chan struct{})
 	go w.shutDownWhenDone(ctx, stopped)
 	// The router runs under its own context: cancelling it would skip closing the subscribers.
@@ -394,6 +411,10 @@ func (w *Worker) shutDownWhenDone(ctx context.Context, stopped <-chan struct{}) 
 func (w *Worker) handBackUnfinished(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	// First the acks of the orders the router acked: handed back, they would be decided again.
+	if err := w.sub.FlushAcks(ctx); err != nil {
+		w.logger.Warn("could not send every ack before handing back the unfinished entries", "err", err)
+	}
 	n, err := w.consumer.HandBackPending(ctx)
 	if err != nil {
 		w.logger.Warn("could not hand back unfinished entries", "consumer", w.consumer.Name(), "err", err)

@@ -27,8 +27,8 @@ func Subscribe(t testing.TB, rdb redis.UniversalClient, cfg stream.SubscriberCon
 	return sub, msgs
 }
 
-// Receive returns the next message of msgs, acked (the subscriber sends the next), or nil when none comes
-// within wait.
+// Receive returns the next message of msgs, nacked (the subscriber sends the next; the entry stays pending in
+// Redis, as one being handled would), or nil when none comes within wait.
 func Receive(t testing.TB, msgs <-chan *message.Message, wait time.Duration) *message.Message {
 	t.Helper()
 	select {
@@ -36,7 +36,7 @@ func Receive(t testing.TB, msgs <-chan *message.Message, wait time.Duration) *me
 		if !ok {
 			t.Fatal("the subscription ended")
 		}
-		msg.Ack()
+		msg.Nack()
 		return msg
 	case <-time.After(wait):
 		return nil

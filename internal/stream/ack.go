@@ -1,0 +1,117 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrLeftPending is the error of a handler that left its entry pending in Redis on purpose: handed back to
+// be claimed after a pause (a failed attempt), or claimed by another consumer meanwhile. The router nacks
+// the message; the subscriber does not pause before its next read, as it does after another failure.
+var ErrLeftPending = errors.New("stream: the entry was left pending")
+
+// acks sends the acks of a subscriber's messages to Redis, as the router gives them: the messages acked
+// while a pipeline is on its way go together in the next, one XACK per partition, so that a busy consumer
+// costs a fraction of a round trip per ack. A message released (Subscriber.Release) is acked once the
+// router's verdict comes, a moment later: Ack, or Nack (no XACK). One goroutine runs while acks are
+// queued.
+type acks struct {
+	rdb    redis.UniversalClient
+	group  string
+	parts  []Partition
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	idle    *sync.Cond
+	queued  []*message.Message
+	running bool
+}
+
+func newAcks(rdb redis.UniversalClient, cfg SubscriberConfig) *acks {
+	a := &acks{rdb: rdb, group: cfg.Group, parts: cfg.Partitions, logger: cfg.Logger}
+	a.idle = sync.NewCond(&a.mu)
+	return a
+}
+
+// add queues msg's ack, to be sent once the router acks it.
+func (a *acks) add(msg *message.Message) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queued = append(a.queued, msg)
+	if !a.running {
+		a.running = true
+		go a.run()
+	}
+}
+
+// run sends the queued acks, pipeline after pipeline, until none is queued.
+func (a *acks) run() {
+	for {
+		a.mu.Lock()
+		batch := a.queued
+		a.queued = nil
+		if len(batch) == 0 {
+			a.running = false
+			a.idle.Broadcast()
+			a.mu.Unlock()
+			return
+		}
+		a.mu.Unlock()
+		a.send(a.byPartition(batch))
+	}
+}
+
+// flush waits until every ack queued so far is sent (or given up).
+func (a *acks) flush() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.running {
+		a.idle.Wait()
+	}
+}
+
+// byPartition waits for the router's verdict on each message of batch and returns the entry ids of those it
+// acked, by partition.
+func (a *acks) byPartition(batch []*message.Message) map[int][]string {
+	ids := make(map[int][]string, 1)
+	for _, msg := range batch {
+		select {
+		case <-msg.Acked():
+			p := EntryPartition(msg)
+			ids[p] = append(ids[p], EntryID(msg))
+		case <-msg.Nacked():
+		}
+	}
+	return ids
+}
+
+// send sends the acks of ids, trying 3 times: an ack it cannot send leaves its entry pending, to be claimed
+// and handed out again, its outcome replayed (at least once).
+func (a *acks) send(ids map[int][]string) {
+	if len(ids) == 0 {
+		return
+	}
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(100 * time.Millisecond << attempt)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		pipe := a.rdb.Pipeline()
+		for p, list := range ids {
+			pipe.XAck(ctx, a.parts[p].Orders, a.group, list...)
+		}
+		_, err = pipe.Exec(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	a.logger.Warn("acking entries failed: they stay pending until claimed, and their outcomes are replayed then", "partitions", len(ids), "err", err)
+}
