@@ -328,7 +328,7 @@ func TestReadmeAndDocsCommandsRun(t *testing.T) {
 			// The worker alone: the others are built the same way.
 			run("bash", []string{"../../scripts/build.sh", built, "worker"})
 		case c == "bin/worker --version":
-			if out := run(filepath.Join(built, "worker"), []string{"--version"}); !strings.HasPrefix(out, "worker github.com/stockflow/stockflow "+changelogVersion(t)+", commit ") {
+			if out := run(filepath.Join(built, "worker"), []string{"--version"}); !regexp.MustCompile(builtVersion(t, "worker")).MatchString(out) {
 				t.Fatalf("%s printed %q", c, out)
 			}
 		case strings.HasPrefix(c, "kubectl "):
