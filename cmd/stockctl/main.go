@@ -4,24 +4,21 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stockctl"
 )
 
-// quiet drops go-redis's own log lines (a failed dial, once per retry): the command reports the error.
-type quiet struct{}
-
-func (quiet) Printf(context.Context, string, ...any) {}
-
 func main() {
-	redis.SetLogger(quiet{})
+	log := config.Logger(os.Stderr, slog.LevelInfo)
+	// go-redis's own lines (a failed dial) become records of the same log: one JSON object a line.
+	config.CaptureLogs(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := stockctl.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := stockctl.Run(ctx, os.Args[1:], os.Stdout, log)
 	stop()
 	os.Exit(code)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/testing/clitest"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
@@ -50,7 +51,7 @@ func TestStockctlExitCodes(t *testing.T) {
 		url  string
 		args []string
 		code int
-		says string // in stdout for 0, in stderr otherwise
+		says string // in stdout for 0, otherwise in the err of the last line of stderr (a JSON log)
 	}{
 		{"-h prints the usage", s.URL(), []string{"-h"}, 0, "Exit codes:"},
 		{"stock set writes", s.URL(), []string{"stock", "set", "SKU-1", "7"}, 0, "SKU-1  7"},
@@ -63,9 +64,10 @@ func TestStockctlExitCodes(t *testing.T) {
 		{"a missing stream is not found", s.URL(), []string{"pending"}, 3, `stream "orders" does not exist`},
 	} {
 		code, stdout, stderr := runStockctl(t, c.url, c.args...)
-		text := stderr
-		if c.code == 0 {
-			text = stdout
+		text := stdout
+		if c.code != 0 {
+			recs := clitest.JSONLines(t, stderr)
+			text, _ = recs[len(recs)-1]["err"].(string)
 		}
 		if code != c.code || !strings.Contains(text, c.says) {
 			t.Errorf("%s: exit code %d, want %d with %q\nstdout: %s\nstderr: %s", c.name, code, c.code, c.says, stdout, stderr)

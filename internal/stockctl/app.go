@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/inventory"
 )
 
@@ -23,15 +24,21 @@ type app struct {
 // commands look at the streams of partition --partition.
 func newApp(o *options, stdout io.Writer) (*app, error) {
 	if err := o.ValidateRedis(); err != nil {
-		return nil, asUsage(err)
+		return nil, config.Usage(err)
 	}
 	masters, err := o.TLS.RedisURLs(o.redlockURLs)
 	if err != nil {
-		return nil, asUsage(fmt.Errorf("invalid REDLOCK_URLS: %w", err))
+		return nil, config.Usage(fmt.Errorf("invalid REDLOCK_URLS: %w", err))
 	}
 	rdb, err := o.Client(0)
 	if err != nil {
-		return nil, asUsage(err)
+		return nil, config.Usage(err)
+	}
+	// As the worker's start line does (redis_url_from): on a shared machine the default may be someone
+	// else's Redis. cobra sets --redis-url, which config's Source does not see.
+	if !o.given("redis-url") && o.settings.Source("REDIS_URL") == "default" {
+		o.log.Warn("REDIS_URL is not set: stockctl uses the default Redis", "redis", config.RedactURL(o.RedisURL),
+			"redis_url_from", "default")
 	}
 	p := o.Partitions()[o.partition]
 	o.OrdersStream, o.ResultsStream, o.PoisonStream = p.Orders, p.Results, p.Poison
@@ -60,7 +67,7 @@ func (a *app) finish(r report, err error) error {
 	if r == nil {
 		return err
 	}
-	if printErr := a.emit(r); printErr != nil && exitCode(err) != ExitFailure {
+	if printErr := a.emit(r); printErr != nil && config.ExitCode(err) != ExitFailure {
 		return printErr
 	}
 	return err

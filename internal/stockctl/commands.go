@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/stockflow/stockflow/internal/config"
 )
 
 // runFunc runs one command: it returns the report to print, when the command got as far as one, and the
@@ -32,7 +34,7 @@ func newRoot(o *options, env func(string) (string, bool)) *cobra.Command {
 	pf.BoolVar(&o.json, "json", false, "the same as -o json")
 	pf.DurationVar(&o.timeout, "timeout", DefaultTimeout, "longest `duration` the command may take")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(outputs, cobra.ShellCompDirectiveNoFileComp))
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsage(err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return config.Usage(err) })
 	setHelp(root)
 	root.AddCommand(o.stockCommand(), o.orderCommand(), o.lockCommand(), o.pendingCommand(), o.consumersCommand(),
 		o.poisonCommand(), o.hotCommand())

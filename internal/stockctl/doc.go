@@ -53,5 +53,7 @@
 //
 // With -o json or yaml, stdout holds one document per run, written when the command got as far as a
 // report (also for exit code 3 from stock with an unknown SKU or replay with a missing --id, and for exit
-// code 4); errors go to stderr.
+// code 4). Standard error has log records only (config.Logger: JSON unless it is a terminal): the last one
+// says why the command failed, with its exit code (config.Exit), and a warning says when REDIS_URL is not
+// set and the default Redis is used.
 package stockctl

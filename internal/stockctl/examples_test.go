@@ -3,11 +3,13 @@ package stockctl
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 
+	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
@@ -30,7 +32,8 @@ func TestEveryCommandHasAnExampleThatRuns(t *testing.T) {
 			return
 		}
 		var out, errOut bytes.Buffer
-		if code := Run(context.Background(), append(words[1:], "--redis-url", url), &out, &errOut); code == ExitUsage {
+		log := config.Logger(&errOut, slog.LevelInfo)
+		if code := Run(context.Background(), append(words[1:], "--redis-url", url), &out, log); code == ExitUsage {
 			t.Errorf("%s: example %q exits %d: %s", c.CommandPath(), c.Example, code, errOut.String())
 		}
 		if found, _, _ := c.Root().Find(words[1:]); found != c {

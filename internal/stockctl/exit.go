@@ -3,20 +3,23 @@ package stockctl
 import (
 	"errors"
 	"strings"
+
+	"github.com/stockflow/stockflow/internal/config"
 )
 
-// Exit codes of Run.
+// Exit codes of Run: those of every stockflow binary (package config), and two of stockctl's own.
 const (
-	ExitOK       = 0
-	ExitFailure  = 1 // Redis unreachable, a script or command failed, the timeout passed
-	ExitUsage    = 2 // unknown command, bad argument or setting
-	ExitNotFound = 3 // unknown SKU, no such poison id, stream or group missing
+	ExitOK       = config.ExitOK
+	ExitFailure  = config.ExitFailure // Redis unreachable, a script or command failed, the timeout passed
+	ExitUsage    = config.ExitUsage   // unknown command, bad argument or setting
+	ExitNotFound = 3                  // unknown SKU, no such poison id, stream or group missing
 	// ExitNothingDone: a command that changes things changed nothing (a replay whose every entry was
 	// skipped, a prune that kept every consumer; not a dry run); its report says why.
 	ExitNothingDone = 4
 )
 
-// codeError is an error with the exit code it ends the command with.
+// codeError is an error with the exit code it ends the command with, which config.ExitCode finds in an
+// error's chain (ExitCode).
 type codeError struct {
 	code int
 	err  error
@@ -24,16 +27,10 @@ type codeError struct {
 
 func (e *codeError) Error() string { return e.err.Error() }
 func (e *codeError) Unwrap() error { return e.err }
+func (e *codeError) ExitCode() int { return e.code }
 
-func usageError(msg string) error { return &codeError{code: ExitUsage, err: errors.New(msg)} }
-
-// asUsage marks err (an invalid argument) as a usage error; nil stays nil.
-func asUsage(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &codeError{code: ExitUsage, err: err}
-}
+// usageError is a refused argument (config.Usage: exit 2).
+func usageError(msg string) error { return config.Usage(errors.New(msg)) }
 
 func nothingDone(msg string) error { return &codeError{code: ExitNothingDone, err: errors.New(msg)} }
 
@@ -45,17 +42,6 @@ func missing(what string, names []string) error {
 		return nil
 	}
 	return notFound(what + ": " + strings.Join(names, ", "))
-}
-
-func exitCode(err error) int {
-	var ce *codeError
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.As(err, &ce):
-		return ce.code
-	}
-	return ExitFailure
 }
 
 // firstErr returns the first of errs that is not nil.

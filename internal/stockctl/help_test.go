@@ -63,7 +63,7 @@ func TestHelpOfAnUnknownCommandExits2(t *testing.T) {
 	} {
 		r := runArgs(t, c.args...)
 		wantCode(t, r, stockctl.ExitUsage)
-		wantContains(t, strings.Join(c.args, " "), r.stderr, c.says, "Run 'stockctl -h' for usage.")
+		wantContains(t, strings.Join(c.args, " "), r.stderr, c.says, "stockctl refused its settings or arguments (stockctl -h lists them)")
 		if r.stdout != "" {
 			t.Errorf("%q printed %q on stdout", c.args, r.stdout)
 		}

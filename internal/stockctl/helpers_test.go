@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stockctl"
 	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
@@ -26,10 +29,12 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, srv: srv, rdb: srv.Client()}
 }
 
-// result is what one stockctl run printed and returned.
+// result is what one stockctl run printed and returned. Its standard error is log records, one JSON
+// object a line (runArgs fails the test otherwise); stderr is their text, "msg: err" a line.
 type result struct {
 	code           int
 	stdout, stderr string
+	log            []map[string]any
 }
 
 // run runs stockctl with --redis-url pointing at the test server.
@@ -41,8 +46,21 @@ func (e *env) run(args ...string) result {
 func runArgs(t *testing.T, args ...string) result {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := stockctl.Run(context.Background(), args, &out, &errOut)
-	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+	code := stockctl.Run(context.Background(), args, &out, config.Logger(&errOut, slog.LevelInfo))
+	r := result{code: code, stdout: out.String()}
+	for line := range strings.Lines(errOut.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("stockctl %q wrote a line that is not a JSON record (%v): %q", args, err, line)
+		}
+		r.log = append(r.log, rec)
+		r.stderr += fmt.Sprint(rec["msg"])
+		if e, ok := rec["err"]; ok {
+			r.stderr += fmt.Sprint(": ", e)
+		}
+		r.stderr += "\n"
+	}
+	return r
 }
 
 // runJSON runs stockctl with --json and decodes its output into v.
@@ -55,11 +73,15 @@ func (e *env) runJSON(v any, args ...string) result {
 	return r
 }
 
-// wantCode fails the test unless r ended with code; the output is shown when it did not.
+// wantCode fails the test unless r ended with code, and but for 0 with a last log record that says so; the
+// output is shown when it did not.
 func wantCode(t *testing.T, r result, code int) {
 	t.Helper()
 	if r.code != code {
 		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, code, r.stdout, r.stderr)
+	}
+	if code != stockctl.ExitOK && (len(r.log) == 0 || r.log[len(r.log)-1]["exit_code"] != float64(code)) {
+		t.Fatalf("exit code %d, but the last log record does not say so: %v", code, r.log)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -48,35 +49,27 @@ type options struct {
 	flags          *pflag.FlagSet // the command's, parsed
 	settings       *config.Set    // the settings read from the environment, global flags too
 	stdout         io.Writer
+	log            *slog.Logger // standard error
 }
 
 // Output formats of -o.
 var outputs = []string{"text", "wide", "json", "yaml"}
 
-// Run runs the command in args (without the program name) and returns the exit code.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o := &options{stdout: stdout}
+// Run runs the command in args (without the program name) and returns the exit code (config.ExitCode).
+// Reports, help and completion scripts go to stdout; standard error has log's records only: the last says
+// why the command failed (config.Exit), and anything cobra writes there is a warning of log.
+func Run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger) int {
+	o := &options{stdout: stdout, log: log}
 	root := newRoot(o, nil)
 	root.SetArgs(args)
 	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetErr(slog.NewLogLogger(log.Handler(), slog.LevelWarn).Writer())
 	err := root.ExecuteContext(ctx)
-	if errors.Is(err, config.ErrVersion) { // printed
-		return ExitOK
+	var coded interface{ ExitCode() int }
+	if err != nil && !errors.As(err, &coded) && !errors.Is(err, config.ErrUsage) && !errors.Is(err, config.ErrVersion) {
+		err = config.Usage(err) // cobra's own: an unknown command, an argument its help command refuses
 	}
-	code := ExitUsage // cobra's own errors: an unknown command or flag, a bad flag value
-	var ce *codeError
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.As(err, &ce):
-		code = ce.code
-	}
-	fmt.Fprintln(stderr, "stockctl:", err)
-	if code == ExitUsage {
-		fmt.Fprintln(stderr, "Run 'stockctl -h' for usage.")
-	}
-	return code
+	return config.Exit(log, "stockctl", err)
 }
 
 // defineSettings defines the settings of the workers that stockctl reads, each an environment variable
@@ -99,7 +92,7 @@ func (o *options) load(cmd *cobra.Command) error {
 		if errors.Is(err, config.ErrVersion) {
 			return err
 		}
-		return asUsage(err)
+		return config.Usage(err)
 	}
 	o.flags = cmd.Flags()
 	if o.json {
@@ -108,7 +101,7 @@ func (o *options) load(cmd *cobra.Command) error {
 		}
 		o.output = "json"
 	}
-	return asUsage(o.check())
+	return config.Usage(o.check())
 }
 
 // given reports whether flag name was given on the command line.
@@ -143,7 +136,7 @@ func (o *options) exec(ctx context.Context, run runFunc, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	err = a.finish(run(ctx, a, args))
-	if err != nil && exitCode(err) == ExitFailure {
+	if err != nil && config.ExitCode(err) == ExitFailure {
 		return &codeError{code: ExitFailure, err: err}
 	}
 	return err

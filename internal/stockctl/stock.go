@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/inventory"
 )
 
@@ -131,7 +132,7 @@ func skuList(args []string) error {
 func checkSKUs(skus ...string) error {
 	for _, sku := range skus {
 		if err := inventory.ValidateSKU(sku); err != nil {
-			return asUsage(err)
+			return config.Usage(err)
 		}
 	}
 	return nil
@@ -199,7 +200,7 @@ func skuAndNumber(cmd string, args []string) (string, int64, error) {
 // error; the store checks these before it writes.
 func invalidAsUsage(cmd string, err error) error {
 	if errors.Is(err, inventory.ErrInvalid) {
-		return asUsage(fmt.Errorf("%s: %w", cmd, err))
+		return config.Usage(fmt.Errorf("%s: %w", cmd, err))
 	}
 	return err
 }
