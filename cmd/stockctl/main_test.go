@@ -131,13 +131,9 @@ func TestStockctlExitCodesAndJSONLines(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, tc.env, tc.args...)
-			if r.Code != tc.code {
-				t.Fatalf("exit code %d, want %d; stderr:\n%s", r.Code, tc.code, r.Stderr)
-			}
-			recs := clitest.JSONLines(t, r.Stderr)
-			last := clitest.Last(t, recs, "err", tc.says)
-			if last["exit_code"] != float64(tc.code) || last["level"] != "ERROR" || strings.Contains(r.Stderr, "hunter2") {
-				t.Fatalf("last line %v: want level ERROR and the exit code, and no password anywhere:\n%s", last, r.Stderr)
+			recs := clitest.Exited(t, r, tc.code, tc.says)
+			if last := recs[len(recs)-1]; last["level"] != "ERROR" || strings.Contains(r.Stderr, "hunter2") {
+				t.Fatalf("last line %v: want level ERROR, and no password anywhere:\n%s", last, r.Stderr)
 			}
 			if tc.code == 2 && r.Stdout != "" {
 				t.Errorf("a usage error printed %q on stdout", r.Stdout)

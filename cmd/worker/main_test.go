@@ -42,12 +42,9 @@ func TestWorkerExitCodesAndJSONLines(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := clitest.Run(t, bin, append(append([]string{}, noRedis...), tc.env...), tc.args...)
-			if r.Code != tc.code {
-				t.Fatalf("exit code %d, want %d; stderr:\n%s", r.Code, tc.code, r.Stderr)
-			}
-			last := clitest.Last(t, clitest.JSONLines(t, r.Stderr), "err", tc.says)
-			if last["exit_code"] != float64(tc.code) || r.Stdout != "" || strings.Contains(r.Stderr, "hunter2") {
-				t.Fatalf("last line %v, stdout %q: want the exit code in the last line, nothing on stdout, no password", last, r.Stdout)
+			clitest.Exited(t, r, tc.code, tc.says)
+			if r.Stdout != "" || strings.Contains(r.Stderr, "hunter2") {
+				t.Fatalf("stdout %q, stderr:\n%s\nwant nothing on stdout, no password", r.Stdout, r.Stderr)
 			}
 		})
 	}

@@ -90,6 +90,20 @@ func JSONLines(t *testing.T, out string) []Record {
 	return recs
 }
 
+// Exited checks how a run that failed ended: with exit code code, every line on standard error a JSON
+// record, the last one's err saying says and its exit_code code. It returns the records.
+func Exited(t *testing.T, r Result, code int, says string) []Record {
+	t.Helper()
+	if r.Code != code {
+		t.Fatalf("exit code %d, want %d; stdout:\n%s\nstderr:\n%s", r.Code, code, r.Stdout, r.Stderr)
+	}
+	recs := JSONLines(t, r.Stderr)
+	if last := Last(t, recs, "err", says); last["exit_code"] != float64(code) {
+		t.Fatalf("last line %v: want exit_code %d", last, code)
+	}
+	return recs
+}
+
 // Last returns the last record, failing the test unless its field key says want.
 func Last(t *testing.T, recs []Record, key, want string) Record {
 	t.Helper()
