@@ -11,9 +11,8 @@ import (
 // Redis handed over to the call whose reply never came (go-redis gave up resending it) come back at once,
 // rather than after the claim idle time with one more delivery counted. Only the read loop touches it.
 type requests struct {
-	prefix string
-	seq    uint64
-	again  map[requestOf]string
+	ids   *requestIDs
+	again map[requestOf]string
 }
 
 type requestOf struct {
@@ -35,8 +34,7 @@ func newRequestIDs() *requestIDs {
 func (r *requestIDs) next() string { return r.prefix + strconv.FormatUint(r.seq.Add(1), 36) }
 
 func newRequests() requests {
-	// A random prefix: a consumer of the same name in a later process starts anew.
-	return requests{prefix: strconv.FormatUint(rand.Uint64(), 36) + "-", again: map[requestOf]string{}}
+	return requests{ids: newRequestIDs(), again: map[requestOf]string{}}
 }
 
 // next is the request id of call c: that of the call of its mode and partition that failed, or a new one.
@@ -44,8 +42,7 @@ func (r *requests) next(c fetchCall) string {
 	if id, ok := r.again[requestOf{c.mode, c.Index}]; ok {
 		return id
 	}
-	r.seq++
-	return r.prefix + strconv.FormatUint(r.seq, 36)
+	return r.ids.next()
 }
 
 // done notes how call c went: failed, the next call of its mode and partition is made with its id again.
