@@ -16,26 +16,37 @@
 //   - Close ends every subscription, sends the acks already given, and returns once the output channels are
 //     closed.
 //
-// Where it differs from watermill-redisstream, and why:
-//   - Reads are batched: up to ReadBatchSize entries a round trip (watermill-redisstream reads one) and,
-//     while up to MaxInFlight messages are out, the next read does not wait for the last ack. Messages are
+// A consumer group's subscription is the stockflow worker's own reader (internal/stream's Subscriber), kept
+// to the contract above; where it differs from watermill-redisstream, and why:
+//   - Reads are batched: up to ReadBatchSize entries a round trip, over every partition of the topic in one
+//     pipeline (watermill-redisstream reads one entry a round trip), through a Lua script (fetch.lua) that
+//     also returns each entry's delivery count. While up to MaxInFlight messages are out, the next read
+//     waits until half of them are back, or 2 ms after one is, so reads stay large under load. Messages are
 //     handed out in stream order, but a Router handles them concurrently (GuaranteedOrder is false for both).
-//   - Idle, a subscription costs one blocking XREADGROUP per BlockTime (1 s by default; 100 ms there) and
-//     one XAUTOCLAIM per ClaimInterval.
-//   - Claims of idle pending entries (a dead consumer's) are one XAUTOCLAIM per ClaimInterval, and a
-//     claimed entry carries its delivery count.
-//   - A subscription first reads the entries its consumer name left pending (a restart under the same
-//     name), instead of waiting MaxIdleTime for a claim.
+//   - Memory is bounded by MaxInFlight times MaxEntryBytes: an entry larger than MaxEntryBytes is moved,
+//     inside Redis, to PoisonTopic(stream) with its size, field names and a prefix of its payload, and acked,
+//     so that no subscriber ever holds it.
+//   - A read or claim whose reply was lost (go-redis sends it again after a broken connection) hands the
+//     same entries over again rather than the next ones, without another delivery.
+//   - Idle, a subscription polls its streams every 10 ms, doubling to 100 ms (one script call a stream);
+//     there is no blocking read, so Close returns at once. BlockTime applies to fan-out reads only.
+//   - Every ClaimInterval it claims the entries pending longer than MaxIdleTime (a dead consumer's), with
+//     their delivery counts; ClaimBatchSize is not used (ReadBatchSize bounds a claim too).
+//   - A subscription first marks the entries its consumer name left pending (a restart under the same
+//     name) idle, so that its first claim, at once, hands them out again instead of after MaxIdleTime.
 //   - An entry it cannot unmarshal is handed out, not dropped and not a reason to stop the subscription
 //     (watermill-redisstream stops): its UUID is the entry id, its payload the raw payload field, and its
-//     metadata holds UnmarshalError, for the handler (or a poison queue) to deal with.
+//     metadata holds UnmarshalError, for the handler (or a poison queue) to deal with. So is an entry with a
+//     field given twice, or without a payload field. Metadata keys starting redisstream_ or stockflow_,
+//     baggage, and trace context over W3C's sizes are dropped from what a producer sent.
+//   - A missing group (Redis restarted without its data) is created again at OldestId.
 //   - Close does not close Client: the client is the caller's.
 //   - ShouldClaimPendingMessage, ShouldStopOnReadErrors and DisableIndefiniteInitialBlock do not exist here
-//     (a read error is logged and retried with a growing pause; no read blocks longer than BlockTime).
+//     (a partition whose reads fail is skipped for a while, 100 ms doubling to 5 s, and logged).
+//   - On a Redis Cluster, the reader's notes for lost replies are keys named after the stream: a topic
+//     needs a hash tag ({orders}) or Partitions, which gives each partition's streams one.
 //
-// Memory: a subscription holds at most MaxInFlight messages unacked, so a worker's memory is bounded by
-// MaxInFlight times the largest entry a producer may write; bound that with the producer's Redis ACL and
-// proto-max-bulk-len.
+// Without a ConsumerGroup (fan-out), every subscriber reads every entry with XREAD, from FanOutOldestId.
 //
 // Delivery is at least once: a lost XADD reply that go-redis resends writes the message twice (with the
 // same UUID), and a message whose ack was lost is claimed and handed out again.

@@ -5,6 +5,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // The entry format is watermill-redisstream's own, so that either side's publisher and subscriber
@@ -27,14 +29,14 @@ const UUIDHeaderKey = redisstream.UUIDHeaderKey
 // overwritten.
 const (
 	// MetadataEntryID is the entry's id in its stream.
-	MetadataEntryID = "redisstream_entry_id"
+	MetadataEntryID = stream.MetadataEntryID
 	// MetadataStream is the stream the entry was read from (a partition's name when partitioned).
-	MetadataStream = "redisstream_stream"
+	MetadataStream = stream.MetadataStream
 	// MetadataDeliveries is how many times Redis delivered the entry to a consumer of the group (1 on its
 	// first read; a claim adds one). In-process resends after a Nack do not count.
-	MetadataDeliveries = "redisstream_deliveries"
+	MetadataDeliveries = stream.MetadataDeliveries
 	// UnmarshalError is set, with the reason, on a message whose entry could not be unmarshalled.
-	UnmarshalError = "redisstream_unmarshal_error"
+	UnmarshalError = stream.MetaBadEntry
 )
 
 // EntryID returns the id of msg's entry.
@@ -47,59 +49,4 @@ func Stream(msg *message.Message) string { return msg.Metadata.Get(MetadataStrea
 func Deliveries(msg *message.Message) int64 {
 	n, _ := strconv.ParseInt(msg.Metadata.Get(MetadataDeliveries), 10, 64)
 	return n
-}
-
-// entryMessage turns one entry into a message: with u when the entry has Watermill's UUID field, else as a
-// plain entry (XADD topic * payload ...) whose UUID is its id. It never fails: an entry u refuses comes out
-// marked with UnmarshalError.
-func entryMessage(u Unmarshaller, stream, id string, values map[string]any, deliveries int64) *message.Message {
-	var msg *message.Message
-	if _, ok := values[UUIDHeaderKey]; ok {
-		m, err := unmarshal(u, values)
-		if err != nil {
-			msg = message.NewMessage(id, rawPayload(values))
-			msg.Metadata.Set(UnmarshalError, err.Error())
-		} else {
-			msg = m
-		}
-	} else {
-		msg = message.NewMessage(id, rawPayload(values))
-	}
-	msg.Metadata.Set(MetadataEntryID, id)
-	msg.Metadata.Set(MetadataStream, stream)
-	msg.Metadata.Set(MetadataDeliveries, strconv.FormatInt(deliveries, 10))
-	return msg
-}
-
-// unmarshal runs u, a panic included (watermill-redisstream's own asserts field types).
-func unmarshal(u Unmarshaller, values map[string]any) (msg *message.Message, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			msg, err = nil, panicError{v}
-		}
-	}()
-	msg, err = u.Unmarshal(values)
-	if err == nil && msg.Metadata == nil {
-		msg.Metadata = make(message.Metadata)
-	}
-	return msg, err
-}
-
-type panicError struct{ v any }
-
-func (e panicError) Error() string { return "redisstream: unmarshal panicked: " + toString(e.v) }
-
-func rawPayload(values map[string]any) []byte {
-	s, _ := values["payload"].(string)
-	return []byte(s)
-}
-
-func toString(v any) string {
-	if err, ok := v.(error); ok {
-		return err.Error()
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return "unexpected value"
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // Defaults of SubscriberConfig's zero values.
@@ -35,6 +38,10 @@ const (
 	DefaultReadBatchSize = int64(100)
 	// DefaultMaxInFlight is 1,000 messages handed out and not yet acked, per subscription.
 	DefaultMaxInFlight = 1000
+	// DefaultMaxEntryBytes is 1 MiB.
+	DefaultMaxEntryBytes = 1 << 20
+	// DefaultPoisonMaxLen is 10,000 entries.
+	DefaultPoisonMaxLen = 10000
 )
 
 // SubscriberConfig configures a Subscriber; only Client is required. The names it shares with
@@ -79,6 +86,12 @@ type SubscriberConfig struct {
 	// Partitions: with N > 1, Subscribe(ctx, topic) reads the N streams PartitionTopic(topic, 0..N-1); 0 or 1
 	// means the stream named topic alone.
 	Partitions int
+	// MaxEntryBytes bounds the entries handed out (field names and values); a larger one is moved, inside
+	// Redis, to its stream's poison stream (PoisonTopic) and acked, so that no subscriber ever holds it.
+	// 0 means DefaultMaxEntryBytes.
+	MaxEntryBytes int
+	// PoisonMaxLen is the approximate length bound of the poison streams; 0 means DefaultPoisonMaxLen.
+	PoisonMaxLen int
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -99,6 +112,8 @@ func (c *SubscriberConfig) setDefaults() {
 	c.ReadBatchSize = cmp.Or(c.ReadBatchSize, DefaultReadBatchSize)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
 	c.Partitions = max(c.Partitions, 1)
+	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, DefaultMaxEntryBytes)
+	c.PoisonMaxLen = cmp.Or(c.PoisonMaxLen, DefaultPoisonMaxLen)
 }
 
 // Validate reports every setting that cannot work.
@@ -121,6 +136,8 @@ func (c SubscriberConfig) Validate() error {
 	check(c.ReadBatchSize >= 0, "ReadBatchSize %d is negative", c.ReadBatchSize)
 	check(c.MaxInFlight >= 0, "MaxInFlight %d is negative", c.MaxInFlight)
 	check(c.Partitions >= 0, "Partitions %d is negative", c.Partitions)
+	check(c.MaxEntryBytes >= 0, "MaxEntryBytes %d is negative", c.MaxEntryBytes)
+	check(c.PoisonMaxLen >= 0, "PoisonMaxLen %d is negative", c.PoisonMaxLen)
 	check(!strings.ContainsAny(c.Consumer, " \r\n"), "Consumer %q has a space or a line break", c.Consumer)
 	return errors.Join(errs...)
 }
@@ -129,19 +146,34 @@ func (c SubscriberConfig) Validate() error {
 // partition's keys hash by {i} alone.
 func PartitionTopic(topic string, i int) string { return fmt.Sprintf("%s:{%d}", topic, i) }
 
-// Subscriber reads topics of Redis Streams as Watermill messages, in a consumer group or fanned out.
+// PoisonTopic is the stream where a consumer group's oversized entries of stream go: "<stream>:poison" when
+// stream has a hash tag (a partition's), else "{<stream>}:poison", so that on a Redis Cluster both hash
+// to one slot.
+func PoisonTopic(stream string) string {
+	if open := strings.IndexByte(stream, '{'); open >= 0 {
+		if end := strings.IndexByte(stream[open:], '}'); end > 1 {
+			return stream + ":poison"
+		}
+	}
+	return "{" + stream + "}:poison"
+}
+
+// Subscriber reads topics of Redis Streams as Watermill messages, in a consumer group or fanned out. A
+// group's subscription is the worker's own reader (internal/stream's Subscriber: batched fetch.lua reads
+// and claims over the partitions in one pipeline, delivery counts, oversized entries kept out of the
+// process, lost replies made good), kept to Watermill's contract: a context per message, a nacked message
+// sent again.
 type Subscriber struct {
 	config SubscriberConfig
 	logger watermill.LoggerAdapter
-	acks   *acker
+	slog   *slog.Logger
 
 	closing chan struct{}
 	subs    sync.WaitGroup // the subscriptions running
 
-	mu     sync.Mutex
-	closed bool
-	// reading counts the subscriptions reading each stream: the first reads what the consumer left pending.
-	reading map[string]int
+	mu      sync.Mutex
+	closed  bool
+	readers []*stream.Subscriber // the group subscriptions' readers
 }
 
 // NewSubscriber returns a Subscriber; logger may be nil.
@@ -153,9 +185,8 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	s := &Subscriber{config: config, logger: logger, closing: make(chan struct{}), reading: map[string]int{}}
-	s.acks = newAcker(config.Client, config.ConsumerGroup, logger)
-	return s, nil
+	return &Subscriber{config: config, logger: logger, slog: slog.New(logHandler{logger: logger}),
+		closing: make(chan struct{})}, nil
 }
 
 // Subscribe reads topic (its partitions, with Partitions > 1) until ctx ends or the Subscriber closes; the
@@ -163,13 +194,91 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 // OldestId.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	streams := s.streams(topic)
-	if s.config.ConsumerGroup != "" {
-		for _, stream := range streams {
-			if err := s.createGroup(ctx, stream); err != nil {
-				return nil, err
-			}
+	if s.config.ConsumerGroup == "" {
+		return s.fanOut(ctx, topic, streams)
+	}
+	for _, name := range streams {
+		if err := s.createGroup(ctx, name); err != nil {
+			return nil, err
+		}
+		if err := s.reclaimOwn(ctx, name); err != nil {
+			return nil, err
 		}
 	}
+	parts := make([]stream.Partition, len(streams))
+	for i, name := range streams {
+		parts[i] = stream.Partition{Index: i, Orders: name, Poison: PoisonTopic(name)}
+	}
+	c := s.config
+	var u Unmarshaller
+	if _, builtIn := c.Unmarshaller.(DefaultMarshallerUnmarshaller); !builtIn {
+		u = c.Unmarshaller
+	}
+	nackPause := c.NackResendSleep
+	if nackPause == NoSleep {
+		nackPause = 0
+	}
+	reader, err := stream.NewSubscriber(c.Client, stream.SubscriberConfig{Partitions: parts,
+		Group: c.ConsumerGroup, Consumer: c.Consumer, MaxInFlight: c.MaxInFlight, ReadCount: int(c.ReadBatchSize),
+		PoisonMaxLen: c.PoisonMaxLen, MaxEntryBytes: c.MaxEntryBytes, ClaimIdle: c.MaxIdleTime,
+		ClaimInterval: c.ClaimInterval, PruneInterval: c.CheckConsumersInterval, ConsumerTimeout: c.ConsumerTimeout,
+		Logger: s.slog.With("topic", topic), ReplayFrom: func(time.Time) string { return c.OldestId },
+		MessageContexts: true, ResendNacked: true, ResendPause: nackPause, RoomLinger: roomLinger, Unmarshaller: u})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	out, err := reader.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	s.readers = append(s.readers, reader)
+	return out, nil
+}
+
+// roomLinger is how long a group's read waits for half of MaxInFlight to be free once one place is: reads
+// stay large under load, and a handler that holds many messages does not stall the others for long.
+const roomLinger = 2 * time.Millisecond
+
+// reclaimOwn marks the entries this consumer left pending on stream name (it restarted under the same
+// name) idle for MaxIdleTime, so that the reader's first claim, at once, hands them out again rather than
+// one after MaxIdleTime (XCLAIM ... IDLE JUSTID, which counts no delivery: the claim does).
+func (s *Subscriber) reclaimOwn(ctx context.Context, name string) error {
+	const page = 1000
+	for start := "-"; ; {
+		pending, err := s.config.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: name,
+			Group: s.config.ConsumerGroup, Start: start, End: "+", Count: page, Consumer: s.config.Consumer}).Result()
+		if err != nil || len(pending) == 0 {
+			return wrapErr("look at the pending entries of "+name, err)
+		}
+		args := []any{"XCLAIM", name, s.config.ConsumerGroup, s.config.Consumer, 0}
+		for _, p := range pending {
+			args = append(args, p.ID)
+		}
+		args = append(args, "IDLE", s.config.MaxIdleTime.Milliseconds(), "JUSTID")
+		if err := s.config.Client.Do(ctx, args...).Err(); err != nil {
+			return wrapErr("reclaim the pending entries of "+name, err)
+		}
+		if len(pending) < page {
+			return nil
+		}
+		start = "(" + pending[len(pending)-1].ID
+	}
+}
+
+func wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("redisstream: %s: %w", what, err)
+}
+
+// fanOut subscribes without a group: every subscriber reads every entry.
+func (s *Subscriber) fanOut(ctx context.Context, topic string, streams []string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -177,17 +286,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	s.subs.Add(1)
 	sub := newSubscription(ctx, s, topic)
-	for _, stream := range streams {
-		sub.start(stream, s.reading[stream] == 0)
-		s.reading[stream]++
+	for _, name := range streams {
+		sub.start(name)
 	}
 	go func() {
 		sub.wait()
-		s.mu.Lock()
-		for _, stream := range streams {
-			s.reading[stream]--
-		}
-		s.mu.Unlock()
 		s.subs.Done()
 	}()
 	return sub.out, nil
@@ -198,8 +301,8 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if s.config.ConsumerGroup == "" {
 		return nil
 	}
-	for _, stream := range s.streams(topic) {
-		if err := s.createGroup(context.Background(), stream); err != nil {
+	for _, name := range s.streams(topic) {
+		if err := s.createGroup(context.Background(), name); err != nil {
 			return err
 		}
 	}
@@ -217,17 +320,16 @@ func (s *Subscriber) streams(topic string) []string {
 	return streams
 }
 
-func (s *Subscriber) createGroup(ctx context.Context, stream string) error {
-	err := s.config.Client.XGroupCreateMkStream(ctx, stream, s.config.ConsumerGroup, s.config.OldestId).Err()
+func (s *Subscriber) createGroup(ctx context.Context, name string) error {
+	err := s.config.Client.XGroupCreateMkStream(ctx, name, s.config.ConsumerGroup, s.config.OldestId).Err()
 	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("redisstream: create group %s of %s: %w", s.config.ConsumerGroup, stream, err)
+		return fmt.Errorf("redisstream: create group %s of %s: %w", s.config.ConsumerGroup, name, err)
 	}
 	return nil
 }
 
 // Close ends every subscription, waits for their channels to close, and sends the acks already given.
-// Messages handed out and not acked stay pending: a claim (or this consumer's next subscription) hands
-// them out again. It does not close Client.
+// Messages handed out and not acked stay pending: a claim hands them out again. It does not close Client.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -236,8 +338,18 @@ func (s *Subscriber) Close() error {
 	}
 	s.closed = true
 	close(s.closing)
+	readers := s.readers
 	s.mu.Unlock()
+	for _, r := range readers {
+		_ = r.Close()
+	}
 	s.subs.Wait()
-	s.acks.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, r := range readers {
+		if err := r.FlushAcks(ctx); err != nil {
+			return fmt.Errorf("redisstream: close: acks not sent: %w", err)
+		}
+	}
 	return nil
 }

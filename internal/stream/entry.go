@@ -6,17 +6,22 @@ import (
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/stockflow/stockflow/redisstream"
 )
 
-// Metadata the worker sets on a message; the same keys sent by a producer are dropped. The entry id and the
-// delivery count go under the keys of the public Pub/Sub (package redisstream: EntryID, Deliveries).
+// Metadata the subscriber sets on a message; the same keys sent by a producer are dropped. The public
+// Pub/Sub (package redisstream) names them too.
 const (
+	// MetadataEntryID is the entry's id in its stream (EntryID).
+	MetadataEntryID = "redisstream_entry_id"
+	// MetadataStream is the stream the entry was read from (a partition's).
+	MetadataStream = "redisstream_stream"
+	// MetadataDeliveries is how many times Redis delivered the entry to a consumer of the group (Deliveries).
+	MetadataDeliveries = "redisstream_deliveries"
 	// MetaBadEntry marks an entry that cannot be read as a message; its value is the reason. The poison
 	// middleware sends such messages to the poison stream without running the handler.
-	MetaBadEntry = "stockflow_bad_entry"
+	MetaBadEntry = "redisstream_unmarshal_error"
 	// metaPartition is the index of the partition the entry was read from (Config.Partitions).
 	metaPartition = "stockflow_partition"
 )
@@ -24,7 +29,8 @@ const (
 // Entry is one entry of an orders partition as a Subscriber fetched it (fetch.lua).
 type Entry struct {
 	ID        string
-	Partition int // its index in Config.Partitions
+	Partition int    // its index in Config.Partitions
+	Stream    string // its stream (the partition's)
 	// Deliveries is how many times the entry was delivered, failed attempts given back not counted.
 	Deliveries int64
 	// Values are its fields; Message may change them. Their strings may be part of the packed entries of
@@ -49,15 +55,21 @@ func (e *Entry) set(name string, value any) {
 // the delivery count and the partition (EntryID, Deliveries, EntryPartition). It never fails: an entry it
 // cannot read becomes a message marked with MetaBadEntry, for the poison stream, so it never stays pending for
 // the next consumer to choke on.
-func (e Entry) Message() (msg *message.Message) {
+func (e Entry) Message() *message.Message { return e.MessageWith(nil) }
+
+// MessageWith is Message, reading an entry that has Watermill's UUID field with u instead when u is not nil.
+func (e Entry) MessageWith(u unmarshaller) (msg *message.Message) {
 	defer func() {
 		// A panic here would take the whole process down (it runs in the subscriber's goroutine).
 		if v := recover(); v != nil {
 			msg = badEntry(e.ID, fmt.Sprintf("unreadable entry: %v", v))
 		}
-		msg.Metadata.Set(redisstream.MetadataEntryID, e.ID)
-		msg.Metadata.Set(redisstream.MetadataDeliveries, strconv.FormatInt(e.Deliveries, 10))
+		msg.Metadata.Set(MetadataEntryID, e.ID)
+		msg.Metadata.Set(MetadataDeliveries, strconv.FormatInt(e.Deliveries, 10))
 		msg.Metadata.Set(metaPartition, strconv.Itoa(e.Partition))
+		if e.Stream != "" {
+			msg.Metadata.Set(MetadataStream, e.Stream)
+		}
 	}()
 	if e.Repeated != "" {
 		return badEntry(e.ID, fmt.Sprintf("field %q given twice: readers that keep the first or the last would read the entry two ways", e.Repeated))
@@ -65,6 +77,17 @@ func (e Entry) Message() (msg *message.Message) {
 	values := e.Values
 	if values == nil {
 		values = map[string]any{}
+	}
+	if _, ok := values[redisstream.UUIDHeaderKey]; ok && u != nil {
+		m, err := u.Unmarshal(values)
+		switch {
+		case err != nil:
+			return e.badEntry("unreadable entry: " + err.Error())
+		case m.Metadata == nil:
+			m.Metadata = make(message.Metadata)
+		}
+		markUnusual(m, values)
+		return m
 	}
 	msg, ok := e.plainMessage()
 	if !ok {
@@ -83,7 +106,7 @@ func (e Entry) unmarshal(values map[string]any) (*message.Message, bool) {
 	}
 	msg, err := redisstream.DefaultMarshallerUnmarshaller{}.Unmarshal(values)
 	if err != nil {
-		return badEntry(e.ID, "unreadable entry: "+err.Error()), false
+		return e.badEntry("unreadable entry: " + err.Error()), false
 	}
 	if msg.UUID == "" { // as plainMessage: an empty UUID field is none
 		msg.UUID = e.ID
@@ -108,7 +131,7 @@ func (e Entry) plainMessage() (*message.Message, bool) {
 	if md != "" {
 		u := &unpacker{s: strings.Clone(md)} // one copy, which the metadata's strings share (md may be a read's)
 		n := u.mapLen()
-		metadata = make(message.Metadata, n+3) // and the entry id, delivery count and partition (Message)
+		metadata = make(message.Metadata, n+4) // and the entry id, delivery count, partition and stream (Message)
 		for range n {
 			k := u.str()
 			metadata[k] = u.str()
@@ -126,6 +149,11 @@ func (e Entry) plainMessage() (*message.Message, bool) {
 		msg.Metadata = metadata
 	}
 	return msg, true
+}
+
+// unmarshaller is Watermill's reader of an entry's fields (redisstream.Unmarshaller).
+type unmarshaller interface {
+	Unmarshal(values map[string]any) (*message.Message, error)
 }
 
 // Unmarshaller reads an entry from its fields alone, as Entry.Message does, for a caller that has no
@@ -177,6 +205,16 @@ func dropUntrusted(md message.Metadata) {
 	}
 }
 
+// badEntry is badEntry with the entry's payload field, when it has one (the message of an entry that is
+// not Watermill's still carries what it was sent, for a handler or a poison queue to look at).
+func (e Entry) badEntry(reason string) *message.Message {
+	msg := badEntry(e.ID, reason)
+	if p, ok := e.Values["payload"].(string); ok {
+		msg.Payload = []byte(strings.Clone(p))
+	}
+	return msg
+}
+
 func badEntry(id, reason string) *message.Message {
 	msg := message.NewMessage(id, nil)
 	msg.Metadata.Set(MetaBadEntry, reason)
@@ -190,7 +228,10 @@ func EntryPartition(msg *message.Message) int {
 }
 
 // Deliveries returns how many times msg's entry was delivered (attempts given back not counted).
-func Deliveries(msg *message.Message) int { return int(redisstream.Deliveries(msg)) }
+func Deliveries(msg *message.Message) int {
+	n, _ := strconv.Atoi(msg.Metadata.Get(MetadataDeliveries))
+	return n
+}
 
 // EntryID returns the id of msg's entry in its partition's stream (its UUID is its publisher's).
-func EntryID(msg *message.Message) string { return redisstream.EntryID(msg) }
+func EntryID(msg *message.Message) string { return msg.Metadata.Get(MetadataEntryID) }

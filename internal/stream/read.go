@@ -253,7 +253,7 @@ func (c *fetchCall) keys(s *Subscriber) []string {
 }
 
 func (c *fetchCall) args(s *Subscriber) []any {
-	return []any{c.mode, s.cfg.Group, s.cfg.Consumer, MaxEntryBytes, s.cfg.PoisonMaxLen, c.count,
+	return []any{c.mode, s.cfg.Group, s.cfg.Consumer, s.cfg.MaxEntryBytes, s.cfg.PoisonMaxLen, c.count,
 		s.cfg.ClaimIdle.Milliseconds(), c.cursor, c.req, fetchedFor.Milliseconds()}
 }
 
@@ -288,7 +288,7 @@ func (s *Subscriber) reply(ctx context.Context, c *fetchCall) ([]*message.Messag
 	}
 	entries, poisonedIDs, claim, err := parseFetch(reply, c.Partition)
 	for id, bytes := range poisonedIDs {
-		s.cfg.Logger.Warn("poisoned oversized entry", "stream", c.Orders, "id", id, "bytes", bytes, "limit", MaxEntryBytes)
+		s.cfg.Logger.Warn("poisoned oversized entry", "stream", c.Orders, "id", id, "bytes", bytes, "limit", s.cfg.MaxEntryBytes)
 		Poisoned.Add(ctx, 1, reasonOversized)
 	}
 	if claim.resent {
@@ -298,7 +298,7 @@ func (s *Subscriber) reply(ctx context.Context, c *fetchCall) ([]*message.Messag
 	}
 	msgs := make([]*message.Message, len(entries))
 	for i, e := range entries {
-		msgs[i] = e.Message()
+		msgs[i] = e.MessageWith(s.cfg.Unmarshaller)
 	}
 	claim.poisoned = len(poisonedIDs)
 	return msgs, claim, err
@@ -345,7 +345,7 @@ func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]
 		return nil, poisoned, claim, fmt.Errorf("%w: %w", err, bad())
 	}
 	for i := range entries {
-		entries[i].Partition = p.Index
+		entries[i].Partition, entries[i].Stream = p.Index, p.Orders
 	}
 	return entries, poisoned, claim, nil
 }

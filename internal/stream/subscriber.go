@@ -43,6 +43,9 @@ type SubscriberConfig struct {
 	// ReadCount bounds the entries one read (or claim) takes; 0 means DefaultReadCount.
 	ReadCount    int
 	PoisonMaxLen int // approximate bound of the poison streams (oversized entries go there)
+	// MaxEntryBytes is the largest entry (field names and values) handed out; a larger one is moved to
+	// the partition's poison stream inside Redis. 0 means MaxEntryBytes, the worker's.
+	MaxEntryBytes int
 	// Events says how an idle subscriber learns of new entries: by polling (EventsOff, the default) or by
 	// waiting for a keyspace event (EventsOn, EventsAuto).
 	Events Events
@@ -77,6 +80,23 @@ type SubscriberConfig struct {
 	// costs: ~5 % of a worker's CPU). A handler that does not call Release for every message stalls the
 	// subscription once MaxInFlight messages are out.
 	Released bool
+	// MessageContexts gives each message a context of its own, a child of Handling's (or the
+	// subscription's), that ends at its Ack or Nack: Watermill's contract, which the public Pub/Sub keeps
+	// (package redisstream). Without it every message shares the one context (a context per message cost a
+	// worker ~4 % of its CPU). Not with Released.
+	MessageContexts bool
+	// ResendNacked sends a nacked message out again, a copy, after ResendPause (0: at once), keeping its
+	// place in flight: Watermill's contract, which the public Pub/Sub keeps. Without it a nacked entry stays
+	// pending in Redis for a claim (the worker's hand-back: a failed attempt does not hold the consumer).
+	// Not with Released.
+	ResendNacked bool
+	ResendPause  time.Duration
+	// RoomLinger: once a place in flight is free, a read waits at most this long for half of them to be
+	// (so that reads stay large under load) before it reads for the places free; 0: until half are.
+	RoomLinger time.Duration
+	// Unmarshaller, if set, reads the entries that have Watermill's UUID field (the public Pub/Sub's
+	// SubscriberConfig.Unmarshaller); nil: Entry.Message's reader of watermill-redisstream's format.
+	Unmarshaller unmarshaller
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -86,6 +106,7 @@ func (c *SubscriberConfig) setDefaults() {
 	c.PruneInterval = cmp.Or(c.PruneInterval, DefaultPruneInterval)
 	c.ConsumerTimeout = cmp.Or(c.ConsumerTimeout, DefaultConsumerTimeout)
 	c.NackPause = cmp.Or(c.NackPause, DefaultNackPause)
+	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, MaxEntryBytes)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -105,9 +126,10 @@ func (c SubscriberConfig) Validate() error {
 	check(len(c.Partitions) > 0, "no partitions")
 	check(c.Group != "", "no consumer group")
 	check(c.Consumer != "", "no consumer name")
-	check(c.MaxInFlight >= 0 && c.ReadCount >= 0, "MaxInFlight or ReadCount is negative")
+	check(c.MaxInFlight >= 0 && c.ReadCount >= 0 && c.MaxEntryBytes >= 0, "MaxInFlight, ReadCount or MaxEntryBytes is negative")
 	check(c.ClaimIdle > 0, "ClaimIdle is not positive")
 	check(c.ReplayFrom != nil, "no ReplayFrom")
+	check(!c.Released || !c.MessageContexts && !c.ResendNacked, "Released with MessageContexts or ResendNacked")
 	return errors.Join(errs...)
 }
 
@@ -171,6 +193,12 @@ type Subscriber struct {
 	// message is acked or nacked.
 	slots chan struct{}
 	freed chan struct{} // a place was freed
+	// resending counts the goroutines that may send a nacked message again (ResendNacked): the channel
+	// closes once they are done.
+	resending sync.WaitGroup
+	// out holds the messages out whose ack awaitAck waits for (without Released), for FlushAcks: an ack
+	// given just before it may not have reached awaitAck yet.
+	out sync.Map
 
 	// The read loop's state; only the read loop (readLoop) touches it.
 	next     int           // the partition the next read starts at
@@ -237,6 +265,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 	go func() {
 		defer s.running.Done()
 		defer close(out)
+		defer s.resending.Wait()
 		s.readLoop(ctx, out)
 	}()
 	go func() {
@@ -278,15 +307,23 @@ func (s *Subscriber) readLoop(ctx context.Context, out chan<- *message.Message) 
 	}
 }
 
-// awaitRoom waits until half the places in flight are free, or all of them are when fewer are taken; it
-// reports false when ctx ended first.
+// awaitRoom waits until half the places in flight are free, or all of them are when fewer are taken, or
+// RoomLinger after one is; it reports false when ctx ended first.
 func (s *Subscriber) awaitRoom(ctx context.Context) bool {
 	low := max(cap(s.slots)/2, 1)
+	var linger <-chan time.Time // nil until a place is free, with RoomLinger
 	for n := len(s.slots); n > 0 && cap(s.slots)-n < low; n = len(s.slots) {
+		if linger == nil && n < cap(s.slots) && s.cfg.RoomLinger > 0 {
+			t := time.NewTimer(s.cfg.RoomLinger)
+			defer t.Stop()
+			linger = t.C
+		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-s.freed:
+		case <-linger:
+			return ctx.Err() == nil
 		}
 	}
 	return ctx.Err() == nil
@@ -299,18 +336,38 @@ func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg 
 	if s.cfg.Handling != nil {
 		handling = s.cfg.Handling
 	}
-	msg.SetContext(handling)
+	end := s.setContext(msg, handling)
 	s.slots <- struct{}{} // never blocks: the read took no more than the free places
+	if !s.cfg.Released {
+		s.out.Store(msg, nil)
+	}
 	select {
 	case out <- msg:
 	case <-ctx.Done():
+		end()
+		s.out.Delete(msg)
 		<-s.slots
 		return false
 	}
 	if !s.cfg.Released {
-		go s.awaitAck(ctx, msg, handling)
+		if s.cfg.ResendNacked {
+			s.resending.Add(1)
+		}
+		go s.awaitAck(ctx, out, msg, handling, end)
 	}
 	return true
+}
+
+// setContext gives msg its context: handling, or with MessageContexts a child of it; the function returned
+// ends the child.
+func (s *Subscriber) setContext(msg *message.Message, handling context.Context) context.CancelFunc {
+	if !s.cfg.MessageContexts {
+		msg.SetContext(handling)
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(handling)
+	msg.SetContext(ctx)
+	return cancel
 }
 
 // Release frees the place in flight of msg, a message the subscriber sent, with Released set, err being what
@@ -331,6 +388,12 @@ func (s *Subscriber) Release(msg *message.Message, err error) {
 // FlushAcks waits until the acks the router gave so far are sent to Redis, or ctx ends: before a consumer
 // hands back what it still has pending, on shutdown.
 func (s *Subscriber) FlushAcks(ctx context.Context) error {
+	s.out.Range(func(k, _ any) bool {
+		if msg := k.(*message.Message); isAcked(msg) {
+			s.acks.add(msg) // awaitAck may add it too: an entry acked twice is acked
+		}
+		return true
+	})
 	done := make(chan struct{})
 	go func() {
 		s.acks.flush()
@@ -344,6 +407,15 @@ func (s *Subscriber) FlushAcks(ctx context.Context) error {
 	}
 }
 
+func isAcked(msg *message.Message) bool {
+	select {
+	case <-msg.Acked():
+		return true
+	default:
+		return false
+	}
+}
+
 // free frees a place in flight.
 func (s *Subscriber) free() {
 	<-s.slots
@@ -353,21 +425,76 @@ func (s *Subscriber) free() {
 	}
 }
 
-// awaitAck frees msg's place in flight once it is acked, or NackPause after it is nacked (which keeps a
-// failing handler from racing through the stream), or when handling, its context, ends.
-func (s *Subscriber) awaitAck(ctx context.Context, msg *message.Message, handling context.Context) {
-	defer s.free()
+// awaitAck frees msg's place in flight once it is acked, or once it is nacked: NackPause after (which keeps a
+// failing handler from racing through the stream), or with ResendNacked once a copy sent again is acked
+// (or nacked for good); or when handling, its context, ends. end ends the message's own context
+// (MessageContexts).
+func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, msg *message.Message,
+	handling context.Context, end context.CancelFunc) {
+	defer func() {
+		s.out.Delete(msg)
+		s.free()
+	}()
+	var ended <-chan struct{} // the subscription's end, where it ends the wait
+	if s.cfg.ResendNacked {
+		defer s.resending.Done()
+		ended = ctx.Done()
+	}
+	for {
+		select {
+		case <-msg.Acked():
+			end()
+			s.acks.add(msg)
+			return
+		case <-msg.Nacked():
+			end()
+			if !s.cfg.ResendNacked {
+				pauseFor(ctx, s.cfg.NackPause)
+				return
+			}
+			s.out.Delete(msg)
+			if msg, end = s.resend(ctx, out, msg, handling); msg == nil {
+				return // the entry stays pending, for a claim
+			}
+		case <-handling.Done():
+			end()
+			return
+		case <-ended: // the subscription's channel closes once this returns
+			end()
+			select {
+			case <-msg.Acked(): // as the subscription ended: the ack still counts
+				s.acks.add(msg)
+			default: // left pending, for a claim
+			}
+			return
+		}
+	}
+}
+
+// resend sends a copy of msg, nacked, out again after ResendPause; nil when ctx ended first.
+func (s *Subscriber) resend(ctx context.Context, out chan<- *message.Message, msg *message.Message,
+	handling context.Context) (*message.Message, context.CancelFunc) {
+	if !pauseFor(ctx, s.cfg.ResendPause) {
+		return nil, nil
+	}
+	again := msg.Copy()
+	end := s.setContext(again, handling)
+	s.out.Store(again, nil)
 	select {
-	case <-msg.Acked():
-		s.acks.add(msg)
-	case <-msg.Nacked():
-		pauseFor(ctx, s.cfg.NackPause)
-	case <-handling.Done():
+	case out <- again:
+		return again, end
+	case <-ctx.Done():
+		end()
+		s.out.Delete(again)
+		return nil, nil
 	}
 }
 
 // pauseFor waits d; it reports false when ctx ended first.
 func pauseFor(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
