@@ -51,8 +51,9 @@ func TestWorkerExitCodesAndJSONLines(t *testing.T) {
 	if r := clitest.Run(t, bin, noRedis, "version"); !strings.Contains(r.Stderr, "did you mean --version?") {
 		t.Errorf("worker version: %s; want it to suggest --version", r.Stderr)
 	}
-	if r := clitest.Run(t, bin, noRedis, "-h"); r.Code != 0 || !strings.Contains(r.Stderr, "--startup-timeout duration") {
-		t.Errorf("worker -h: exit code %d, printed %s; want 0 and the settings", r.Code, r.Stderr)
+	if r := clitest.Run(t, bin, noRedis, "-h"); r.Code != 0 || !strings.Contains(r.Stderr, "--startup-timeout duration") ||
+		!strings.Contains(r.Stderr, "\nworker probe asks the worker") {
+		t.Errorf("worker -h: exit code %d, printed %s; want 0, the settings and the probe", r.Code, r.Stderr)
 	}
 }
 

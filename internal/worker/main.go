@@ -27,12 +27,20 @@ type Extension func(*config.Set) func(Config, *Options) error
 // STARTUP_TIMEOUT, refused by Redis, the router stopped). Every line it writes to standard error is a
 // record of one log, JSON unless standard error is a terminal; the last one says why it exited. ext may be
 // nil.
+//
+// With ProbeCommand first ("worker probe") it runs no worker but asks the one serving on METRICS_ADDR
+// whether it is ready (probe): 0 when it is, 1 when not or when nothing answers, 2 for a setting or flag
+// it refused, with the same last line.
 func Main(name string, args []string, ext Extension) int {
 	level := new(slog.LevelVar)
 	logger := config.Logger(os.Stderr, level)
 	// go-redis's and OpenTelemetry's own lines (a pool that cannot dial, an exporter that cannot export)
 	// become records of the same log: one JSON object a line, whatever writes it.
 	config.CaptureLogs(logger)
+	if len(args) > 0 && args[0] == ProbeCommand {
+		probeName := name + " " + ProbeCommand
+		return config.Exit(logger, probeName, probe(probeName, args[1:]))
+	}
 	return config.Exit(logger, name, runMain(name, args, ext, logger, level))
 }
 
@@ -66,6 +74,13 @@ func parseSettings(name string, args []string, ext Extension) (Config, *config.S
 	set := config.NewSet(name, nil)
 	set.NoArguments()
 	Flags(set, &cfg)
+	settingsHelp := set.FlagSet.Usage
+	set.FlagSet.Usage = func() {
+		settingsHelp()
+		fmt.Fprintf(set.Output(), "\n%s %s asks the worker serving on METRICS_ADDR whether it is ready, for a healthcheck:\n"+
+			"exit 0 when its /readyz answers 200, else 1 with the reason (%s %s -h lists its settings).\n",
+			name, ProbeCommand, name, ProbeCommand)
+	}
 	extend := func(Config, *Options) error { return nil }
 	if ext != nil {
 		extend = ext(set)
