@@ -1,18 +1,20 @@
 // Package delivery is what happens to a stream entry around its handler, at least once: the steps of a
 // consumer's chain, outermost first, each a message.HandlerMiddleware:
 //
-//	trace ▶ poison ▶ recoverPanic ▶ retry ▶ keepAlive ▶ (the handler's own steps: package handlers)
+//	trace ▶ poison ▶ Recoverer (Watermill's) ▶ retry ▶ keepAlive ▶ (the handler's own steps: package handlers)
 //
 // trace continues the producer's trace; poison sends what can never succeed to the poison stream and acks it;
-// recoverPanic turns a panic into poison; retry hands a failed attempt back to the group (retry.go: which
+// Watermill's Recoverer turns a panic into an error, which poison poisons (a message that panics once would
+// panic again); retry hands a failed attempt back to the group (retry.go: which
 // failures count); keepAlive keeps an entry being handled from being claimed by another worker. (An order
 // in flight finishes on shutdown because its message's context outlives the subscription:
 // stream.SubscriberConfig.Handling.)
 //
-// Watermill's Retry, Recoverer and PoisonQueue middlewares are not used because a retry must hand the entry
-// back to the group (so the consumer and the SKU lock are not held while it waits, and the count survives
-// a crash), a panic must be poisoned rather than retried, and poisoning must add the entry to the poison
-// stream and ack it in one transaction, keeping its original fields.
+// Watermill's Retry and PoisonQueue middlewares are not used, and watermill_test.go shows what each would get
+// wrong here: Retry retries inside one delivery, so Redis never counts the attempts (MAX_ATTEMPTS could not
+// stop a message that crashes its worker, and the consumer's place is held while it waits); PoisonQueue
+// publishes the message and leaves the ack to the Router, two steps, with the message's payload and metadata
+// only, where poisoning must add the entry's own fields to the poison stream and ack it in one transaction.
 package delivery
 
 import (
@@ -20,11 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -114,7 +116,7 @@ func (c *Consumer) partition(msg *message.Message) stream.Partition {
 // Chain wraps h, the handler, in the consumer's delivery steps and then inner, the steps between them and h
 // (outermost first).
 func (c *Consumer) Chain(h message.HandlerFunc, inner ...message.HandlerMiddleware) message.HandlerFunc {
-	steps := append([]message.HandlerMiddleware{c.trace, c.poison, c.recoverPanic, c.retry, c.keepAlive},
+	steps := append([]message.HandlerMiddleware{c.trace, c.poison, middleware.Recoverer, c.retry, c.keepAlive},
 		inner...)
 	for i := len(steps) - 1; i >= 0; i-- {
 		h = steps[i](h)
@@ -157,6 +159,11 @@ func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 			if reason, kind = poisonReason(err); reason == "" {
 				return msgs, err
 			}
+			var panicked middleware.RecoveredPanicError
+			if errors.As(err, &panicked) {
+				c.logger.ErrorContext(msg.Context(), "handler panicked", "id", stream.EntryID(msg), "panic", panicked.V,
+					"stack", panicked.Stacktrace)
+			}
 		}
 		reason = truncate(reason, maxReason)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
@@ -170,21 +177,6 @@ func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 		stream.Poisoned.Add(ctx, 1, kind)
 		trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
 		return nil, nil
-	}
-}
-
-// recoverPanic turns a panic of the handler into a *panicError, which poison sends to the poison stream: a
-// message that panics once would panic again.
-func (c *Consumer) recoverPanic(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) (msgs []*message.Message, err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				p := &panicError{value: v, stack: debug.Stack()}
-				c.logger.ErrorContext(msg.Context(), "handler panicked", "id", stream.EntryID(msg), "panic", v, "stack", string(p.stack))
-				err = p
-			}
-		}()
-		return h(msg)
 	}
 }
 

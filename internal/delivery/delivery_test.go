@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
@@ -102,7 +103,7 @@ func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
 			if tc.bad != "" {
 				msg.Metadata.Set(stream.MetaBadEntry, tc.bad)
 			}
-			_, err := e.c.poison(e.c.recoverPanic(tc.stub.handle))(msg)
+			_, err := e.c.poison(middleware.Recoverer(tc.stub.handle))(msg)
 			if tc.stub.calls != tc.wantCalls {
 				t.Fatalf("handler ran %d times, want %d", tc.stub.calls, tc.wantCalls)
 			}

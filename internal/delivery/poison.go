@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
@@ -21,11 +22,11 @@ func poisonReason(err error) (string, metric.MeasurementOption) {
 	if err == nil {
 		return "", nil // without the two allocations errors.As makes
 	}
-	var panicked *panicError
+	var panicked middleware.RecoveredPanicError
 	var failed *permanentError
 	switch {
 	case errors.As(err, &panicked):
-		return panicked.Error(), reasonPanic
+		return fmt.Sprintf("panic: %v", panicked.V), reasonPanic
 	case errors.As(err, &failed):
 		return failed.Error(), failed.kind()
 	case errors.Is(err, handlers.ErrBadInput):
@@ -80,14 +81,6 @@ var reclaimScript = redis.NewScript(reclaimLua)
 func (c *Consumer) reclaim(ctx context.Context, p stream.Partition, msgID string, idle time.Duration, uncount int64) error {
 	return reclaimScript.Run(ctx, c.rdb, []string{p.Orders}, c.group, c.name, msgID, idle.Milliseconds(), uncount).Err()
 }
-
-// panicError is a panic of the handler, recovered.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
 
 // HandBackPending gives the entries the consumer still has pending back to the group, to be claimed at the
 // next claim round; it returns how many it handed back. The entries it was working on or had read ahead

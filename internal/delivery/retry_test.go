@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
@@ -145,7 +146,7 @@ func TestPoisonReasonNamesTheCause(t *testing.T) {
 		{fmt.Errorf("decode: %w", handlers.ErrBadInput), "bad input"},
 		{&permanentError{err: inventory.ErrCorrupt, deliveries: 3}, "failed permanently on attempt 3"},
 		{&permanentError{deliveries: 5}, "delivered 5 times without an outcome"},
-		{&panicError{value: "boom"}, "panic: boom"},
+		{fmt.Errorf("handle: %w", middleware.RecoveredPanicError{V: "boom"}), "panic: boom"},
 	}
 	for _, tc := range cases {
 		if reason, _ := poisonReason(tc.err); !strings.Contains(reason, tc.want) {
