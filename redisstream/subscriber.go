@@ -21,7 +21,7 @@ import (
 const (
 	// NoSleep, as NackResendSleep, hands a nacked message out again at once.
 	NoSleep time.Duration = -1
-	// DefaultBlockTime is 1 s: how long one read waits for new entries, hence also how long Close may wait
+	// DefaultBlockTime is 1 s: how long one fan-out read waits for new entries, hence also how long Close may wait
 	// for a subscription's read to return.
 	DefaultBlockTime = time.Second
 	// DefaultClaimInterval is 5 s.
@@ -58,11 +58,12 @@ type SubscriberConfig struct {
 	ConsumerGroup string
 	// NackResendSleep is how long a nacked message waits before it is handed out again; 0 or NoSleep: at once.
 	NackResendSleep time.Duration
-	// BlockTime is how long one read waits for new entries; 0 means DefaultBlockTime.
+	// BlockTime is how long one fan-out read (no ConsumerGroup) waits for new entries; 0 means
+	// DefaultBlockTime. A group's reads do not block: an idle one polls, 10 ms doubling to 100 ms.
 	BlockTime time.Duration
 	// ClaimInterval is how often idle pending entries are claimed; 0 means DefaultClaimInterval.
 	ClaimInterval time.Duration
-	// ClaimBatchSize bounds the entries one claim takes; 0 means DefaultClaimBatchSize.
+	// ClaimBatchSize is kept for watermill-redisstream's configs; a claim takes up to ReadBatchSize entries.
 	ClaimBatchSize int64
 	// MaxIdleTime is how long an entry must have been pending before it is claimed; 0 means
 	// DefaultMaxIdleTime. Make it longer than a message's longest handling.

@@ -67,6 +67,7 @@ require (
 	github.com/redis/go-redis/extra/rediscmd/v9 v9.23.0 // indirect
 	github.com/redis/go-redis/extra/redisotel/v9 v9.23.0 // indirect
 	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/sony/gobreaker v1.0.0 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/stockflow/stockflow/lockmw/rlock v0.0.0-00010101000000-000000000000 // indirect
 	github.com/vmihailenco/msgpack v4.0.4+incompatible // indirect
