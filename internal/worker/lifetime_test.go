@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,31 @@ func TestAClusterNodeTakenForOneServerIsRefused(t *testing.T) {
 	defer cancel()
 	if err := w.prepare(ctx); !errors.Is(err, errClusterNode) || !strings.Contains(err.Error(), "REDIS_CLUSTER=true") {
 		t.Fatalf("prepare: %v, want errClusterNode saying to set REDIS_CLUSTER=true", err)
+	}
+}
+
+// A shutdown while the worker waits for Redis says so, not that STARTUP_TIMEOUT ran out: both end the wait
+// at once (the timeout's context is ctx's child), and the reason is the shutdown's.
+func TestAShutdownWhileWaitingForRedisIsNamed(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // nothing listens there now
+	cfg := validConfig(t)
+	cfg.RedisURL = "redis://" + addr
+	cfg.StartupTimeout = time.Minute
+	w, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Locker: NoLock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for range 20 { // the choice between the two was random: 20 shutdowns all named right
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		if err := w.prepare(ctx); err == nil || !strings.Contains(err.Error(), "before shutdown") {
+			t.Fatalf("prepare: %v, want the shutdown named", err)
+		}
 	}
 }

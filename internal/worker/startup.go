@@ -39,9 +39,10 @@ func (w *Worker) prepare(ctx context.Context) error {
 		}
 		w.logger.Warn("waiting for Redis", "err", err, "in", backoff.String())
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("worker: Redis did not answer before shutdown: %w", err)
-		case <-budget.Done():
+		case <-budget.Done(): // budget ends with ctx too: the shutdown is the reason then
+			if ctx.Err() != nil {
+				return fmt.Errorf("worker: Redis did not answer before shutdown: %w", err)
+			}
 			return fmt.Errorf("worker: Redis did not answer within STARTUP_TIMEOUT (%v): %w", w.cfg.StartupTimeout, err)
 		case <-time.After(backoff):
 		}
