@@ -5,7 +5,7 @@
 //
 // It keeps Watermill's contract (its universal Pub/Sub tests pass against it, see pubsub_test.go):
 //   - Subscribe(ctx, topic) reads the stream named topic, or its partitions topic:{0} .. topic:{N-1} when
-//     SubscriberConfig.Partitions is N > 1 (PartitionTopic);
+//     SubscriberConfig.Partitions is N >= 1 (PartitionTopic);
 //   - a message keeps its publisher's UUID; the entry id, the stream and how many times Redis delivered the
 //     entry go in its metadata (EntryID, Stream, Deliveries). An entry written without Watermill's fields
 //     (XADD topic * payload ...) gets its entry id as UUID;
@@ -24,7 +24,7 @@
 //     waits until half of them are back, or 2 ms after one is, so reads stay large under load. Messages are
 //     handed out in stream order, but a Router handles them concurrently (GuaranteedOrder is false for both).
 //   - Memory is bounded by MaxInFlight times MaxEntryBytes: an entry larger than MaxEntryBytes is moved,
-//     inside Redis, to PoisonTopic(stream) with its size, field names and a prefix of its payload, and acked,
+//     inside Redis, to PoisonTopicOf(stream) (or SubscriberConfig.PoisonTopic) with its size, field names and a prefix of its payload, and acked,
 //     so that no subscriber ever holds it.
 //   - A read or claim whose reply was lost (go-redis sends it again after a broken connection) hands the
 //     same entries over again rather than the next ones, without another delivery.

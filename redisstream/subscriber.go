@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -84,16 +86,50 @@ type SubscriberConfig struct {
 	// MaxInFlight bounds the messages of one subscription handed out and not yet acked; 0 means
 	// DefaultMaxInFlight.
 	MaxInFlight int
-	// Partitions: with N > 1, Subscribe(ctx, topic) reads the N streams PartitionTopic(topic, 0..N-1); 0 or 1
-	// means the stream named topic alone.
+	// Partitions: with N >= 1, Subscribe(ctx, topic) reads the N streams PartitionTopic(topic, 0..N-1) (1: one
+	// stream with a hash tag, as a Redis Cluster wants); 0 means the stream named topic alone.
 	Partitions int
 	// MaxEntryBytes bounds the entries handed out (field names and values); a larger one is moved, inside
-	// Redis, to its stream's poison stream (PoisonTopic) and acked, so that no subscriber ever holds it.
-	// 0 means DefaultMaxEntryBytes.
+	// Redis, to a poison stream and acked, so that no subscriber ever holds it. 0 means DefaultMaxEntryBytes.
 	MaxEntryBytes int
+	// PoisonTopic is where a group's entries over MaxEntryBytes go, partitioned as the topic is (partition i's
+	// to PartitionTopic(PoisonTopic, i)); empty means each stream's own, PoisonTopicOf(stream).
+	PoisonTopic string
 	// PoisonMaxLen is the approximate length bound of the poison streams; 0 means DefaultPoisonMaxLen.
 	PoisonMaxLen int
+	// KeyspaceEvents says how an idle group subscription learns of new entries: by polling (Off, the
+	// default), or by waiting for Redis's keyspace event of an XADD (On: notify-keyspace-events has K and t;
+	// Auto: the subscriber turns them on with CONFIG SET, and polls where Redis refuses).
+	KeyspaceEvents KeyspaceEvents
+	// HandlingContext, if set, is the parent of the messages' contexts instead of Subscribe's ctx: a message
+	// being handled when its subscription ends (a Router closes its subscribers first on Close) keeps its
+	// context until HandlingContext ends, so that a graceful shutdown lets handlers finish.
+	HandlingContext context.Context
+	// RecreateFrom says where a group found missing while subscribed (Redis restarted without its data) is
+	// created again; nil means OldestId.
+	RecreateFrom func(now time.Time) string
+
+	// Leaving Watermill's contract, for a handler built for it (the stockflow worker's):
+	//   - SharedContext: the messages share one context, HandlingContext's or the subscription's, which does
+	//     not end at Ack or Nack (a context per message costs ~4 % of a busy worker's CPU);
+	//   - NackLeavesPending: a nacked message is not handed out again; its entry stays pending in Redis
+	//     until a claim (MaxIdleTime), for a handler that hands a failed attempt back to the group itself;
+	//   - ReleasedByHandler: the handler frees each message's place in flight itself, calling Release just
+	//     before it returns, instead of the subscriber awaiting the Ack or Nack in a goroutine per message
+	//     (half the goroutines a message costs). A handler that does not stalls the subscription once
+	//     MaxInFlight messages are out. Implies SharedContext and NackLeavesPending.
+	SharedContext, NackLeavesPending, ReleasedByHandler bool
 }
+
+// KeyspaceEvents is how an idle group subscription learns of new entries (SubscriberConfig.KeyspaceEvents).
+type KeyspaceEvents int
+
+// The values of KeyspaceEvents.
+const (
+	KeyspaceEventsOff  = KeyspaceEvents(stream.EventsOff)
+	KeyspaceEventsOn   = KeyspaceEvents(stream.EventsOn)
+	KeyspaceEventsAuto = KeyspaceEvents(stream.EventsAuto)
+)
 
 func (c *SubscriberConfig) setDefaults() {
 	if c.Unmarshaller == nil {
@@ -112,7 +148,6 @@ func (c *SubscriberConfig) setDefaults() {
 	c.FanOutOldestId = cmp.Or(c.FanOutOldestId, "$")
 	c.ReadBatchSize = cmp.Or(c.ReadBatchSize, DefaultReadBatchSize)
 	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
-	c.Partitions = max(c.Partitions, 1)
 	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, DefaultMaxEntryBytes)
 	c.PoisonMaxLen = cmp.Or(c.PoisonMaxLen, DefaultPoisonMaxLen)
 }
@@ -139,6 +174,7 @@ func (c SubscriberConfig) Validate() error {
 	check(c.Partitions >= 0, "Partitions %d is negative", c.Partitions)
 	check(c.MaxEntryBytes >= 0, "MaxEntryBytes %d is negative", c.MaxEntryBytes)
 	check(c.PoisonMaxLen >= 0, "PoisonMaxLen %d is negative", c.PoisonMaxLen)
+	check(c.KeyspaceEvents >= KeyspaceEventsOff && c.KeyspaceEvents <= KeyspaceEventsAuto, "KeyspaceEvents %d is unknown", c.KeyspaceEvents)
 	check(!strings.ContainsAny(c.Consumer, " \r\n"), "Consumer %q has a space or a line break", c.Consumer)
 	return errors.Join(errs...)
 }
@@ -147,10 +183,10 @@ func (c SubscriberConfig) Validate() error {
 // partition's keys hash by {i} alone.
 func PartitionTopic(topic string, i int) string { return fmt.Sprintf("%s:{%d}", topic, i) }
 
-// PoisonTopic is the stream where a consumer group's oversized entries of stream go: "<stream>:poison" when
+// PoisonTopicOf is the stream where a consumer group's oversized entries of stream go: "<stream>:poison" when
 // stream has a hash tag (a partition's), else "{<stream>}:poison", so that on a Redis Cluster both hash
 // to one slot.
-func PoisonTopic(stream string) string {
+func PoisonTopicOf(stream string) string {
 	if open := strings.IndexByte(stream, '{'); open >= 0 {
 		if end := strings.IndexByte(stream[open:], '}'); end > 1 {
 			return stream + ":poison"
@@ -168,16 +204,20 @@ type Subscriber struct {
 	config SubscriberConfig
 	logger watermill.LoggerAdapter
 	slog   *slog.Logger
+	// failing is when some group subscription's reads started failing (unix ns), 0 while they succeed.
+	failing atomic.Int64
 
 	closing chan struct{}
 	subs    sync.WaitGroup // the subscriptions running
 
 	mu      sync.Mutex
 	closed  bool
-	readers []*stream.Subscriber // the group subscriptions' readers
+	readers map[string]*stream.Subscriber // the group subscriptions' readers, by stream
+	index   map[string]int                // a stream's index among its topic's partitions
 }
 
-// NewSubscriber returns a Subscriber; logger may be nil.
+// NewSubscriber returns a Subscriber; logger may be nil. A logger that has a method Slog() *slog.Logger
+// gets the group subscriptions' records there, with their levels (Watermill has no warning level).
 func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -186,11 +226,15 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Subscriber{config: config, logger: logger, slog: slog.New(logHandler{logger: logger}),
-		closing: make(chan struct{})}, nil
+	log := slog.New(logHandler{logger: logger})
+	if l, ok := logger.(interface{ Slog() *slog.Logger }); ok {
+		log = l.Slog()
+	}
+	return &Subscriber{config: config, logger: logger, slog: log, closing: make(chan struct{}),
+		readers: map[string]*stream.Subscriber{}, index: map[string]int{}}, nil
 }
 
-// Subscribe reads topic (its partitions, with Partitions > 1) until ctx ends or the Subscriber closes; the
+// Subscribe reads topic (its partitions, with Partitions >= 1) until ctx ends or the Subscriber closes; the
 // channel is closed then. With a ConsumerGroup, the group is created where it does not exist yet, at
 // OldestId.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -206,25 +250,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			return nil, err
 		}
 	}
-	parts := make([]stream.Partition, len(streams))
-	for i, name := range streams {
-		parts[i] = stream.Partition{Index: i, Orders: name, Poison: PoisonTopic(name)}
-	}
-	c := s.config
-	var u Unmarshaller
-	if _, builtIn := c.Unmarshaller.(DefaultMarshallerUnmarshaller); !builtIn {
-		u = c.Unmarshaller
-	}
-	nackPause := c.NackResendSleep
-	if nackPause == NoSleep {
-		nackPause = 0
-	}
-	reader, err := stream.NewSubscriber(c.Client, stream.SubscriberConfig{Partitions: parts,
-		Group: c.ConsumerGroup, Consumer: c.Consumer, MaxInFlight: c.MaxInFlight, ReadCount: int(c.ReadBatchSize),
-		PoisonMaxLen: c.PoisonMaxLen, MaxEntryBytes: c.MaxEntryBytes, ClaimIdle: c.MaxIdleTime,
-		ClaimInterval: c.ClaimInterval, PruneInterval: c.CheckConsumersInterval, ConsumerTimeout: c.ConsumerTimeout,
-		Logger: s.slog.With("topic", topic), ReplayFrom: func(time.Time) string { return c.OldestId },
-		MessageContexts: true, ResendNacked: true, ResendPause: nackPause, RoomLinger: roomLinger, Unmarshaller: u})
+	reader, err := stream.NewSubscriber(s.config.Client, s.readerConfig(topic, streams))
 	if err != nil {
 		return nil, err
 	}
@@ -237,8 +263,108 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, err
 	}
-	s.readers = append(s.readers, reader)
+	for i, name := range streams {
+		s.readers[name], s.index[name] = reader, i
+	}
 	return out, nil
+}
+
+// readerConfig is the group reader's config for topic's streams.
+func (s *Subscriber) readerConfig(topic string, streams []string) stream.SubscriberConfig {
+	c := s.config
+	parts := make([]stream.Partition, len(streams))
+	for i, name := range streams {
+		parts[i] = stream.Partition{Index: i, Orders: name, Poison: PoisonTopicOf(name)}
+		if c.PoisonTopic != "" {
+			parts[i].Poison = c.PoisonTopic
+			if c.Partitions > 0 {
+				parts[i].Poison = PartitionTopic(c.PoisonTopic, i)
+			}
+		}
+	}
+	var u Unmarshaller
+	if _, builtIn := c.Unmarshaller.(DefaultMarshallerUnmarshaller); !builtIn {
+		u = c.Unmarshaller
+	}
+	recreateFrom := c.RecreateFrom
+	if recreateFrom == nil {
+		recreateFrom = func(time.Time) string { return c.OldestId }
+	}
+	contract := !c.ReleasedByHandler
+	return stream.SubscriberConfig{Partitions: parts, Group: c.ConsumerGroup, Consumer: c.Consumer,
+		MaxInFlight: c.MaxInFlight, ReadCount: int(c.ReadBatchSize), PoisonMaxLen: c.PoisonMaxLen,
+		MaxEntryBytes: c.MaxEntryBytes, Events: stream.Events(c.KeyspaceEvents), ClaimIdle: c.MaxIdleTime,
+		ClaimInterval: c.ClaimInterval, PruneInterval: c.CheckConsumersInterval, ConsumerTimeout: c.ConsumerTimeout,
+		Logger: s.slog.With("topic", topic), Failing: &s.failing, ReplayFrom: recreateFrom, Handling: c.HandlingContext,
+		Released: c.ReleasedByHandler, MessageContexts: contract && !c.SharedContext,
+		ResendNacked: contract && !c.NackLeavesPending, ResendPause: max(c.NackResendSleep, 0), RoomLinger: roomLinger,
+		Unmarshaller: u}
+}
+
+// Release frees msg's place in flight, err being what its handler returns: with ReleasedByHandler, the
+// handler calls it for every message, just before it returns (a deferred call covers a panic). Its entry
+// is acked in Redis once the Router acks the message (err nil).
+func (s *Subscriber) Release(msg *message.Message, err error) {
+	if r := s.reader(Stream(msg)); r != nil {
+		r.Release(msg, err)
+	}
+}
+
+// FlushAcks waits until the acks given so far are sent to Redis, or ctx ends: Close does, and a caller
+// whose messages were handled after Close (HandlingContext) does again before it gives their entries back.
+func (s *Subscriber) FlushAcks(ctx context.Context) error {
+	s.mu.Lock()
+	readers := s.readerList()
+	s.mu.Unlock()
+	for _, r := range readers {
+		if err := r.FlushAcks(ctx); err != nil {
+			return fmt.Errorf("redisstream: acks not sent: %w", err)
+		}
+	}
+	return nil
+}
+
+// FailingSince is when some group subscription's reads started failing (Redis, or a cluster node, does
+// not answer); zero while they succeed.
+func (s *Subscriber) FailingSince() time.Time {
+	if ns := s.failing.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Owns reports whether this consumer is one of the 2 owners of stream among the group's live consumers
+// (rendezvous hashing), with KeyspaceEvents on or auto: they take its keyspace events and claim its idle
+// entries. Work that one or two consumers of a group must do for all can go to the owners of a stream. True
+// without keyspace events, and for a stream not subscribed.
+func (s *Subscriber) Owns(stream string) bool {
+	s.mu.Lock()
+	r, i := s.readers[stream], s.index[stream]
+	s.mu.Unlock()
+	return r == nil || r.Owns(i)
+}
+
+func (s *Subscriber) reader(stream string) *stream.Subscriber {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.readers[stream]; r != nil {
+		return r
+	}
+	if l := s.readerList(); len(l) == 1 { // a message whose stream metadata was dropped
+		return l[0]
+	}
+	return nil
+}
+
+// readerList lists the readers once each; s.mu is held.
+func (s *Subscriber) readerList() []*stream.Subscriber {
+	var list []*stream.Subscriber
+	for _, r := range s.readers {
+		if !slices.Contains(list, r) {
+			list = append(list, r)
+		}
+	}
+	return list
 }
 
 // roomLinger is how long a group's read waits for half of MaxInFlight to be free once one place is: reads
@@ -311,7 +437,7 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 }
 
 func (s *Subscriber) streams(topic string) []string {
-	if s.config.Partitions <= 1 {
+	if s.config.Partitions == 0 {
 		return []string{topic}
 	}
 	streams := make([]string, s.config.Partitions)
@@ -339,7 +465,7 @@ func (s *Subscriber) Close() error {
 	}
 	s.closed = true
 	close(s.closing)
-	readers := s.readers
+	readers := s.readerList()
 	s.mu.Unlock()
 	for _, r := range readers {
 		_ = r.Close()
@@ -347,10 +473,5 @@ func (s *Subscriber) Close() error {
 	s.subs.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, r := range readers {
-		if err := r.FlushAcks(ctx); err != nil {
-			return fmt.Errorf("redisstream: close: acks not sent: %w", err)
-		}
-	}
-	return nil
+	return s.FlushAcks(ctx)
 }

@@ -8,7 +8,7 @@
 // panic again); retry hands a failed attempt back to the group (retry.go: which
 // failures count); keepAlive keeps an entry being handled from being claimed by another worker. (An order
 // in flight finishes on shutdown because its message's context outlives the subscription:
-// stream.SubscriberConfig.Handling.)
+// redisstream.SubscriberConfig.HandlingContext.)
 //
 // Watermill's Retry and PoisonQueue middlewares are not used, and watermill_test.go shows what each would get
 // wrong here: Retry retries inside one delivery, so Redis never counts the attempts (MAX_ATTEMPTS could not

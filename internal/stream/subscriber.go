@@ -436,8 +436,10 @@ func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, 
 		s.free()
 	}()
 	var ended <-chan struct{} // the subscription's end, where it ends the wait
+	resending := func() {}
 	if s.cfg.ResendNacked {
-		defer s.resending.Done()
+		resending = sync.OnceFunc(s.resending.Done)
+		defer resending()
 		ended = ctx.Done()
 	}
 	for {
@@ -459,7 +461,12 @@ func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, 
 		case <-handling.Done():
 			end()
 			return
-		case <-ended: // the subscription's channel closes once this returns
+		case <-ended: // the subscription's channel closes once nothing can send on it
+			if s.cfg.Handling != nil { // the message keeps its context until Handling ends; no resend now
+				resending()
+				ended = nil
+				continue
+			}
 			end()
 			select {
 			case <-msg.Acked(): // as the subscription ended: the ack still counts

@@ -17,6 +17,7 @@ import (
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // Defaults of the settings.
@@ -239,4 +240,5 @@ func (c Config) replayFrom(now time.Time) string {
 }
 
 // keyspaceEvents are the values of KEYSPACE_EVENTS ("off" is the zero Events).
-var keyspaceEvents = map[string]stream.Events{"off": stream.EventsOff, "on": stream.EventsOn, "auto": stream.EventsAuto}
+var keyspaceEvents = map[string]redisstream.KeyspaceEvents{"off": redisstream.KeyspaceEventsOff,
+	"on": redisstream.KeyspaceEventsOn, "auto": redisstream.KeyspaceEventsAuto}

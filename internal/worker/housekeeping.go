@@ -27,7 +27,7 @@ type backlog struct {
 
 // housekeep trims the orders stream to STREAM_RETENTION and records the group's backlog, every
 // min(STREAM_RETENTION/4, 10 s) until ctx ends. The owners of partition 0 among the live workers do it (2
-// of them, stream.Subscriber.Owns; every worker until it knows of the others), so that it costs Redis the
+// of them, redisstream.Subscriber.Owns; every worker until it knows of the others), so that it costs Redis the
 // same however many workers there are; the others report no backlog (the dashboards and alerts take the
 // max over the workers). Trimming is idempotent.
 func (w *Worker) housekeep(ctx context.Context) {
@@ -44,7 +44,7 @@ func (w *Worker) housekeep(ctx context.Context) {
 }
 
 func (w *Worker) housekeepOnce(ctx context.Context) {
-	if w.sub != nil && !w.sub.Owns(0) {
+	if w.sub != nil && !w.sub.Owns(w.parts[0].Orders) {
 		w.backlog.Store(nil) // another worker's to report
 		return
 	}

@@ -211,8 +211,8 @@ func (w *Worker) ready(ctx context.Context) error {
 
 // consuming reports reads failing for longer than readFailureGrace, or a consumer stuck on one message.
 func (w *Worker) consuming() error {
-	if since := w.readsFailing.Load(); since != 0 && time.Since(time.Unix(0, since)) > readFailureGrace {
-		return fmt.Errorf("reading the orders stream has failed for %v", time.Since(time.Unix(0, since)).Round(time.Second))
+	if since := w.sub.FailingSince(); !since.IsZero() && time.Since(since) > readFailureGrace {
+		return fmt.Errorf("reading the orders stream has failed for %v", time.Since(since).Round(time.Second))
 	}
 	if d := w.consumer.Longest(); d > w.cfg.ClaimIdle {
 		return fmt.Errorf("an order has been handled for %v", d.Round(time.Second))

@@ -1,5 +1,5 @@
 // Package worker wires the order worker: settings ▶ Redis clients ▶ the locker and the lock middleware ▶ the
-// stock store and the order handler (package handlers) ▶ one stream.Subscriber per consumer in a Watermill
+// stock store and the order handler (package handlers) ▶ one redisstream.Subscriber per consumer in a Watermill
 // router, each with the entry's delivery steps (package delivery) ▶ run.
 package worker
 
@@ -26,6 +26,7 @@ import (
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // errShutdownTimeout ends the orders still in flight when SHUTDOWN_TIMEOUT has passed.
@@ -35,20 +36,22 @@ var errShutdownTimeout = errors.New("worker: shutdown timeout")
 type Worker struct {
 	cfg     Config
 	logger  *slog.Logger
-	rdb     redis.UniversalClient // stock, locks, outcomes, poison, acks
-	subRDB  redis.UniversalClient // the subscribers' reads
-	lockRDB []*redis.Client       // Redlock masters
-	parts   []stream.Partition    // the streams of the orders' partitions
-	sub     *stream.Subscriber    // the worker's consumer's; its owners say whether it housekeeps
+	rdb     redis.UniversalClient   // stock, locks, outcomes, poison, acks
+	subRDB  redis.UniversalClient   // the subscribers' reads
+	lockRDB []*redis.Client         // Redlock masters
+	parts   []stream.Partition      // the streams of the orders' partitions
+	sub     *redisstream.Subscriber // the worker's consumer's; its owners say whether it housekeeps
 	locker  interface {
 		rlock.Locker
 		Close() error
 	}
-	router  *message.Router
-	store   *inventory.Store
-	handler *handlers.Handler
-	lockMW  *lockmw.Middleware // nil: NoLock
-	hot     *hot.Recorder      // the lock waits by SKU, for stockctl hot; nil: NoLock
+	router *message.Router
+	// wmLogger is the Router's and the subscriber's logger.
+	wmLogger quietLogger
+	store    *inventory.Store
+	handler  *handlers.Handler
+	lockMW   *lockmw.Middleware // nil: NoLock
+	hot      *hot.Recorder      // the lock waits by SKU, for stockctl hot; nil: NoLock
 	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
 	raiseToken func(ctx context.Context, key string, token int64) error
 	drain      context.Context
@@ -57,10 +60,8 @@ type Worker struct {
 	consumer   *delivery.Consumer
 	backlog    atomic.Pointer[backlog]
 	holder     atomic.Pointer[string] // the other group that holds trimming back, as last warned about
-	// readsFailing is since when the consumers' reads have been failing (unix ns), 0 while they succeed.
-	readsFailing atomic.Int64
-	gauges       metric.Registration
-	pools        chan struct{} // closed to stop the connection pool metrics (instrumentPools)
+	gauges     metric.Registration
+	pools      chan struct{} // closed to stop the connection pool metrics (instrumentPools)
 }
 
 // Options are what the worker takes from its embedder rather than from settings.
@@ -120,12 +121,12 @@ func (w *Worker) build(opts Options) error {
 	if err := w.instrumentPools(); err != nil {
 		return err
 	}
-	wmLogger := quietLogger{watermill.NewSlogLogger(w.logger), w.logger}
+	w.wmLogger = quietLogger{watermill.NewSlogLogger(w.logger), w.logger}
 	if err := w.setHandler(opts.Faults); err != nil {
 		return err
 	}
 	var err error
-	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: w.cfg.ShutdownTimeout + 2*time.Second}, wmLogger)
+	w.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: w.cfg.ShutdownTimeout + 2*time.Second}, w.wmLogger)
 	if err != nil {
 		return err
 	}
@@ -256,7 +257,7 @@ func (w *Worker) storeOptions() []inventory.Option {
 	return opts
 }
 
-// addConsumer adds the worker's consumer to the router: a subscriber (stream.Subscriber) that reads the
+// addConsumer adds the worker's consumer to the router: a subscriber (redisstream.Subscriber) that reads the
 // orders in batches and has up to WORKER_CONCURRENCY of them handled at once, and its chain of steps.
 func (w *Worker) addConsumer(faults *Faults) error {
 	steps := []message.HandlerMiddleware{w.handler.Decode, w.handler.Combine}
@@ -270,14 +271,21 @@ func (w *Worker) addConsumer(faults *Faults) error {
 	w.consumer = delivery.New(delivery.Config{Redis: w.rdb, Partitions: w.parts, Group: cfg.ConsumerGroup, Name: cfg.Name,
 		PoisonMaxLen: cfg.PoisonMaxLen, MaxAttempts: cfg.MaxAttempts, ClaimIdle: cfg.ClaimIdle, Logger: w.logger,
 		RaiseToken: w.raiseToken})
-	sub, err := stream.NewSubscriber(w.subRDB, stream.SubscriberConfig{Partitions: w.parts, Group: cfg.ConsumerGroup,
-		Consumer: cfg.Name, MaxInFlight: cfg.Concurrency, PoisonMaxLen: cfg.PoisonMaxLen,
-		Events: keyspaceEvents[cfg.KeyspaceEvents], ClaimIdle: cfg.ClaimIdle,
+	// The public Pub/Sub, with the worker's own settings: the partitions' layout and poison streams, and the
+	// three options that leave Watermill's contract for throughput (docs/architecture.md): a failed attempt
+	// is handed back to the group (delivery's retry), not sent again.
+	partitions := 0 // one partition on one Redis: the streams as named
+	if w.parts[0].Orders != cfg.OrdersStream {
+		partitions = len(w.parts)
+	}
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: w.subRDB, ConsumerGroup: cfg.ConsumerGroup,
+		Consumer: cfg.Name, Partitions: partitions, MaxInFlight: cfg.Concurrency, MaxEntryBytes: stream.MaxEntryBytes,
+		PoisonTopic: cfg.PoisonStream, PoisonMaxLen: cfg.PoisonMaxLen, KeyspaceEvents: keyspaceEvents[cfg.KeyspaceEvents],
+		MaxIdleTime: cfg.ClaimIdle,
 		// Failed attempts are handed back to be claimed after about a second (attempts).
-		ClaimInterval: min(cfg.ClaimIdle/4, time.Second),
-		Logger:        w.logger, Failing: &w.readsFailing, ReplayFrom: cfg.replayFrom,
+		ClaimInterval: min(cfg.ClaimIdle/4, time.Second), RecreateFrom: cfg.replayFrom,
 		// The orders in flight finish on shutdown, until SHUTDOWN_TIMEOUT.
-		Handling: w.drain, Released: true})
+		HandlingContext: w.drain, ReleasedByHandler: true}, w.wmLogger)
 	if err != nil {
 		return err
 	}
@@ -326,6 +334,9 @@ type quietLogger struct {
 	watermill.LoggerAdapter
 	logger *slog.Logger
 }
+
+// Slog is where the subscriber logs, with slog's levels (redisstream.NewSubscriber).
+func (q quietLogger) Slog() *slog.Logger { return q.logger }
 
 func (q quietLogger) Debug(msg string, fields watermill.LogFields) {
 	if q.logger.Enabled(context.Background(), slog.LevelDebug) {

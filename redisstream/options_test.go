@@ -1,0 +1,146 @@
+package redisstream_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/redisstream"
+)
+
+// An entry over MaxEntryBytes never reaches the subscriber: it is moved to the poison stream inside Redis
+// (PoisonTopicOf by default, PoisonTopic partitioned as the topic when set) and acked; the entries around
+// it are handed out.
+func TestAnOversizedEntryGoesToThePoisonStreamNotToTheSubscriber(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		cfg         redisstream.SubscriberConfig
+		topic       string
+		stream      string // the partition written to
+		poisonTopic string
+	}{
+		{"default poison topic", redisstream.SubscriberConfig{}, "t", "t", "{t}:poison"},
+		{"PoisonTopic, partitioned", redisstream.SubscriberConfig{PoisonTopic: "t-poison", Partitions: 2}, "t", "t:{1}", "t-poison:{1}"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			big := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: tc.stream, Values: []any{"payload", strings.Repeat("x", 2000)}}).Val()
+			small := publish(t, rdb, tc.stream, 1)[0]
+			cfg := tc.cfg
+			cfg.Client, cfg.ConsumerGroup, cfg.MaxEntryBytes = rdb, "g", 1000
+			out := subscribe(t, newSubscriber(t, cfg), tc.topic)
+			if m := receive(t, out); m.UUID != small.UUID {
+				t.Fatalf("handed out %s (payload of %d bytes), want the small entry %s", m.UUID, len(m.Payload), small.UUID)
+			} else {
+				m.Ack()
+			}
+			poison := rdb.XRange(t.Context(), tc.poisonTopic, "-", "+").Val()
+			if len(poison) != 1 || poison[0].Values["poison_source_id"] != big {
+				t.Fatalf("%s holds %v, want the oversized entry %s", tc.poisonTopic, poison, big)
+			}
+			eventually(t, "both entries acked", func() bool { return pendingCount(t, rdb, tc.stream, "g") == 0 })
+		})
+	}
+}
+
+// With HandlingContext, a message being handled when its subscription ends (a Router closes its subscribers
+// first) keeps its context until HandlingContext ends; without it, the context ends with the subscription.
+func TestHandlingContextOutlivesTheSubscription(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	publish(t, rdb, "t", 1)
+	handling, stop := context.WithCancelCause(context.Background())
+	sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", HandlingContext: handling})
+	m := receive(t, subscribe(t, sub, "t"))
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Context().Err(); err != nil {
+		t.Fatalf("the message's context ended with the subscription (%v), want it kept until HandlingContext ends", err)
+	}
+	drained := errors.New("shutdown timeout")
+	stop(drained)
+	if !errors.Is(context.Cause(m.Context()), drained) {
+		t.Fatalf("the message's context: %v, want it ended with HandlingContext's cause", context.Cause(m.Context()))
+	}
+}
+
+// ReleasedByHandler, as the worker runs it: the handler frees each place (Release), a nack leaves the entry
+// pending for a claim instead of handing the message out again, and an ack acks it in Redis.
+func TestReleasedByHandlerLeavesANackedEntryPendingAndAcksAnAcked(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	sent := publish(t, rdb, "t", 2)
+	sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", MaxInFlight: 1,
+		ReleasedByHandler: true, MaxIdleTime: time.Hour})
+	out := subscribe(t, sub, "t")
+	first := receive(t, out)
+	failed := errors.New("handed back")
+	sub.Release(first, failed)
+	first.Nack()
+	second := receive(t, out) // the one place is free again: Release freed it
+	if first.UUID != sent[0].UUID || second.UUID != sent[1].UUID {
+		t.Fatalf("got %s then %s, want %s then %s", first.UUID, second.UUID, sent[0].UUID, sent[1].UUID)
+	}
+	sub.Release(second, nil)
+	second.Ack()
+	if err := sub.FlushAcks(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	pending := rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: "t", Group: "g", Start: "-", End: "+", Count: 10}).Val()
+	if len(pending) != 1 || pending[0].ID != redisstream.EntryID(first) {
+		t.Fatalf("pending %v, want the nacked entry %s alone", pending, redisstream.EntryID(first))
+	}
+	select {
+	case m := <-out:
+		t.Fatalf("%s handed out again after a nack, want it left pending", m.UUID)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// With KeyspaceEvents, an idle subscription waits for an XADD's event instead of polling its stream every
+// 100 ms, and still gets what is published.
+func TestKeyspaceEventsStopTheIdlePolling(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	calls := func() int { return commandCalls(t, rdb, "evalsha") }
+	// idle counts the script calls of a subscription alone on the server for 1 s.
+	idle := func(cfg redisstream.SubscriberConfig) (int, *redisstream.Subscriber, func()) {
+		sub := newSubscriber(t, cfg)
+		out := subscribe(t, sub, cfg.ConsumerGroup+"-topic")
+		time.Sleep(300 * time.Millisecond) // settle: the first reads, and the events subscribed
+		before := calls()
+		time.Sleep(time.Second)
+		n := calls() - before
+		return n, sub, func() {
+			sent := publish(t, rdb, cfg.ConsumerGroup+"-topic", 1)[0]
+			if m := receive(t, out); m.UUID != sent.UUID {
+				t.Fatalf("got %s, want %s", m.UUID, sent.UUID)
+			}
+		}
+	}
+	polled, polling, _ := idle(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "polls"})
+	if err := polling.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waited, _, publishOne := idle(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "waits",
+		KeyspaceEvents: redisstream.KeyspaceEventsAuto})
+	if polled < 5 || waited >= polled/2 {
+		t.Fatalf("script calls in 1 s idle: %d polling, %d with keyspace events; want polling at least 5 and the events "+
+			"under half of that", polled, waited)
+	}
+	publishOne()
+}
+
+// Partitions: 1 is one stream with a hash tag (what a Redis Cluster needs), 0 the stream named as the topic.
+func TestOnePartitionIsATaggedStream(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	sent := publish(t, rdb, redisstream.PartitionTopic("orders", 0), 1)[0]
+	m := receive(t, subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Partitions: 1}), "orders"))
+	if m.UUID != sent.UUID || redisstream.Stream(m) != "orders:{0}" {
+		t.Fatalf("got %s from %s, want %s from orders:{0}", m.UUID, redisstream.Stream(m), sent.UUID)
+	}
+	m.Ack()
+}
