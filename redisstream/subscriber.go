@@ -214,6 +214,8 @@ type Subscriber struct {
 	closed  bool
 	readers map[string]*stream.Subscriber // the group subscriptions' readers, by stream
 	index   map[string]int                // a stream's index among its topic's partitions
+	// only is the one reader while there is one (Release without a lock, as the worker has it).
+	only atomic.Pointer[stream.Subscriber]
 }
 
 // NewSubscriber returns a Subscriber; logger may be nil. A logger that has a method Slog() *slog.Logger
@@ -266,6 +268,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	for i, name := range streams {
 		s.readers[name], s.index[name] = reader, i
 	}
+	if list := s.readerList(); len(list) == 1 {
+		s.only.Store(reader)
+	} else {
+		s.only.Store(nil)
+	}
 	return out, nil
 }
 
@@ -305,7 +312,9 @@ func (s *Subscriber) readerConfig(topic string, streams []string) stream.Subscri
 // handler calls it for every message, just before it returns (a deferred call covers a panic). Its entry
 // is acked in Redis once the Router acks the message (err nil).
 func (s *Subscriber) Release(msg *message.Message, err error) {
-	if r := s.reader(Stream(msg)); r != nil {
+	if r := s.only.Load(); r != nil {
+		r.Release(msg, err)
+	} else if r := s.reader(Stream(msg)); r != nil {
 		r.Release(msg, err)
 	}
 }
