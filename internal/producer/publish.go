@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // lifecycleLag is how many orders after its order a cancel or fulfil event is published: late enough that
@@ -64,7 +63,7 @@ type heldEvent struct {
 // rate holds while one publish takes longer than 1/rate (one goroutine a tick topped out near 1,000 orders
 // a second).
 func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
-	wpub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: keepOpen{r.cfg.Replicas.Publishing(r.rdb)}}, watermill.NopLogger{})
+	wpub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: r.cfg.Replicas.Publishing(r.rdb)}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -228,8 +227,3 @@ func (p *publisher) send(ctx context.Context, topic string, payload []byte) erro
 		time.Sleep(delay)
 	}
 }
-
-// keepOpen keeps the run's client open when the Watermill publisher closes.
-type keepOpen struct{ redis.UniversalClient }
-
-func (keepOpen) Close() error { return nil }
