@@ -4,6 +4,12 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // The idle cost of comparison 9: 16 topics subscribed through one Router and one subscriber, nothing
@@ -27,8 +33,17 @@ func pubSubIdleCases() []pubSubIdleCase {
 		cases = append(cases, pubSubIdleCase{c.name + ", before its first message", c, false},
 			pubSubIdleCase{c.name + ", after traffic", c, true})
 	}
-	return cases
+	return append(cases, pubSubIdleCase{pubSubEvents.name + ", after traffic", &pubSubEvents, true})
 }
+
+// pubSubEvents is ours with KeyspaceEvents auto: an idle subscription waits for an XADD's event rather
+// than polling (it turns the server's keyspace events on, which the other cases then have too: nothing is
+// published while they are measured, so they cost nothing).
+var pubSubEvents = pubSubContender{"stockflow redisstream, KeyspaceEvents auto",
+	func(rdb redis.UniversalClient, group string, logger watermill.LoggerAdapter) (message.Subscriber, error) {
+		return redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: group,
+			Consumer: pubSubConsumer, KeyspaceEvents: redisstream.KeyspaceEventsAuto}, logger)
+	}}
 
 func (b *bench) pubSubIdle(ctx context.Context) error {
 	t := b.addTable(&Table{ID: "pubsub-idle", Title: "9. Pub/Sub: idle subscriptions",
