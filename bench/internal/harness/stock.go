@@ -99,11 +99,21 @@ func takeUnit(ctx context.Context, rdb redis.Cmdable) (bool, error) {
 	return true, rdb.Set(ctx, plainStockKey, n-1, 0).Err()
 }
 
-// naiveOrder takes a unit with no protection at all: concurrent orders oversell.
+// naiveOrder takes a unit with no protection at all: it reads the stock, decides (naiveDecide stands for the
+// application's work between its read and its write) and writes; concurrent orders oversell. Without the
+// pause a loaded machine could run the 16 clients' reads and writes one after another, and the check that
+// it oversells (the bench can tell safe from unsafe) would fail for want of a race.
 func (a *appServers) naiveOrder(ctx context.Context, s, _ int) (bool, int, error) {
-	sold, err := takeUnit(ctx, a.clients[s])
-	return sold, 0, err
+	n, err := a.clients[s].Get(ctx, plainStockKey).Int64()
+	if err != nil || n < 1 {
+		return false, 0, err
+	}
+	time.Sleep(naiveDecide)
+	return true, 0, a.clients[s].Set(ctx, plainStockKey, n-1, 0).Err()
 }
+
+// naiveDecide is the naive strategy's pause between its read and its write.
+const naiveDecide = 200 * time.Microsecond
 
 // optimisticOrder takes a unit in WATCH/MULTI/EXEC, again until no other client changed the stock
 // in between.
