@@ -432,6 +432,11 @@ func (s *Subscriber) free() {
 func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, msg *message.Message,
 	handling context.Context, end context.CancelFunc) {
 	defer func() {
+		// Whichever way the wait ends, an ack given counts: when the subscription ends, the ack, the
+		// subscription's end and handling's may all be ready at once, and select picks one at random.
+		if isAcked(msg) {
+			s.acks.add(msg)
+		}
 		s.out.Delete(msg)
 		s.free()
 	}()
@@ -446,7 +451,6 @@ func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, 
 		select {
 		case <-msg.Acked():
 			end()
-			s.acks.add(msg)
 			return
 		case <-msg.Nacked():
 			end()
@@ -455,9 +459,11 @@ func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, 
 				return
 			}
 			s.out.Delete(msg)
-			if msg, end = s.resend(ctx, out, msg, handling); msg == nil {
+			again, endAgain := s.resend(ctx, out, msg, handling)
+			if again == nil {
 				return // the entry stays pending, for a claim
 			}
+			msg, end = again, endAgain
 		case <-handling.Done():
 			end()
 			return
@@ -467,12 +473,7 @@ func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, 
 				ended = nil
 				continue
 			}
-			end()
-			select {
-			case <-msg.Acked(): // as the subscription ended: the ack still counts
-				s.acks.add(msg)
-			default: // left pending, for a claim
-			}
+			end() // an entry not acked stays pending, for a claim
 			return
 		}
 	}
