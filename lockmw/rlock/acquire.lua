@@ -6,9 +6,10 @@
 --         'undone' by undo.lua, so that this request does nothing if it arrives after its undo
 -- ARGV[1] lease in milliseconds
 -- ARGV[2] owner id
--- ARGV[3] fencing counter TTL in milliseconds, refreshed on every fresh acquisition; 0: none
--- ARGV[4] '1' when the caller holds the lock for ARGV[2] already (a reentry), '0' when it holds nothing
--- ARGV[5] latch lifetime in milliseconds
+-- ARGV[3] fencing counter TTL in milliseconds, refreshed on every fresh acquisition; 0 or absent: none
+-- ARGV[4] '1' when the caller holds the lock for ARGV[2] already (a reentry); '0' or absent when it holds
+--         nothing (a fresh acquisition passes only ARGV[1], ARGV[2] and a TTL: each argument costs Redis)
+-- ARGV[5] latch lifetime in milliseconds (read by a reentry only)
 -- Returns the token when ARGV[2] took the lock for a caller that held nothing (a bare integer: the common
 -- reply is the cheapest for Redis to build), {1, token, count} for a caller that held it (count 1: the
 -- lock was gone and is taken afresh), or {0, pttl} when another owner holds it (pttl < 0: the request was
@@ -57,7 +58,7 @@ if not token then -- the lock is free: ARGV[2] takes it under a new token
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   token = redis.call('incr', KEYS[2])
-  if tonumber(ARGV[3]) > 0 then
+  if tonumber(ARGV[3] or '0') > 0 then
     redis.call('pexpire', KEYS[2], ARGV[3])
   end
 end

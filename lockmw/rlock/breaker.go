@@ -67,14 +67,20 @@ func (b *breakers) skip(ctx context.Context, i int) bool {
 // observe records how a call to master i under ctx ended: an answer (a reply, or an error reply) closes its
 // breaker; its own node timeout or a failed connection opens it; a call its caller ended says nothing.
 func (b *breakers) observe(ctx context.Context, i int, err error) {
-	var reply redis.Error
 	switch {
-	case err == nil, errors.As(err, &reply):
+	case err == nil, isReply(err):
 		b.until[i].Store(0)
 	case errors.Is(err, ErrMasterSkipped), ctx.Err() != nil && context.Cause(ctx) != errNodeTimeout:
 	default:
 		b.until[i].Store(b.now().Add(b.cooldown).UnixNano())
 	}
+}
+
+// isReply reports whether err is an error reply from Redis: the master answered. (Out of observe: its target
+// would escape to the heap on every call, an allocation per answer.)
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 // hook returns the go-redis hook of master i.

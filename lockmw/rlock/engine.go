@@ -126,7 +126,10 @@ func (e *engine) owner(ctx context.Context) string {
 }
 
 // uniqueID is unique across processes without a syscall (unlike a random UUID per call).
-func (e *engine) uniqueID() string { return e.instance + ":" + strconv.FormatUint(e.seq.Add(1), 10) }
+func (e *engine) uniqueID() string {
+	var buf [64]byte
+	return string(strconv.AppendUint(append(append(buf[:0], e.instance...), ':'), e.seq.Add(1), 10))
+}
 
 // newUnlock makes a new request to release one hold of h.
 func (e *engine) newUnlock(h *hold) *unlock { return newUnlock(h, e.uniqueID(), e.be.servers()) }

@@ -50,7 +50,7 @@ func (l *lease) end(ctx context.Context) (released, error) {
 	if !l.released.CompareAndSwap(false, true) {
 		return releaseGone, fmt.Errorf("%w: lease of %s already released", ErrNotHeld, l.key)
 	}
-	l.e.tel.hold.Record(ctx, time.Since(l.acquired).Seconds(), l.e.tel.attrs.mode)
+	l.e.tel.hold.Record(ctx, time.Since(l.acquired).Seconds(), l.e.tel.attrs.hold...)
 	step := l.e.dog.done(l)
 	if step == releaseGone {
 		// The hold was lost and the key is held here again: the lock in Redis is the new hold's, which a

@@ -45,9 +45,10 @@ type round struct {
 func (r redlockNodes) acquireRound(ctx context.Context, req request) *round {
 	rd := &round{req: req, replies: make([][]int64, len(r.clients)),
 		errs: slices.Repeat([]error{errNoAnswer}, len(r.clients))}
+	keys, args := r.acquireArgs(req) // the same on every master
 	rd.settled = gather(r, ctx, req.n.lock, fanOut[[]int64]{
 		call: func(ctx context.Context, _ int, c redis.UniversalClient) ([]int64, error) {
-			return r.runAcquire(ctx, direct{c}, req)
+			return acquireReply(runScript(ctx, c, acquireScript, keys, args...))
 		},
 		take: func(a answer[[]int64]) bool {
 			rd.replies[a.i], rd.errs[a.i] = a.val, a.err
@@ -91,6 +92,9 @@ type tally struct {
 func (r redlockNodes) tally(rd *round) tally {
 	t := tally{pttl: -1}
 	for i, res := range rd.replies {
+		if rd.errs[i] == errNoAnswer { // the round returned without it, with a majority: nothing to count
+			continue
+		}
 		a, err := parseAttempt(res)
 		if rd.errs[i] != nil {
 			a, err = attempt{}, rd.errs[i]

@@ -153,7 +153,7 @@ func (s singleNode) undo(ctx context.Context, req request) {
 }
 
 func (s singleNode) release(ctx context.Context, req *unlock) (releaseReply, error) {
-	return s.runRelease(ctx, s.run, req, 0)
+	return s.runRelease(ctx, s.run, req, releaseKeys(req), 0)
 }
 
 func (s singleNode) servers() int { return 1 }

@@ -487,7 +487,7 @@ func TestMaxWait(t *testing.T) {
 func TestReleaseRetryIsNotAppliedTwice(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()
-	be := singleNode{scripts: scripts{lease: time.Minute}, rdb: rdb, run: newRunner(rdb)}
+	be := singleNode{scripts: newScripts(Config{Lease: time.Minute}, false), rdb: rdb, run: newRunner(rdb)}
 	ctx := context.Background()
 	n := namesFor("sku-1")
 	for i, held := range []bool{false, true} { // a hold and a reentry

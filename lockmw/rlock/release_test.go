@@ -197,7 +197,7 @@ func TestALateCopyOfAReleaseSparesItsOwnersNextHold(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := redistest.Start(t)
 			rdb := s.Client()
-			be := singleNode{scripts: scripts{lease: time.Minute, publish: "publish"}, rdb: rdb, run: direct{rdb}}
+			be := singleNode{scripts: newScripts(Config{Lease: time.Minute}, false), rdb: rdb, run: direct{rdb}}
 			ctx := context.Background()
 			n := namesFor("k")
 			acquire := func(id string) int64 {

@@ -45,19 +45,29 @@ var (
 // own retries of a release; an undo's latch also outlasts a late copy of the request it undid.
 const latchTTL = 10 * time.Second
 
+// latchTTLArg is latchTTL as a script argument (see scriptArgs).
+var latchTTLArg any = latchTTL.Milliseconds()
+
 // scripts runs the lock scripts on one server, with a locker's lease, fencing counter TTL and publish
 // command. Both backends use it: Reentrant on its one server, Redlock on each master.
 type scripts struct {
 	lease    time.Duration
 	tokenTTL time.Duration
 	publish  string // the command of unlock messages: publish, or spublish when sharded
+	args     scriptArgs
 }
+
+// scriptArgs are a locker's lease, fencing counter TTL (in milliseconds) and publish command as script
+// arguments, put in interfaces once: a number or a string put in an interface allocates, and every call of
+// the lock's common cycle would pay that.
+type scriptArgs struct{ lease, tokenTTL, publish any }
 
 func newScripts(cfg Config, sharded bool) scripts {
 	s := scripts{lease: cfg.Lease, tokenTTL: cfg.TokenTTL, publish: "publish"}
 	if sharded {
 		s.publish = "spublish"
 	}
+	s.args = scriptArgs{lease: s.lease.Milliseconds(), tokenTTL: s.tokenTTL.Milliseconds(), publish: s.publish}
 	return s
 }
 
@@ -94,10 +104,28 @@ type request struct {
 	held  bool   // the caller holds the lock for owner already: a reentry
 }
 
-// runAcquire runs the acquire script, its reply as {1, token, count} or {0, pttl}.
+// runAcquire runs the acquire script of req, its reply as {1, token, count} or {0, pttl}.
 func (s scripts) runAcquire(ctx context.Context, r runner, req request) ([]int64, error) {
-	cmd := r.run(ctx, acquireScript, []string{req.n.lock, req.n.token, req.n.latch(req.id)},
-		s.lease.Milliseconds(), req.owner, s.tokenTTL.Milliseconds(), flag(req.held), latchTTL.Milliseconds())
+	keys, args := s.acquireArgs(req)
+	return acquireReply(r.run(ctx, acquireScript, keys, args...))
+}
+
+// acquireArgs are the keys and arguments of req's acquire script. A fresh acquisition, the common call,
+// passes only the lease and the owner (and the counter's TTL when there is one): the flag and the latch
+// lifetime after them are read by a reentry only, and every argument costs Redis a little on every call.
+func (s scripts) acquireArgs(req request) (keys []string, args []any) {
+	keys = []string{req.n.lock, req.n.token, req.n.latch(req.id)}
+	switch {
+	case req.held:
+		return keys, []any{s.args.lease, req.owner, s.args.tokenTTL, 1, latchTTLArg}
+	case s.tokenTTL > 0:
+		return keys, []any{s.args.lease, req.owner, s.args.tokenTTL}
+	}
+	return keys, []any{s.args.lease, req.owner}
+}
+
+// acquireReply reads the reply of the acquire script as {1, token, count} or {0, pttl}.
+func acquireReply(cmd *redis.Cmd) ([]int64, error) {
 	if token, ok := bare(cmd); ok { // took the lock for a caller that held nothing
 		return []int64{1, token, 1}, nil
 	}
@@ -107,7 +135,7 @@ func (s scripts) runAcquire(ctx context.Context, r runner, req request) ([]int64
 // runUndo undoes acquisition request req, whether it ran, runs later or never does.
 func (s scripts) runUndo(ctx context.Context, r runner, req request) error {
 	return r.run(ctx, undoScript, []string{req.n.lock, req.n.channel, req.n.latch(req.id)},
-		req.owner, flag(req.held), latchTTL.Milliseconds(), s.publish).Err()
+		req.owner, flag(req.held), latchTTLArg, s.args.publish).Err()
 }
 
 func flag(b bool) int {
@@ -135,28 +163,32 @@ func newUnlock(h *hold, id string, servers int) *unlock {
 	return &unlock{n: h.names, owner: h.redisOwner, token: h.token, id: id, sent: make([]sends, servers)}
 }
 
-// runRelease runs the release script of req on server i.
-func (s scripts) runRelease(ctx context.Context, r runner, req *unlock, i int) (releaseReply, error) {
-	keys, args := s.releaseArgs(req, i)
-	return parseRelease(r.run(ctx, releaseScript, keys, args...))
+// runRelease runs the release script of req on server i, with keys from releaseKeys (the same on every
+// server).
+func (s scripts) runRelease(ctx context.Context, r runner, req *unlock, keys []string, i int) (releaseReply, error) {
+	return parseRelease(r.run(ctx, releaseScript, keys, s.releaseArgs(req, i)...))
 }
 
 // queueRelease queues the release script of req on pipe (one server's), by its SHA: a server that lost its
 // scripts answers NOSCRIPT, and the caller sends it again with runRelease.
 func (s scripts) queueRelease(ctx context.Context, pipe redis.Pipeliner, req *unlock) *redis.Cmd {
-	keys, args := s.releaseArgs(req, 0)
-	return releaseScript.EvalSha(ctx, pipe, keys, args...)
+	return releaseScript.EvalSha(ctx, pipe, releaseKeys(req), s.releaseArgs(req, 0)...)
 }
 
-func (s scripts) releaseArgs(req *unlock, i int) (keys []string, args []any) {
-	return []string{req.n.lock, req.n.channel, req.n.latch(req.id), req.n.token},
-		[]any{req.owner, s.lease.Milliseconds(), latchTTL.Milliseconds(), s.publish, &req.sent[i], req.token}
+// releaseKeys are the keys of req's release script.
+func releaseKeys(req *unlock) []string {
+	return []string{req.n.lock, req.n.channel, req.n.latch(req.id), req.n.token}
+}
+
+// releaseArgs are the arguments of req's release script on server i.
+func (s scripts) releaseArgs(req *unlock, i int) []any {
+	return []any{req.owner, s.args.lease, latchTTLArg, s.args.publish, &req.sent[i], req.token}
 }
 
 // runForceRelease deletes the lock of n whoever holds it and reports whether there was one.
 func (s scripts) runForceRelease(ctx context.Context, c redis.Scripter, n names, requestID string) (bool, error) {
 	deleted, err := forceReleaseScript.Run(ctx, c, []string{n.lock, n.channel, n.latch(requestID)},
-		s.publish, latchTTL.Milliseconds()).Int64()
+		s.args.publish, latchTTLArg).Int64()
 	return deleted == 1, err
 }
 
@@ -183,7 +215,7 @@ func parseRelease(cmd *redis.Cmd) (releaseReply, error) {
 }
 
 func (s scripts) runRaiseToken(ctx context.Context, c redis.Scripter, n names, token int64) error {
-	return raiseTokenScript.Run(ctx, c, []string{n.token}, token, s.tokenTTL.Milliseconds()).Err()
+	return raiseTokenScript.Run(ctx, c, []string{n.token}, token, s.args.tokenTTL).Err()
 }
 
 // runTTL returns the remaining lease of owner's lock on one server; < 0 when owner does not hold it.

@@ -60,20 +60,22 @@ func newTelemetry(mode string, cfg Config) (telemetry, error) {
 	return t, join(errs[:]...)
 }
 
-// metricAttrs are the attribute sets of one lock mode, built once: building them per measurement costs
-// allocations on every acquisition.
+// metricAttrs are the attribute sets of one lock mode, built once, and the option lists of the histograms'
+// records: building either per measurement costs allocations on every acquisition and release.
 type metricAttrs struct {
 	mode                            metric.MeasurementOption
-	acquired, handOff, notObt, fail metric.MeasurementOption
+	hold                            []metric.RecordOption // mode
+	acquired, handOff, notObt, fail []metric.RecordOption
 }
 
 func newMetricAttrs(k attrKeys, mode string) metricAttrs {
-	with := func(result string, handOff bool) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(k.mode.String(mode), k.result.String(result),
-			k.handOff.Bool(handOff)))
+	with := func(result string, handOff bool) []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(k.mode.String(mode),
+			k.result.String(result), k.handOff.Bool(handOff)))}
 	}
+	modeOnly := metric.WithAttributeSet(attribute.NewSet(k.mode.String(mode)))
 	return metricAttrs{
-		mode:     metric.WithAttributeSet(attribute.NewSet(k.mode.String(mode))),
+		mode: modeOnly, hold: []metric.RecordOption{modeOnly},
 		acquired: with("acquired", false), handOff: with("acquired", true),
 		notObt: with("not_obtained", false), fail: with("error", false),
 	}
@@ -114,7 +116,7 @@ func (a *acquisition) endAcquire(l *lease, err error) {
 		}
 	}
 	a.span.End()
-	a.e.tel.wait.Record(a.spanCtx, wait.Seconds(), attrs)
+	a.e.tel.wait.Record(a.spanCtx, wait.Seconds(), attrs...)
 }
 
 // renewalFailed reports a renewal whose outcome is unknown: in the log and on the holder's span.
