@@ -12,7 +12,8 @@
 //   - Ack acknowledges the entry in Redis (XACK): the acks of every message acked while one XACK is on its way
 //     go together in the next pipeline, one XACK per stream;
 //   - Nack hands the message out again after NackResendSleep, without a Redis call;
-//   - a message's context ends at its Ack or Nack, and when its subscription ends;
+//   - a message's context ends at its Ack or Nack, and when its subscription ends (with
+//     SubscriberConfig.HandlingContext, when that ends);
 //   - Close ends every subscription, sends the acks already given, and returns once the output channels are
 //     closed.
 //
@@ -31,9 +32,9 @@
 //   - Idle, a subscription polls its streams every 10 ms, doubling to 100 ms (one script call a stream);
 //     there is no blocking read, so Close returns at once. BlockTime applies to fan-out reads only.
 //   - Every ClaimInterval it claims the entries pending longer than MaxIdleTime (a dead consumer's), with
-//     their delivery counts; ClaimBatchSize is not used (ReadBatchSize bounds a claim too).
-//   - A subscription first marks the entries its consumer name left pending (a restart under the same
-//     name) idle, so that its first claim, at once, hands them out again instead of after MaxIdleTime.
+//     their delivery counts (with KeyspaceEvents, on the streams this consumer owns among the live ones); ClaimBatchSize is not used (ReadBatchSize bounds a claim too).
+//   - The first subscription of a stream marks the entries its consumer name left pending (a restart under
+//     the same name) idle, so that its first claim, at once, hands them out again instead of after MaxIdleTime.
 //   - An entry it cannot unmarshal is handed out, not dropped and not a reason to stop the subscription
 //     (watermill-redisstream stops): its UUID is the entry id, its payload the raw payload field, and its
 //     metadata holds UnmarshalError, for the handler (or a poison queue) to deal with. So is an entry with a
@@ -44,7 +45,8 @@
 //   - ShouldClaimPendingMessage, ShouldStopOnReadErrors and DisableIndefiniteInitialBlock do not exist here
 //     (a partition whose reads fail is skipped for a while, 100 ms doubling to 5 s, and logged).
 //   - On a Redis Cluster, the reader's notes for lost replies are keys named after the stream: a topic
-//     needs a hash tag ({orders}) or Partitions, which gives each partition's streams one.
+//     needs a hash tag ({orders}) or Partitions, which gives each partition's streams one; so does a
+//     PoisonTopic set without Partitions (it must hash with the topic).
 //
 // Without a ConsumerGroup (fan-out), every subscriber reads every entry with XREAD, from FanOutOldestId.
 //

@@ -149,7 +149,7 @@ func (sub *subscription) handOut(name string, entries []redis.XMessage) {
 
 // send hands msg out and awaits its Ack or Nack in a goroutine of its own; false once the subscription ends.
 func (sub *subscription) send(msg *message.Message) bool {
-	ctx, cancel := context.WithCancel(sub.ctx)
+	ctx, cancel := stream.MessageContext(sub.ctx)
 	msg.SetContext(ctx)
 	select {
 	case sub.out <- msg:
@@ -197,7 +197,7 @@ func (sub *subscription) resend(msg *message.Message) (*message.Message, context
 		}
 	}
 	again := msg.Copy()
-	ctx, cancel := context.WithCancel(sub.ctx)
+	ctx, cancel := stream.MessageContext(sub.ctx)
 	again.SetContext(ctx)
 	select {
 	case sub.out <- again:

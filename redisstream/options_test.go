@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/testing/redistest"
@@ -143,4 +144,32 @@ func TestOnePartitionIsATaggedStream(t *testing.T) {
 		t.Fatalf("got %s from %s, want %s from orders:{0}", m.UUID, redisstream.Stream(m), sent.UUID)
 	}
 	m.Ack()
+}
+
+// A second subscription of a topic on the same Subscriber (one consumer name) does not hand out again what
+// the first one has in flight, and Close ends both.
+func TestASecondSubscriptionOfATopicHandsOutNothingInFlight(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	publish(t, rdb, "t", 2)
+	sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
+		ClaimInterval: 50 * time.Millisecond, MaxIdleTime: time.Hour})
+	first := subscribe(t, sub, "t")
+	held := []*message.Message{receive(t, first), receive(t, first)}
+	second := subscribe(t, sub, "t")
+	select {
+	case m := <-second:
+		t.Fatalf("the second subscription handed out %s, which the first has in flight", m.UUID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	for _, m := range held {
+		m.Ack()
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan *message.Message{first, second} {
+		for range ch { // drained until closed
+		}
+	}
+	eventually(t, "both entries acked", func() bool { return pendingCount(t, rdb, "t", "g") == 0 })
 }

@@ -204,18 +204,25 @@ type Subscriber struct {
 	config SubscriberConfig
 	logger watermill.LoggerAdapter
 	slog   *slog.Logger
-	// failing is when some group subscription's reads started failing (unix ns), 0 while they succeed.
-	failing atomic.Int64
 
 	closing chan struct{}
 	subs    sync.WaitGroup // the subscriptions running
 
-	mu      sync.Mutex
-	closed  bool
-	readers map[string]*stream.Subscriber // the group subscriptions' readers, by stream
-	index   map[string]int                // a stream's index among its topic's partitions
-	// only is the one reader while there is one (Release without a lock, as the worker has it).
+	mu     sync.Mutex
+	closed bool
+	groups []*groupSub          // every group subscription, in the order of Subscribe
+	first  map[string]*groupSub // the first group subscription of each stream (Release, Owns)
+	live   map[string]int       // the group subscriptions reading each stream, until their ctx ends
+	// only is the one group subscription's reader while there is one (Release without a lock).
 	only atomic.Pointer[stream.Subscriber]
+}
+
+// groupSub is one Subscribe in a consumer group: its reader, and what the Subscriber's methods ask of it.
+type groupSub struct {
+	reader  *stream.Subscriber
+	index   map[string]int // its streams, by index among the topic's partitions
+	failing atomic.Int64   // when its reads started failing (unix ns), 0 while they succeed
+	ended   atomic.Bool    // its ctx ended
 }
 
 // NewSubscriber returns a Subscriber; logger may be nil. A logger that has a method Slog() *slog.Logger
@@ -233,51 +240,113 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		log = l.Slog()
 	}
 	return &Subscriber{config: config, logger: logger, slog: log, closing: make(chan struct{}),
-		readers: map[string]*stream.Subscriber{}, index: map[string]int{}}, nil
+		first: map[string]*groupSub{}, live: map[string]int{}}, nil
 }
 
 // Subscribe reads topic (its partitions, with Partitions >= 1) until ctx ends or the Subscriber closes; the
 // channel is closed then. With a ConsumerGroup, the group is created where it does not exist yet, at
-// OldestId.
+// OldestId, and the first subscription of a stream hands out at once what the consumer left pending on it.
+// With ReleasedByHandler a stream can be subscribed once.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	streams := s.streams(topic)
 	if s.config.ConsumerGroup == "" {
 		return s.fanOut(ctx, topic, streams)
 	}
-	for _, name := range streams {
-		if err := s.createGroup(ctx, name); err != nil {
-			return nil, err
-		}
-		if err := s.reclaimOwn(ctx, name); err != nil {
-			return nil, err
-		}
-	}
-	reader, err := stream.NewSubscriber(s.config.Client, s.readerConfig(topic, streams))
+	fresh, err := s.join(streams)
 	if err != nil {
 		return nil, err
 	}
+	gs, out, err := s.subscribeGroup(ctx, topic, streams, fresh)
+	if err != nil {
+		s.leave(streams)
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			gs.ended.Store(true)
+			s.leave(streams)
+		case <-s.closing:
+		}
+	}()
+	return out, nil
+}
+
+// join counts a subscription of streams in; fresh lists those no other subscription reads.
+func (s *Subscriber) join(streams []string) (fresh []string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
+	for _, name := range streams {
+		if s.config.ReleasedByHandler && s.first[name] != nil {
+			return nil, fmt.Errorf("redisstream: %s is subscribed already: with ReleasedByHandler a stream is subscribed once", name)
+		}
+	}
+	for _, name := range streams {
+		if s.live[name] == 0 {
+			fresh = append(fresh, name)
+		}
+		s.live[name]++
+	}
+	return fresh, nil
+}
+
+// leave counts a subscription of streams out.
+func (s *Subscriber) leave(streams []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range streams {
+		s.live[name]--
+	}
+}
+
+// subscribeGroup creates the groups of streams where missing, reclaims the consumer's own pending entries
+// of the fresh ones, and starts a reader.
+func (s *Subscriber) subscribeGroup(ctx context.Context, topic string, streams, fresh []string) (*groupSub, <-chan *message.Message, error) {
+	for _, name := range streams {
+		if err := s.createGroup(ctx, name); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, name := range fresh {
+		if err := s.reclaimOwn(ctx, name); err != nil {
+			return nil, nil, err
+		}
+	}
+	gs := &groupSub{index: make(map[string]int, len(streams))}
+	reader, err := stream.NewSubscriber(s.config.Client, s.readerConfig(topic, streams, &gs.failing))
+	if err != nil {
+		return nil, nil, err
+	}
+	gs.reader = reader
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, ErrClosed
+	}
 	out, err := reader.Subscribe(ctx, topic)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	s.groups = append(s.groups, gs)
 	for i, name := range streams {
-		s.readers[name], s.index[name] = reader, i
+		gs.index[name] = i
+		if s.first[name] == nil {
+			s.first[name] = gs
+		}
 	}
-	if list := s.readerList(); len(list) == 1 {
+	if len(s.groups) == 1 {
 		s.only.Store(reader)
 	} else {
 		s.only.Store(nil)
 	}
-	return out, nil
+	return gs, out, nil
 }
 
 // readerConfig is the group reader's config for topic's streams.
-func (s *Subscriber) readerConfig(topic string, streams []string) stream.SubscriberConfig {
+func (s *Subscriber) readerConfig(topic string, streams []string, failing *atomic.Int64) stream.SubscriberConfig {
 	c := s.config
 	parts := make([]stream.Partition, len(streams))
 	for i, name := range streams {
@@ -302,20 +371,28 @@ func (s *Subscriber) readerConfig(topic string, streams []string) stream.Subscri
 		MaxInFlight: c.MaxInFlight, ReadCount: int(c.ReadBatchSize), PoisonMaxLen: c.PoisonMaxLen,
 		MaxEntryBytes: c.MaxEntryBytes, Events: stream.Events(c.KeyspaceEvents), ClaimIdle: c.MaxIdleTime,
 		ClaimInterval: c.ClaimInterval, PruneInterval: c.CheckConsumersInterval, ConsumerTimeout: c.ConsumerTimeout,
-		Logger: s.slog.With("topic", topic), Failing: &s.failing, ReplayFrom: recreateFrom, Handling: c.HandlingContext,
+		Logger: s.slog.With("topic", topic), Failing: failing, ReplayFrom: recreateFrom, Handling: c.HandlingContext,
 		Released: c.ReleasedByHandler, MessageContexts: contract && !c.SharedContext,
-		ResendNacked: contract && !c.NackLeavesPending, ResendPause: max(c.NackResendSleep, 0), RoomLinger: roomLinger,
+		ResendNacked: contract && !c.NackLeavesPending, ResendPause: max(c.NackResendSleep, 0), RoomLinger: roomLinger(contract),
 		Unmarshaller: u}
 }
 
 // Release frees msg's place in flight, err being what its handler returns: with ReleasedByHandler, the
 // handler calls it for every message, just before it returns (a deferred call covers a panic). Its entry
-// is acked in Redis once the Router acks the message (err nil).
+// is acked in Redis once the Router acks the message (err nil). Without ReleasedByHandler it does nothing.
 func (s *Subscriber) Release(msg *message.Message, err error) {
+	if !s.config.ReleasedByHandler {
+		return
+	}
 	if r := s.only.Load(); r != nil {
 		r.Release(msg, err)
-	} else if r := s.reader(Stream(msg)); r != nil {
-		r.Release(msg, err)
+		return
+	}
+	s.mu.Lock()
+	gs := s.first[Stream(msg)] // with ReleasedByHandler, the stream's one subscription
+	s.mu.Unlock()
+	if gs != nil {
+		gs.reader.Release(msg, err)
 	}
 }
 
@@ -323,23 +400,30 @@ func (s *Subscriber) Release(msg *message.Message, err error) {
 // whose messages were handled after Close (HandlingContext) does again before it gives their entries back.
 func (s *Subscriber) FlushAcks(ctx context.Context) error {
 	s.mu.Lock()
-	readers := s.readerList()
+	groups := slices.Clone(s.groups)
 	s.mu.Unlock()
-	for _, r := range readers {
-		if err := r.FlushAcks(ctx); err != nil {
+	for _, gs := range groups {
+		if err := gs.reader.FlushAcks(ctx); err != nil {
 			return fmt.Errorf("redisstream: acks not sent: %w", err)
 		}
 	}
 	return nil
 }
 
-// FailingSince is when some group subscription's reads started failing (Redis, or a cluster node, does
-// not answer); zero while they succeed.
+// FailingSince is since when the reads of a group subscription (the earliest) have been failing (Redis, or
+// a cluster node, does not answer); zero while they all succeed.
 func (s *Subscriber) FailingSince() time.Time {
-	if ns := s.failing.Load(); ns != 0 {
-		return time.Unix(0, ns)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var since time.Time
+	for _, gs := range s.groups {
+		if ns := gs.failing.Load(); ns != 0 && !gs.ended.Load() {
+			if t := time.Unix(0, ns); since.IsZero() || t.Before(since) {
+				since = t
+			}
+		}
 	}
-	return time.Time{}
+	return since
 }
 
 // Owns reports whether this consumer is one of the 2 owners of stream among the group's live consumers
@@ -348,37 +432,20 @@ func (s *Subscriber) FailingSince() time.Time {
 // without keyspace events, and for a stream not subscribed.
 func (s *Subscriber) Owns(stream string) bool {
 	s.mu.Lock()
-	r, i := s.readers[stream], s.index[stream]
+	gs := s.first[stream]
 	s.mu.Unlock()
-	return r == nil || r.Owns(i)
+	return gs == nil || gs.reader.Owns(gs.index[stream])
 }
 
-func (s *Subscriber) reader(stream string) *stream.Subscriber {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r := s.readers[stream]; r != nil {
-		return r
+// roomLinger is how long a group's read waits, under Watermill's contract, for half of MaxInFlight to be
+// free once one place is: reads stay large under load, and a handler that holds many messages does not stall
+// the others for long. A handler that releases its places itself (the worker) waits for half.
+func roomLinger(contract bool) time.Duration {
+	if contract {
+		return 2 * time.Millisecond
 	}
-	if l := s.readerList(); len(l) == 1 { // a message whose stream metadata was dropped
-		return l[0]
-	}
-	return nil
+	return 0
 }
-
-// readerList lists the readers once each; s.mu is held.
-func (s *Subscriber) readerList() []*stream.Subscriber {
-	var list []*stream.Subscriber
-	for _, r := range s.readers {
-		if !slices.Contains(list, r) {
-			list = append(list, r)
-		}
-	}
-	return list
-}
-
-// roomLinger is how long a group's read waits for half of MaxInFlight to be free once one place is: reads
-// stay large under load, and a handler that holds many messages does not stall the others for long.
-const roomLinger = 2 * time.Millisecond
 
 // reclaimOwn marks the entries this consumer left pending on stream name (it restarted under the same
 // name) idle for MaxIdleTime, so that the reader's first claim, at once, hands them out again rather than
@@ -396,14 +463,34 @@ func (s *Subscriber) reclaimOwn(ctx context.Context, name string) error {
 			args = append(args, p.ID)
 		}
 		args = append(args, "IDLE", s.config.MaxIdleTime.Milliseconds(), "JUSTID")
-		if err := s.config.Client.Do(ctx, args...).Err(); err != nil {
+		claimed, err := s.config.Client.Do(ctx, args...).StringSlice()
+		if err != nil {
 			return wrapErr("reclaim the pending entries of "+name, err)
 		}
+		s.noteDeleted(ctx, name, pending, claimed)
 		if len(pending) < page {
 			return nil
 		}
 		start = "(" + pending[len(pending)-1].ID
 	}
+}
+
+// noteDeleted logs and counts the pending entries an XCLAIM did not return: their entries were deleted from
+// the stream (trimmed) while pending, and Redis 7 drops them from the pending list, as the reader's claims
+// report them.
+func (s *Subscriber) noteDeleted(ctx context.Context, name string, pending []redis.XPendingExt, claimed []string) {
+	if len(claimed) == len(pending) {
+		return
+	}
+	var gone []string
+	for _, p := range pending {
+		if !slices.Contains(claimed, p.ID) {
+			gone = append(gone, p.ID)
+		}
+	}
+	s.slog.Error("entries were deleted from the stream before they were decided: their orders are lost",
+		"stream", name, "ids", gone)
+	stream.Deleted.Add(ctx, int64(len(gone)))
 }
 
 func wrapErr(what string, err error) error {
@@ -474,10 +561,10 @@ func (s *Subscriber) Close() error {
 	}
 	s.closed = true
 	close(s.closing)
-	readers := s.readerList()
+	groups := slices.Clone(s.groups)
 	s.mu.Unlock()
-	for _, r := range readers {
-		_ = r.Close()
+	for _, gs := range groups {
+		_ = gs.reader.Close()
 	}
 	s.subs.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

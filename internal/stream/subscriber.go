@@ -365,9 +365,22 @@ func (s *Subscriber) setContext(msg *message.Message, handling context.Context) 
 		msg.SetContext(handling)
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(handling)
+	ctx, end := MessageContext(handling)
 	msg.SetContext(ctx)
-	return cancel
+	return end
+}
+
+// MessageContext is a message's own context, a child of parent, and the function that ends it. Ended after
+// parent was, it ends with parent's cause: it waits for parent's cancellation to reach the child (Go closes
+// a parent's channel before it cancels its children) rather than cancel it first without one.
+func MessageContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	return ctx, func() {
+		if parent.Err() != nil {
+			<-ctx.Done()
+		}
+		cancel()
+	}
 }
 
 // Release frees the place in flight of msg, a message the subscriber sent, with Released set, err being what
