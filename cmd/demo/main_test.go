@@ -1,11 +1,11 @@
 package main
 
 import (
-	"net"
 	"strings"
 	"testing"
 
 	"github.com/stockflow/stockflow/internal/testing/clitest"
+	"github.com/stockflow/stockflow/internal/testing/redistest"
 )
 
 // The demo's exit codes, and every line it writes to stderr being JSON (stderr is no terminal here): 2 for
@@ -13,12 +13,7 @@ import (
 // its summary on stdout.
 func TestDemoExitCodesAndJSONLines(t *testing.T) {
 	bin := clitest.Build(t, ".")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "REDIS_URL=redis://" + l.Addr().String() + "/0"
-	_ = l.Close()
+	closed := "REDIS_URL=redis://" + redistest.ClosedAddr(t) + "/0"
 	small := []string{"--workers", "1", "--orders", "50", "--skus", "3", "--stock", "10", "--lines", ""}
 	cases := []struct {
 		name string

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"strings"
 	"testing"
 
@@ -15,12 +14,7 @@ import (
 func TestProducerExitCodesAndJSONLines(t *testing.T) {
 	bin := clitest.Build(t, ".")
 	s := redistest.Start(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "REDIS_URL=redis://" + l.Addr().String() + "/0"
-	_ = l.Close()
+	closed := "REDIS_URL=redis://" + redistest.ClosedAddr(t) + "/0"
 	here := "REDIS_URL=" + s.URL()
 	cases := []struct {
 		name string

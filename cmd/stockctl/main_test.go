@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,12 +105,7 @@ func run(t *testing.T, env []string, args ...string) clitest.Result {
 // and the password is not shown), 3 not found, 4 nothing done.
 func TestStockctlExitCodesAndJSONLines(t *testing.T) {
 	url := redistest.Start(t).URL()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "redis://u:hunter2@" + l.Addr().String() + "/0"
-	_ = l.Close()
+	closed := "redis://u:hunter2@" + redistest.ClosedAddr(t) + "/0"
 	cases := []struct {
 		name string
 		env  []string

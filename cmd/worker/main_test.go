@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 
@@ -11,15 +10,7 @@ import (
 )
 
 // closedURL is the URL of a Redis that does not answer: a loopback port that nothing listens on.
-func closedURL(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return "redis://u:hunter2@" + addr + "/0"
-}
+func closedURL(t *testing.T) string { return "redis://u:hunter2@" + redistest.ClosedAddr(t) + "/0" }
 
 // The worker's exit codes, and every line it writes being JSON (standard error is no terminal here): 2 for
 // a setting or argument it refused, with the one meant; 1 for a run that failed; 0 after -h.

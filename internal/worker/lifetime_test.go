@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -137,14 +136,8 @@ func TestAClusterNodeTakenForOneServerIsRefused(t *testing.T) {
 // A shutdown while the worker waits for Redis says so, not that STARTUP_TIMEOUT ran out: both end the wait
 // at once (the timeout's context is ctx's child), and the reason is the shutdown's.
 func TestAShutdownWhileWaitingForRedisIsNamed(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close() // nothing listens there now
 	cfg := validConfig(t)
-	cfg.RedisURL = "redis://" + addr
+	cfg.RedisURL = "redis://" + redistest.ClosedAddr(t) // nothing listens there
 	cfg.StartupTimeout = time.Minute
 	w, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Locker: NoLock})
 	if err != nil {

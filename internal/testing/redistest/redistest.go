@@ -8,6 +8,7 @@
 package redistest
 
 import (
+	"net"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -125,4 +126,17 @@ func ReportCPUPer(b *testing.B, rdb *redis.Client, units int, unit string, run f
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64((after-before).Microseconds())/float64(units), "redis-µs/"+unit)
+}
+
+// ClosedAddr is a loopback address nothing listens on (a port taken and freed again): a Redis that does not
+// answer.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
 }
