@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // A batch whose orders came from two partitions on different masters (a producer routed one elsewhere)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // BenchmarkReserve and BenchmarkEvalShaHincrby run the same way against the same kind of server, so

@@ -11,7 +11,7 @@ import (
 )
 
 // This example is compiled but not run: it needs a Redis server, and the tests start their own
-// (internal/testing/redistest) rather than touch one that may hold real data. Against an empty Redis it prints
+// (testkit/redistest) rather than touch one that may hold real data. Against an empty Redis it prints
 //
 //	reserved 8
 //	rejected insufficient_stock 8

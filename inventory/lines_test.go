@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // linesStores are the two ways a basket runs: one script on one Redis, and line by line (a saga) on a

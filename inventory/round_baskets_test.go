@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // A round's basket whose lines were given unsorted and twice over is decided and reported on its merged

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func TestStockOperations(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func TestInvalidInputIsRefusedBeforeRedis(t *testing.T) {

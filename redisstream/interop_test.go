@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/redisstream"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // sent is what the interop tests publish: payloads and metadata of several shapes, an empty one included.

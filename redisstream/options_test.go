@@ -10,8 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/redisstream"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // An entry over MaxEntryBytes never reaches the subscriber: it is moved to the poison stream inside Redis

@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/redisstream"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // features are those watermill-redisstream declares for itself in its own pubsub_test.go.

@@ -11,8 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/redisstream"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func newSubscriber(t *testing.T, cfg redisstream.SubscriberConfig) *redisstream.Subscriber {

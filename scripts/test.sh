@@ -10,8 +10,8 @@ source "$scripts/ensure-redis.sh"
 # that test skips, saying why (and fails under CI=true), so a missing promtool does not stop the run here.
 "$scripts/ensure-promtool.sh" >/dev/null || true
 
-marker=stockflow-redistest # internal/testing/redistest.ProcessMarker (and lockmw/rlock/internal/redistest.ProcessMarker)
-# The servers of this run carry its id in their title (internal/testing/redisproc), so a run that overlaps another
+marker=stockflow-redistest # testkit/redistest.ProcessMarker (and lockmw/rlock/internal/redistest.ProcessMarker)
+# The servers of this run carry its id in their title (internal/redisproc), so a run that overlaps another
 # one counts only its own leftovers, and never kills the other run's servers.
 export STOCKFLOW_TEST_RUN=$$
 leaked() { pgrep -f "$marker run=$STOCKFLOW_TEST_RUN\$" || true; }
@@ -64,7 +64,7 @@ cat "$others"
 # cyclomatic complexity over 15, test files excepted. No limit on a mean (issue 28).
 go run ./scripts/funcstats -check -top 0 || status=1
 
-# Network namespaces of the partition tests (internal/testing/netns) carry the run's id too.
+# Network namespaces of the partition tests (internal/netns) carry the run's id too.
 if command -v ip >/dev/null; then
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^sf-run$STOCKFLOW_TEST_RUN-" || true); do
     echo "test.sh: the tests left network namespace $ns behind" >&2

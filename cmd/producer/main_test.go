@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/testing/clitest"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/clitest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // The producer's exit codes, and every line it writes to stderr being JSON (stderr is no terminal here):

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/testing/clitest"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/clitest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // asMain makes the test binary run main, so that a shell can call it as stockctl.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/testing/clitest"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/clitest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // closedURL is the URL of a Redis that does not answer: a loopback port that nothing listens on.

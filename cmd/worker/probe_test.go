@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/childproc"
-	"github.com/stockflow/stockflow/internal/testing/clitest"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/internal/childproc"
+	"github.com/stockflow/stockflow/testkit/clitest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // startWorker runs the worker binary with the test's environment plus env until the test ends, serving

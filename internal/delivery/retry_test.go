@@ -16,10 +16,10 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
-	"github.com/stockflow/stockflow/internal/testing/streamtest"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/testkit/redistest"
+	"github.com/stockflow/stockflow/testkit/streamtest"
 )
 
 // testParts is one partition with the default stream names.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/producer"
+	"github.com/stockflow/stockflow/internal/redisproc"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
 	"github.com/stockflow/stockflow/internal/worker"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func TestRunOnTheRedisOfRedisURL(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // maxKills bounds a chaos run: the run then finishes without crashes, in a time that does not depend on how

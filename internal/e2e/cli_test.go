@@ -15,8 +15,8 @@ import (
 	"github.com/stockflow/stockflow/internal/demo"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/stockctl"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // Every binary: -h exits 0 and names the value of each setting it takes ("--lock-lease duration", not

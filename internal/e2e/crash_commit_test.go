@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // A worker killed after a round of its stock scripts ran and before the round's outcome transaction (the

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // Lock elision: a batch's stock script takes the free lock itself, so uncontended orders cost no lock

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // status returns the status code of GET url with the Authorization header auth (none when empty), 0 when

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // Two workers on one hot SKU take turns with its lock: each process passes the lock among its own orders

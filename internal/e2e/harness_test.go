@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockflow/stockflow/internal/childproc"
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/testing/childproc"
-	"github.com/stockflow/stockflow/internal/testing/history"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/history"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 var bin struct {
@@ -44,7 +44,7 @@ func binaries(t *testing.T) (worker, producer string) {
 			out *string
 			pkg string
 		}{{&bin.worker, "../../cmd/worker"}, {&bin.producer, "../../cmd/producer"}, {&bin.demo, "../../cmd/demo"},
-			{&bin.stockctl, "../../cmd/stockctl"}, {&bin.faultWorker, "../testing/faultworker"}} {
+			{&bin.stockctl, "../../cmd/stockctl"}, {&bin.faultWorker, "../../testkit/faultworker"}} {
 			*b.out = filepath.Join(dir, filepath.Base(b.pkg))
 			out, pkg := *b.out, b.pkg
 			if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
@@ -106,7 +106,7 @@ func startWorkerArgs(t *testing.T, s *redistest.Server, name string, args []stri
 }
 
 // startWorkerBin is startWorkerArgs with the worker binary at path ("": cmd/worker, or the fault tests'
-// worker, internal/testing/faultworker, when an extra entry sets a FAULT_ setting).
+// worker, testkit/faultworker, when an extra entry sets a FAULT_ setting).
 func startWorkerBin(t *testing.T, path string, s *redistest.Server, name string, args []string, extra ...string) *proc {
 	t.Helper()
 	if path == "" {
@@ -193,7 +193,7 @@ func produceEnv(t *testing.T, env []string, args ...string) *producer.Summary {
 }
 
 // recording is the history directory of a test's workers (FAULT_HISTORY_DIR: a file per process), checked
-// by internal/testing/history.
+// by testkit/history.
 type recording struct{ dir string }
 
 func newRecording(t *testing.T) *recording { return &recording{dir: t.TempDir()} }

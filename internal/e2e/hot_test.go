@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/hot"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // With the demo's mix (6,000 orders over 20 SKUs, half of them on SKU-0, baskets of 1-3 lines, 200 in

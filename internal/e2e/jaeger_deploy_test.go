@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // What an operator finds in Jaeger about an order's wait for its SKU (DESIGN.md: "every order records its

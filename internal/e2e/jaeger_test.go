@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/childproc"
+	"github.com/stockflow/stockflow/internal/childproc"
 )
 
 // A real Jaeger v2 for the tests: the binary of scripts/ensure-jaeger.sh (built from Jaeger's Go module

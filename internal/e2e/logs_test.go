@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // Every line the worker writes is one JSON object, also while its Redis is down and restarts: go-redis's own

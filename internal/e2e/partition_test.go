@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/stockflow/stockflow/internal/testing/netns"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/internal/netns"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // Network partitions: Redis servers run on hosts of their own (network namespaces joined by veth links),

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/history"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/history"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // noPending asserts the consumer group has no pending entries: every order was acked. An outcome is

@@ -17,8 +17,8 @@ import (
 	"github.com/stockflow/stockflow/internal/demo"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/stockctl"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func readme(t *testing.T) string {

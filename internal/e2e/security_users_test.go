@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // aclPasswords are the demo passwords of the users of deploy/users.acl, as compose.yaml gives them.

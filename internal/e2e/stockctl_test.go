@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/clitest"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/clitest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // runStockctl runs the binary with REDIS_URL=url and returns its exit code and output.

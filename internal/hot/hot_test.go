@@ -10,8 +10,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

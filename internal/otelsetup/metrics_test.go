@@ -21,8 +21,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // runWorker runs a worker on s with /metrics served by the test process's handler (the binary's), until

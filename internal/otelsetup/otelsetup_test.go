@@ -29,10 +29,10 @@ import (
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/otelsetup"
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/internal/worker"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // unsetOTel clears the OTEL_ variables of the environment for the test.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // TestRunWaitsForBasketsAndLifecycleEvents runs baskets with cancels and fulfils against a stand-in

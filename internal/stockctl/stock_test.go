@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/internal/stockctl"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 type stockJSON struct {

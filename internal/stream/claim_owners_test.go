@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // Idle workers with keyspace events claim a dead consumer's entries only on the partitions they own (2

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // withReplica starts a master and a replica of it, and waits until the replica acknowledges writes.

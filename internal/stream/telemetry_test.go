@@ -22,7 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // recordSpans sends the spans of the test to a recorder, with the W3C propagator.

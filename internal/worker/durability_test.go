@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // The worker warns about a stock Redis that may lose acknowledged writes in a crash, refuses it with

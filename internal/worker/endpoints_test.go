@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 const testToken = "0123456789abcdef-scrape"

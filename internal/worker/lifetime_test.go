@@ -13,10 +13,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/redisproc"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
-	"github.com/stockflow/stockflow/internal/testing/streamtest"
+	"github.com/stockflow/stockflow/testkit/redistest"
+	"github.com/stockflow/stockflow/testkit/streamtest"
 )
 
 func TestLifetimeSettingsValidate(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func TestTheProbeAsksTheWorkersOwnAddress(t *testing.T) {

@@ -70,7 +70,7 @@ type Options struct {
 	Tracing bool         // spans are exported: the Redis client may be instrumented
 	// Locker replaces the locker the settings describe: another lock library (the bench), or NoLock.
 	Locker rlock.Locker
-	// Faults are the fault tests' hooks (internal/testing/faultworker); nil in production.
+	// Faults are the fault tests' hooks (testkit/faultworker); nil in production.
 	Faults *Faults
 }
 

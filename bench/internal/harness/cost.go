@@ -16,9 +16,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/childproc"
 	"github.com/stockflow/stockflow/internal/producer"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/internal/testing/childproc"
 )
 
 // Comparison 8, the cost of an order (issue 29): what deciding one order costs Redis and the consumer, and

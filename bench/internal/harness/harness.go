@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
+	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
 // Comparisons are the names Config.Only accepts, in the order they run.

@@ -3,7 +3,7 @@ package harness
 import (
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
+	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
 // startServers starts n independent redis-servers (no persistence, no replication) on free loopback

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
+	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
 // What the processes of a run cost: CPU time of the redis-servers and of processes, peak memory.

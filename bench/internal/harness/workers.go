@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/childproc"
+	"github.com/stockflow/stockflow/internal/childproc"
 )
 
 // benchWorker is one bench worker process (bench/cmd/benchworker) of an end-to-end round.

@@ -9,8 +9,8 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/stockflow/stockflow/bench/internal/redsynclock"
-	"github.com/stockflow/stockflow/internal/testing/redistest"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func TestLeaseExcludesUntilReleased(t *testing.T) {

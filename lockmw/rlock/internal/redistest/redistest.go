@@ -2,7 +2,7 @@
 // independent ones for Redlock, or a Redis Cluster (StartCluster), each on a free loopback port in a
 // directory of its own, with the faults the tests inject (kill, pause, restart, failover, lost replies).
 //
-// It is the rlock module's own small copy of the product's internal/testing/redistest: importing that one
+// It is the rlock module's own small copy of the product's testkit/redistest: importing that one
 // would make the lock library's module require the whole product. Every server is stopped through
 // t.Cleanup, also when the test fails or panics, and dies with the test binary (PR_SET_PDEATHSIG on
 // Linux). Its process title carries ProcessMarker, as the product's servers do, so that the product's
@@ -27,7 +27,7 @@ import (
 )
 
 // ProcessMarker appears in the process title of every server this package starts (the product's
-// internal/testing/redisproc.ProcessMarker, which scripts/test.sh looks for).
+// internal/redisproc.ProcessMarker, which scripts/test.sh looks for).
 const ProcessMarker = "stockflow-redistest"
 
 const (

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
+	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
 // DefaultClusterNodeTimeout is the cluster-node-timeout of a test cluster: a killed master's replica

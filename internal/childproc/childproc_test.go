@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/childproc"
+	"github.com/stockflow/stockflow/internal/childproc"
 )
 
 func start(t *testing.T, script string) *childproc.Process {

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/childproc"
+	"github.com/stockflow/stockflow/internal/childproc"
 )
 
 // DefaultNodeTimeout is the cluster-node-timeout of a Cluster node whose Options leave it zero: short, so

@@ -1,9 +1,9 @@
 // Package redisproc runs redis-server processes on free loopback ports, each in a directory of its own,
 // with the faults tests and benchmarks inject: kill, pause, resume, restart. StartCluster joins such
-// servers into a Redis Cluster whose masters fail over to their replicas. internal/testing/redistest wraps it for
+// servers into a Redis Cluster whose masters fail over to their replicas. testkit/redistest wraps it for
 // tests; the demo and the benchmark harness use it directly.
 //
-// A server is an internal/testing/childproc child: it dies with the process that started it (PR_SET_PDEATHSIG on
+// A server is an internal/childproc child: it dies with the process that started it (PR_SET_PDEATHSIG on
 // Linux). It carries the title marker ProcessMarker, which scripts/test.sh uses to prove no test left one
 // running.
 package redisproc
@@ -22,8 +22,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/childproc"
-	"github.com/stockflow/stockflow/internal/testing/netns"
+	"github.com/stockflow/stockflow/internal/childproc"
+	"github.com/stockflow/stockflow/internal/netns"
 )
 
 // ProcessMarker appears in the process title of every server this package starts.

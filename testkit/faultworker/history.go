@@ -11,15 +11,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/testing/history"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/testkit/history"
 )
 
 // The fault tests' recording (FAULT_HISTORY_DIR): every lock acquisition and every stock operation of the
 // worker is appended to a file of its own (one per process: a process killed mid-write cannot tear another's
-// line) (internal/testing/history), whose checker then proves the run linearizable and correctly fenced.
+// line) (testkit/history), whose checker then proves the run linearizable and correctly fenced.
 
 // recordingStore records the invocation of each order's reservation before a batch and its outcome after.
 // With fenceCheckOff (FAULT_BROKEN_FENCE, the history checker's own test) writes are sent unfenced but

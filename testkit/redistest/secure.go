@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
+	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
 // WithTLS serves TLS only (no plain port) with the server certificate of certs. With clientCerts the server

@@ -5,7 +5,7 @@
 //	                    the lease was lost meanwhile, as a write stuck in a stalled network or a paused
 //	                    process would be: the fencing token must refuse it (lock elision off)
 //	FAULT_HISTORY_DIR   append every lock acquisition and stock operation to a file of this process in this
-//	                    directory (JSON lines) for the history checker (internal/testing/history)
+//	                    directory (JSON lines) for the history checker (testkit/history)
 //	FAULT_BROKEN_FENCE  send stock writes unfenced but record them with their tokens: the deliberately broken
 //	                    worker whose history the checker must refuse
 //	FAULT_EXIT_AFTER_ROUND  exit at once (status 137, as kill -9) when the N-th round of stock scripts has

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/testing/netns"
-	"github.com/stockflow/stockflow/internal/testing/redisproc"
+	"github.com/stockflow/stockflow/internal/netns"
+	"github.com/stockflow/stockflow/internal/redisproc"
 )
 
 // ProcessMarker appears in the process title of every server this package starts.
