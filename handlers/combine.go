@@ -14,6 +14,7 @@ import (
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
 )
 
 // Orders of one SKU that arrive while another order of it is being decided in this process are decided
@@ -76,7 +77,7 @@ type skuQueue struct {
 // queued is one order in the combiner.
 type queued struct {
 	msg   *message.Message
-	order Order
+	order order.Order
 	since time.Time
 	taken bool // in a batch being decided
 	// gaveUp is the error of a follower that gave up while its order was taken: should the batch come

@@ -19,6 +19,8 @@ import (
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -107,7 +109,7 @@ func (e *combineEnv) handler() message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		msgs, err := chain(msg)
 		if err == nil {
-			err = e.rdb.XAck(context.Background(), "orders", "g", stream.EntryID(msg)).Err()
+			err = e.rdb.XAck(context.Background(), "orders", "g", redisstream.EntryID(msg)).Err()
 		}
 		return msgs, err
 	}
@@ -137,8 +139,8 @@ func (e *combineEnv) order(t *testing.T, id string) *message.Message {
 	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	msg := stream.Entry{ID: entry, Deliveries: 1, Values: map[string]any{"payload": "p"}}.Message()
-	msg.SetContext(WithOrder(ctx, Order{OrderID: id, SKU: "SKU-1", Quantity: 1}))
+	msg := redisstream.Entry{ID: entry, Deliveries: 1, Values: map[string]any{"payload": "p"}}.Message()
+	msg.SetContext(WithOrder(ctx, order.Order{OrderID: id, SKU: "SKU-1", Quantity: 1}))
 	return msg
 }
 
@@ -184,10 +186,10 @@ func (e *combineEnv) waitWaiting(t *testing.T, n int) {
 }
 
 // results returns the outcome events published, by order id.
-func (e *combineEnv) results(t *testing.T) map[string]Result {
-	out := map[string]Result{}
+func (e *combineEnv) results(t *testing.T) map[string]order.Result {
+	out := map[string]order.Result{}
 	for _, m := range e.rdb.XRange(context.Background(), "results", "-", "+").Val() {
-		var r Result
+		var r order.Result
 		if err := json.Unmarshal([]byte(m.Values["payload"].(string)), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +219,7 @@ func TestWaitingOrdersAreDecidedInOneBatch(t *testing.T) {
 	results := e.results(t)
 	for i := range 8 {
 		r := results[fmt.Sprintf("o-%d", i)]
-		if want := i < 5; (r.Status == inventory.StatusReserved) != want {
+		if want := i < 5; (r.Status == order.StatusReserved) != want {
 			t.Fatalf("o-%d: %s, want reserved %v (5 in stock, decided in arrival order)", i, r.Status, want)
 		}
 	}
@@ -335,7 +337,7 @@ func TestBatchThatFailsPermanentlyIsDecidedOrderByOrder(t *testing.T) {
 	if errs[0] != nil || errs[1] == nil || !inventory.IsPermanent(errs[1]) || errs[2] != nil {
 		t.Fatalf("errors %v; want only o-2's, permanent", errs)
 	}
-	if r := e.results(t); len(r) != 2 || r["o-1"].Status != inventory.StatusReserved || r["o-3"].Status != inventory.StatusReserved {
+	if r := e.results(t); len(r) != 2 || r["o-1"].Status != order.StatusReserved || r["o-3"].Status != order.StatusReserved {
 		t.Fatalf("outcomes %v; want o-1 and o-3 reserved", r)
 	}
 	if p := e.pending(t); len(p) != 1 || !slices.Equal(e.store.batches, []int{3, 1, 1, 1}) {
@@ -356,7 +358,7 @@ func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 	if errs := wait(); errs[0] != nil || errs[1] != nil || errs[2] != nil {
 		t.Fatalf("errors %v", errs)
 	}
-	if r := e.results(t); len(r) != 3 || r["o-1"].Fence != 0 || r["o-3"].Status != inventory.StatusReserved {
+	if r := e.results(t); len(r) != 3 || r["o-1"].Fence != 0 || r["o-3"].Status != order.StatusReserved {
 		t.Fatalf("outcomes %v; want all three reserved under the lock step's token (0 here)", r)
 	}
 	if !slices.Equal(e.store.batches, []int{1, 3}) {
@@ -394,7 +396,7 @@ func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the follower that gave up waits again after its batch came back undecided")
 	}
-	if r := e.results(t); len(r) != 1 || r["o-1"].Status != inventory.StatusReserved {
+	if r := e.results(t); len(r) != 1 || r["o-1"].Status != order.StatusReserved {
 		t.Fatalf("outcomes %v; want o-1 reserved only", r)
 	}
 	if !slices.Equal(e.store.batches, []int{1, 1}) {
@@ -440,7 +442,7 @@ func TestABatchThatFoundTheLockHeldKeepsItsPlaceInTheQueue(t *testing.T) {
 		}
 	}
 	r := e.results(t)
-	if r["o-1"].Status != inventory.StatusReserved || r["o-2"].Status != inventory.StatusReserved || r["o-3"].Status != inventory.StatusRejected {
+	if r["o-1"].Status != order.StatusReserved || r["o-2"].Status != order.StatusReserved || r["o-3"].Status != order.StatusRejected {
 		t.Fatalf("o-1 %s, o-2 %s, o-3 %s; want the first two reserved and o-3 rejected (2 in stock, arrival order)",
 			r["o-1"].Status, r["o-2"].Status, r["o-3"].Status)
 	}
@@ -474,7 +476,7 @@ func TestAPanicInALaterBatchDoesNotPoisonTheLeader(t *testing.T) {
 	if err := <-laterErr; !errors.Is(err, ErrPanicked) {
 		t.Fatalf("the later order: %v, want ErrPanicked", err)
 	}
-	if r := e.results(t); len(r) != 1 || r["o-1"].Status != inventory.StatusReserved {
+	if r := e.results(t); len(r) != 1 || r["o-1"].Status != order.StatusReserved {
 		t.Fatalf("outcomes %v; want o-1 reserved only", r)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -25,7 +27,7 @@ import (
 // of its own with two partitions of orders.
 type roundEnv struct {
 	rdb       *redis.Client
-	parts     []stream.Partition
+	parts     []order.Partition
 	h         *Handler
 	store     *roundStore
 	delivered atomic.Int64 // the orders batch delivered
@@ -86,20 +88,20 @@ func (e *roundEnv) batch(t *testing.T, sku string, partitions ...int) []*queued 
 		if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		msg := stream.Entry{ID: entry, Partition: i, Deliveries: 1, Values: map[string]any{"payload": id}}.Message()
-		batch = append(batch, &queued{msg: msg, order: Order{OrderID: id, SKU: sku, Quantity: 1}, since: time.Now()})
+		msg := redisstream.Entry{ID: entry, Partition: i, Deliveries: 1, Values: map[string]any{"payload": id}}.Message()
+		batch = append(batch, &queued{msg: msg, order: order.Order{OrderID: id, SKU: sku, Quantity: 1}, since: time.Now()})
 		e.delivered.Add(1)
 	}
 	return batch
 }
 
 // outcomes are the outcome events of the results streams, by order id.
-func (e *roundEnv) outcomes(t *testing.T) map[string]Result {
+func (e *roundEnv) outcomes(t *testing.T) map[string]order.Result {
 	t.Helper()
-	got := map[string]Result{}
+	got := map[string]order.Result{}
 	for _, p := range e.parts {
 		for _, x := range e.rdb.XRange(context.Background(), p.Results, "-", "+").Val() {
-			var r Result
+			var r order.Result
 			if err := json.Unmarshal([]byte(x.Values["payload"].(string)), &r); err != nil {
 				t.Fatal(err)
 			}
@@ -123,12 +125,12 @@ func (e *roundEnv) pending(t *testing.T) int64 {
 func TestARoundReservesABasketWithTheBatches(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
-	basket := func(q *queued, fences inventory.Fences, lines ...Line) *commit {
-		q.order = Order{OrderID: q.order.OrderID, Lines: lines}
+	basket := func(q *queued, fences inventory.Fences, lines ...order.Line) *commit {
+		q.order = order.Order{OrderID: q.order.OrderID, Lines: lines}
 		return &commit{ctx: ctx, take: fixed([]*queued{q}), basket: &inventory.Basket{OrderID: q.order.OrderID, Lines: lines, Fences: fences}}
 	}
 	// Redis learns the scripts first: with NOSCRIPT every batch is decided alone, outside the pipeline.
-	e.h.decideRound(ctx, []*commit{{ctx: ctx, take: fixed(e.batch(t, "SKU-W", 0))}, basket(e.batch(t, "SKU-X", 0)[0], nil, Line{SKU: "SKU-W", Quantity: 1}, Line{SKU: "SKU-X", Quantity: 1})})
+	e.h.decideRound(ctx, []*commit{{ctx: ctx, take: fixed(e.batch(t, "SKU-W", 0))}, basket(e.batch(t, "SKU-X", 0)[0], nil, order.Line{SKU: "SKU-W", Quantity: 1}, order.Line{SKU: "SKU-X", Quantity: 1})})
 	if n := e.pending(t); n != 0 {
 		t.Fatalf("%d entries pending after the first round, want 0", n)
 	}
@@ -140,8 +142,8 @@ func TestARoundReservesABasketWithTheBatches(t *testing.T) {
 	elided := inventory.Fences{"SKU-A": inventory.ElideLock, "SKU-C": inventory.ElideLock}
 	round := []*commit{
 		{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 0, 0))},
-		basket(q, nil, Line{SKU: "SKU-B", Quantity: 2}, Line{SKU: "SKU-C", Quantity: 1}),
-		basket(e.batch(t, "SKU-A", 0)[0], elided, Line{SKU: "SKU-A", Quantity: 1}, Line{SKU: "SKU-C", Quantity: 1}),
+		basket(q, nil, order.Line{SKU: "SKU-B", Quantity: 2}, order.Line{SKU: "SKU-C", Quantity: 1}),
+		basket(e.batch(t, "SKU-A", 0)[0], elided, order.Line{SKU: "SKU-A", Quantity: 1}, order.Line{SKU: "SKU-C", Quantity: 1}),
 	}
 	e.h.decideRound(ctx, round)
 	if round[0].err != nil || round[1].err != nil || !errors.Is(round[2].err, inventory.ErrLocked) {
@@ -151,7 +153,7 @@ func TestARoundReservesABasketWithTheBatches(t *testing.T) {
 		t.Errorf("ReserveBatches calls of %v batches, want one of 3", e.store.rounds)
 	}
 	r := e.outcomes(t)[q.order.OrderID]
-	if r.Status != inventory.StatusReserved || len(r.Lines) != 2 || r.Lines[0].AvailableAfter != 1 || r.LockWaitMs != 7 {
+	if r.Status != order.StatusReserved || len(r.Lines) != 2 || r.Lines[0].AvailableAfter != 1 || r.LockWaitMs != 7 {
 		t.Errorf("the basket's outcome %+v, want reserved, SKU-B's line after the batch's 2 (1 left), a lock wait of 7 ms", r)
 	}
 	if n := e.pending(t); n != 1 {
@@ -178,7 +180,7 @@ func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
 	got := e.outcomes(t)
 	for _, b := range []*commit{round[0], round[2]} {
 		for _, q := range b.batch {
-			if r := got[q.order.OrderID]; r.Status != inventory.StatusReserved {
+			if r := got[q.order.OrderID]; r.Status != order.StatusReserved {
 				t.Errorf("order %s: outcome %+v, want reserved", q.order.OrderID, r)
 			}
 		}
@@ -205,7 +207,7 @@ func TestAFailedPartitionFailsOnlyItsBatches(t *testing.T) {
 			ctx := context.Background()
 			acl := []any{"ACL", "SETUSER", "w", "on", "nopass", "+@all", "~" + e.parts[0].Results}
 			for _, p := range e.parts {
-				acl = append(acl, "~"+p.Orders, "~"+stream.CommittedKey(p.Orders, "g", "c"))
+				acl = append(acl, "~"+p.Orders, "~"+redisstream.CommittedKey(p.Orders, "g", "c"))
 			}
 			if err := e.rdb.Do(ctx, acl...).Err(); err != nil {
 				t.Fatal(err)
@@ -274,7 +276,7 @@ func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	ctx := context.Background()
 	first := e.gatedRound(t)
 	basket := e.batch(t, "SKU-BASKET", 1)
-	result, err := e.h.resultMessage(ctx, Result{OrderID: basket[0].order.OrderID, Status: inventory.StatusReserved})
+	result, err := e.h.resultMessage(ctx, order.Result{OrderID: basket[0].order.OrderID, Status: order.StatusReserved})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +302,7 @@ func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	if rounds != "[1 2]" {
 		t.Errorf("rounds reserving %s batches, want [1 2]: the decided order is not reserved again", rounds)
 	}
-	if r := e.outcomes(t)[basket[0].order.OrderID]; r.Status != inventory.StatusReserved {
+	if r := e.outcomes(t)[basket[0].order.OrderID]; r.Status != order.StatusReserved {
 		t.Errorf("the decided order's outcome %+v, want its event published", r)
 	}
 	if n := e.pending(t); n != 0 {
@@ -319,7 +321,7 @@ func TestARoundOutlivesItsLeadersContext(t *testing.T) {
 	lost, cancel := context.WithCancel(context.Background())
 	cancel()
 	basket := e.batch(t, "SKU-BASKET", 1)
-	result, err := e.h.resultMessage(lost, Result{OrderID: basket[0].order.OrderID, Status: inventory.StatusReserved})
+	result, err := e.h.resultMessage(lost, order.Result{OrderID: basket[0].order.OrderID, Status: order.StatusReserved})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +409,7 @@ func TestAPanickingRoundIsCommittedBatchByBatch(t *testing.T) {
 	if round[0].err != nil || !errors.Is(round[1].err, ErrPanicked) {
 		t.Fatalf("errors %v, %v: want SKU-A decided, SKU-PANIC's batch ErrPanicked", round[0].err, round[1].err)
 	}
-	if r := e.outcomes(t); len(r) != 1 || r["SKU-A-0-0"].Status != inventory.StatusReserved {
+	if r := e.outcomes(t); len(r) != 1 || r["SKU-A-0-0"].Status != order.StatusReserved {
 		t.Errorf("outcomes %v, want SKU-A's order reserved alone", r)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/order"
 )
 
 // orderIDs names the orders of batch for an error: "order o-1", or "3 orders of SKU-1 (o-1 ...)".
@@ -26,7 +27,7 @@ func orderIDs(batch []*queued) string {
 // commit round, with the other orders decided meanwhile. On one Redis
 // (without replica acks) a basket is reserved in that round too: its script goes in the round's pipeline
 // with the batches' (Store.BatchesBaskets).
-func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section) error {
+func (h *Handler) decideOrder(msg *message.Message, o order.Order, sec *lockmw.Section) error {
 	ctx := msg.Context()
 	var fences inventory.Fences
 	q := &queued{msg: msg, order: o}
@@ -39,7 +40,7 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 			}
 		}
 	}
-	if o.Kind() == TypeReserve && h.cfg.Store.BatchesBaskets() {
+	if o.Kind() == order.TypeReserve && h.cfg.Store.BatchesBaskets() {
 		return h.committer.reserveBasket(ctx, q, &inventory.Basket{OrderID: o.OrderID, Lines: o.Lines, Fences: fences})
 	}
 	out, err := h.storeCall(ctx, o, fences)
@@ -54,19 +55,19 @@ func (h *Handler) decideOrder(msg *message.Message, o Order, sec *lockmw.Section
 }
 
 // storeCall runs the store call of o's type.
-func (h *Handler) storeCall(ctx context.Context, o Order, fences inventory.Fences) (inventory.OrderOutcome, error) {
+func (h *Handler) storeCall(ctx context.Context, o order.Order, fences inventory.Fences) (inventory.OrderOutcome, error) {
 	switch o.Kind() {
-	case TypeCancel:
+	case order.TypeCancel:
 		return h.cfg.Store.Cancel(ctx, o.OrderID, o.SKU, fences)
-	case TypeFulfil:
+	case order.TypeFulfil:
 		return h.cfg.Store.Fulfil(ctx, o.OrderID, o.SKU, fences)
 	}
 	return h.cfg.Store.ReserveLines(ctx, o.OrderID, o.Lines, fences)
 }
 
 // resultMessage is the outcome event of r, continuing the trace of the order's context.
-func (h *Handler) resultMessage(ctx context.Context, r Result) (*message.Message, error) {
-	payload, ok := r.appendFlat(make([]byte, 0, 256))
+func (h *Handler) resultMessage(ctx context.Context, r order.Result) (*message.Message, error) {
+	payload, ok := r.AppendJSON(make([]byte, 0, 256))
 	if !ok {
 		var err error
 		if payload, err = json.Marshal(r); err != nil {
@@ -85,7 +86,7 @@ func (h *Handler) resultMessage(ctx context.Context, r Result) (*message.Message
 func asHandlerError(err error) error {
 	switch {
 	case errors.Is(err, inventory.ErrOrderConflict):
-		return fmt.Errorf("%w: %w", ErrBadInput, err)
+		return fmt.Errorf("%w: %w", order.ErrBadInput, err)
 	case errors.Is(err, inventory.ErrLocked):
 		return fmt.Errorf("%w: %w", lockmw.ErrLocked, err)
 	}

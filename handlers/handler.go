@@ -11,9 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // Store decides orders: *inventory.Store, or a wrapper around it (the fault tests' history recorder).
@@ -21,10 +22,10 @@ type Store interface {
 	ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult
 	// BatchesBaskets: ReserveBatches reserves a basket in its pipeline (one round trip with the batches).
 	BatchesBaskets() bool
-	ReserveLines(ctx context.Context, orderID string, lines []inventory.Line, fences inventory.Fences) (inventory.OrderOutcome, error)
+	ReserveLines(ctx context.Context, orderID string, lines []order.Line, fences inventory.Fences) (inventory.OrderOutcome, error)
 	Cancel(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)
 	Fulfil(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error)
-	Lines(ctx context.Context, orderID, sku string) ([]inventory.Line, error)
+	Lines(ctx context.Context, orderID, sku string) ([]order.Line, error)
 }
 
 // Config is what the handler needs.
@@ -34,8 +35,8 @@ type Config struct {
 	// Redis takes the outcome events. Required.
 	Redis redis.UniversalClient
 	// Partitions are the streams of the orders' partitions: an order's outcome goes to the results stream
-	// of the partition its entry was read from (stream.EntryPartition).
-	Partitions []stream.Partition
+	// of the partition its entry was read from (redisstream.EntryPartition).
+	Partitions []order.Partition
 	// Group is the consumer group the orders are read in: an outcome is published only for an entry still
 	// pending to Consumer in it. Required.
 	Group string
@@ -74,7 +75,7 @@ type Handler struct {
 
 // New returns the handler of cfg.
 func New(cfg Config) *Handler {
-	h := &Handler{cfg: cfg, server: stream.ServerAttributes(cfg.Redis)}
+	h := &Handler{cfg: cfg, server: redisstream.ServerAttributes(cfg.Redis)}
 	h.committer = &committer{round: h.decideRound}
 	h.combiner = newCombiner(cfg.MaxWait, h.committer.decide)
 	return h
@@ -88,11 +89,11 @@ func New(cfg Config) *Handler {
 // is retried).
 func (h *Handler) Decode(next message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		o, err := DecodeOrder(msg.Payload)
+		o, err := order.Decode(msg.Payload)
 		if err != nil {
 			return nil, err
 		}
-		if o.Kind() != TypeReserve {
+		if o.Kind() != order.TypeReserve {
 			if o.Lines, err = h.linesOf(msg, o); err != nil {
 				return nil, fmt.Errorf("%s order %s: %w", o.Kind(), o.OrderID, err)
 			}
@@ -111,7 +112,7 @@ func (h *Handler) Decode(next message.HandlerFunc) message.HandlerFunc {
 // handed back; with none pending, every earlier entry was decided, so the last look finds the order if it
 // was among them. (Handed back at once, a run of such events in one partition, claimed together, was
 // decided one per claim round: each found the one before it pending.)
-func (h *Handler) linesOf(msg *message.Message, o Order) ([]inventory.Line, error) {
+func (h *Handler) linesOf(msg *message.Message, o order.Order) ([]order.Line, error) {
 	ctx := msg.Context()
 	deadline := time.Now().Add(earlierPendingWait)
 	for pause := earlierPendingPoll; ; pause *= 2 {
@@ -178,14 +179,14 @@ func (h *Handler) Handle(msg *message.Message) ([]*message.Message, error) {
 // its locks). A cancel or fulfil always takes its locks.
 func (h *Handler) Elidable(msg *message.Message) bool {
 	o, err := OrderOf(msg)
-	return err == nil && (o.Single() || o.Kind() == TypeReserve && !h.cfg.Cluster)
+	return err == nil && (o.Single() || o.Kind() == order.TypeReserve && !h.cfg.Cluster)
 }
 
 // OrderOf returns the order of a message that Decode decoded.
-func OrderOf(msg *message.Message) (Order, error) {
+func OrderOf(msg *message.Message) (order.Order, error) {
 	o, ok := OrderFrom(msg.Context())
 	if !ok {
-		return o, fmt.Errorf("%w: message %s was not decoded", ErrBadInput, msg.UUID)
+		return o, fmt.Errorf("%w: message %s was not decoded", order.ErrBadInput, msg.UUID)
 	}
 	return o, nil
 }

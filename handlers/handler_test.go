@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -27,13 +28,13 @@ func TestACancelWaitsForTheEarlierEntryItsOrderIsIn(t *testing.T) {
 	h := New(Config{Store: store, Redis: rdb, EarlierPending: func(context.Context, *message.Message) (bool, error) {
 		n := looks.Add(1)
 		if n == decideOnLook {
-			if _, err := store.ReserveLines(ctx, "o-1", []inventory.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
+			if _, err := store.ReserveLines(ctx, "o-1", []order.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
 				t.Error(err)
 			}
 		}
 		return n <= decideOnLook, nil
 	}})
-	var got []inventory.Line
+	var got []order.Line
 	decode := h.Decode(func(msg *message.Message) ([]*message.Message, error) {
 		o, err := OrderOf(msg)
 		got = o.Lines
@@ -70,12 +71,12 @@ func TestACancelLooksOnceMoreWhenNoEarlierEntryIsPending(t *testing.T) {
 	}
 	h := New(Config{Store: store, Redis: rdb, EarlierPending: func(context.Context, *message.Message) (bool, error) {
 		// The earlier entry is decided as the pending entries are read: none is pending now.
-		if _, err := store.ReserveLines(ctx, "o-1", []inventory.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
+		if _, err := store.ReserveLines(ctx, "o-1", []order.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
 			t.Error(err)
 		}
 		return false, nil
 	}})
-	var got []inventory.Line
+	var got []order.Line
 	decode := h.Decode(func(msg *message.Message) ([]*message.Message, error) {
 		o, err := OrderOf(msg)
 		got = o.Lines

@@ -10,11 +10,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // publish sends the outcome events results of batch's orders (by the batch's order) to their partitions'
-// results streams: one script call per partition (stream.Commit: one slot on a cluster), all in one
+// results streams: one script call per partition (redisstream.Commit: one slot on a cluster), all in one
 // pipeline, each writing nothing unless its checks pass. The entries are acked afterwards, when the router
 // acks the orders' messages: never before their outcomes are in Redis. An order whose entry is no longer
 // pending to this consumer (claimed by another while this round stalled) gets no event from this round, and
@@ -27,7 +28,7 @@ import (
 func (h *Handler) publish(ctx context.Context, batch []*queued, results []*message.Message) []error {
 	errs, noScript := h.commit(ctx, batch, results)
 	if noScript { // Redis restarted, or a node never ran it: the calls wrote nothing
-		if err := stream.CommitScript.Load(ctx, h.cfg.Redis).Err(); err != nil {
+		if err := redisstream.CommitScript.Load(ctx, h.cfg.Redis).Err(); err != nil {
 			return slices.Repeat([]error{err}, len(batch))
 		}
 		errs, _ = h.commit(ctx, batch, results)
@@ -39,12 +40,12 @@ func (h *Handler) publish(ctx context.Context, batch []*queued, results []*messa
 func (h *Handler) commit(ctx context.Context, batch []*queued, results []*message.Message) (errs []error, noScript bool) {
 	pipe := h.cfg.Redis.Pipeline()
 	parts := h.byPartition(batch)
-	commits := make([]*stream.Commit, len(parts))
+	commits := make([]*redisstream.Commit, len(parts))
 	for i, part := range parts {
-		commits[i] = &stream.Commit{Orders: part.Orders, Results: part.Results, Group: h.cfg.Group,
+		commits[i] = &redisstream.Commit{Orders: part.Orders, Results: part.Results, Group: h.cfg.Group,
 			Consumer: h.consumer(), MaxLen: h.cfg.ResultsMaxLen, Server: h.server}
 		for _, k := range part.orders {
-			if err := commits[i].Add(stream.EntryID(part.batch[k].msg), results[k]); err != nil {
+			if err := commits[i].Add(redisstream.EntryID(part.batch[k].msg), results[k]); err != nil {
 				return slices.Repeat([]error{err}, len(batch)), false
 			}
 		}
@@ -76,16 +77,16 @@ func (h *Handler) noteClaimed(part partitionBatch, owned []bool) {
 		if !own {
 			q := part.batch[part.orders[i]]
 			cmp.Or(h.cfg.Logger, slog.Default()).WarnContext(q.msg.Context(), "outcome not published: the entry was claimed by another consumer while this round stalled",
-				"order_id", q.order.OrderID, "entry", stream.EntryID(q.msg), "stream", part.Orders)
+				"order_id", q.order.OrderID, "entry", redisstream.EntryID(q.msg), "stream", part.Orders)
 		}
 	}
 }
 
 // ErrClaimed fails the orders of a round whose entries another consumer claimed before the round could
 // publish their outcomes (this worker stalled past CLAIM_IDLE): the claimer settles them. Their messages are
-// nacked, not acked (stream.ErrLeftPending): an ack would take the entry from the claimer, which would then
+// nacked, not acked (redisstream.ErrLeftPending): an ack would take the entry from the claimer, which would then
 // publish nothing for it.
-var ErrClaimed = fmt.Errorf("handlers: the entry was claimed by another consumer meanwhile: %w", stream.ErrLeftPending)
+var ErrClaimed = fmt.Errorf("handlers: the entry was claimed by another consumer meanwhile: %w", redisstream.ErrLeftPending)
 
 // claimed is ErrClaimed when the j-th order of a commit was not owned, else nil.
 func claimed(owned []bool, j int) error {
@@ -101,7 +102,7 @@ func (h *Handler) consumer() string { return cmp.Or(h.cfg.Consumer, h.cfg.Worker
 // partitionBatch is the orders of a batch read from one partition (normally all of them: a SKU's orders
 // go to one partition, unless a producer routed one elsewhere), by their index in the batch.
 type partitionBatch struct {
-	stream.Partition
+	order.Partition
 	batch  []*queued
 	orders []int
 }
@@ -110,7 +111,7 @@ type partitionBatch struct {
 func (h *Handler) byPartition(batch []*queued) []partitionBatch {
 	var parts []partitionBatch
 	for i, q := range batch {
-		part := h.cfg.Partitions[stream.EntryPartition(q.msg)]
+		part := h.cfg.Partitions[redisstream.EntryPartition(q.msg)]
 		j := slices.IndexFunc(parts, func(b partitionBatch) bool { return b.Index == part.Index })
 		if j < 0 {
 			parts, j = append(parts, partitionBatch{Partition: part, batch: batch}), len(parts)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -14,6 +12,8 @@ import (
 
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -30,7 +30,6 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 5); err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	parts := cfg.Partitions()
 	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Cluster: true, Worker: "w", Consumer: "c"})
 	home := parts[cfg.PartitionOf("SKU-1")]
@@ -41,14 +40,14 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 			break
 		}
 	}
-	for _, p := range []stream.Partition{home, away} {
+	for _, p := range []order.Partition{home, away} {
 		if err := rdb.XGroupCreateMkStream(ctx, p.Orders, "g", "0").Err(); err != nil {
 			t.Fatal(err)
 		}
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", fmt.Sprintf("o-%d", p.Index)}})
 	}
-	sub, err := stream.NewSubscriber(rdb, stream.SubscriberConfig{Partitions: parts, Group: "g", Consumer: "c",
-		PoisonMaxLen: 100, ClaimIdle: 30 * time.Second, Logger: logger, ReplayFrom: func(time.Time) string { return "0" }})
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
+		Partitions: len(parts), PoisonTopic: "poison", PoisonMaxLen: 100, NackLeavesPending: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +64,7 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("read %d of the 2 entries within 10 s", len(batch))
 		}
-		o := Order{OrderID: string(msg.Payload), SKU: "SKU-1", Quantity: 1}
+		o := order.Order{OrderID: string(msg.Payload), SKU: "SKU-1", Quantity: 1}
 		batch = append(batch, &queued{msg: msg, order: o, since: time.Now()})
 	}
 
@@ -78,13 +77,13 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 	if err := sub.FlushAcks(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []stream.Partition{home, away} {
+	for _, p := range []order.Partition{home, away} {
 		results := rdb.XRange(ctx, p.Results, "-", "+").Val()
-		var r Result
+		var r order.Result
 		if len(results) == 1 {
 			_ = json.Unmarshal([]byte(results[0].Values["payload"].(string)), &r)
 		}
-		if len(results) != 1 || r.OrderID != fmt.Sprintf("o-%d", p.Index) || r.Status != inventory.StatusReserved {
+		if len(results) != 1 || r.OrderID != fmt.Sprintf("o-%d", p.Index) || r.Status != order.StatusReserved {
 			t.Errorf("%s: %v, want the reserved outcome of o-%d alone", p.Results, results, p.Index)
 		}
 		if n := rdb.XPending(ctx, p.Orders, "g").Val().Count; n != 0 {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -28,7 +28,7 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 	waitWaiting(t, e, 1)
 	// The round is stalled in its stock scripts; another consumer claims SKU-A's entry, as after CLAIM_IDLE.
 	if err := e.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: e.parts[0].Orders, Group: "g", Consumer: "other",
-		Messages: []string{stream.EntryID(claimed[0].msg)}}).Err(); err != nil {
+		Messages: []string{redisstream.EntryID(claimed[0].msg)}}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	close(e.store.gate)
@@ -38,7 +38,7 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 			failed = append(failed, err)
 		}
 	}
-	if len(failed) != 1 || !errors.Is(failed[0], ErrClaimed) || !errors.Is(failed[0], stream.ErrLeftPending) {
+	if len(failed) != 1 || !errors.Is(failed[0], ErrClaimed) || !errors.Is(failed[0], redisstream.ErrLeftPending) {
 		t.Fatalf("round errors %v, want ErrClaimed for the order claimed meanwhile alone (nacked: the claimer's to settle)", failed)
 	}
 	got := e.outcomes(t)

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -29,7 +30,7 @@ func BenchmarkReserve(b *testing.B) {
 		for pb.Next() {
 			// A constant token: the fence is checked on every call, as under a lock.
 			o, err := store.Reserve(ctx, inventory.Order{ID: "o-" + strconv.FormatInt(next.Add(1), 10), SKU: "SKU-1", Quantity: 1}, 1)
-			if err != nil || o.Status != inventory.StatusReserved {
+			if err != nil || o.Status != order.StatusReserved {
 				b.Errorf("reserve: %+v, %v", o, err)
 				return
 			}
@@ -62,7 +63,7 @@ func benchmarkReserveBatch(b *testing.B, size int) {
 				batch[i] = inventory.Order{ID: "o-" + strconv.FormatInt(next.Add(1), 10), SKU: "SKU-1", Quantity: 1}
 			}
 			outs, err := store.ReserveBatch(ctx, batch, 1)
-			if err != nil || outs[size-1].Status != inventory.StatusReserved {
+			if err != nil || outs[size-1].Status != order.StatusReserved {
 				b.Errorf("reserve batch: %+v, %v", outs, err)
 				return
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -99,7 +100,7 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 func TestElideLockNeedsWithLockElision(t *testing.T) {
 	store := inventory.New(redistest.Start(t).Client(), inventory.WithFenceCounter(rlock.TokenKey))
 	_, err := store.ReserveBatch(context.Background(), batchOf("P", inventory.Order{ID: "o-1", Quantity: 1}), inventory.ElideLock)
-	if !errors.Is(err, inventory.ErrInvalid) {
+	if !errors.Is(err, order.ErrInvalid) {
 		t.Fatalf("got %v, want ErrInvalid", err)
 	}
 }
@@ -116,7 +117,7 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	elide := inventory.Fences{"A": inventory.ElideLock, "B": inventory.ElideLock}
 
 	out, err := store.ReserveLines(ctx, "o-1", lines("A", 2, "B", 3), elide)
-	if err != nil || out.Status != inventory.StatusReserved || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
+	if err != nil || out.Status != order.StatusReserved || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
 		t.Fatalf("elided basket: %+v, %v; want reserved, A under token 1, B under 5", out, err)
 	}
 	want(t, stock(t, rdb, "A"), map[string]string{"available": "8", "reserved": "2", "fence": "1", "elided": "1:0"})
@@ -153,15 +154,15 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	// A rejected basket is decided under its tokens too: the fences, raised by the elided basket with no
 	// acquisition since, are kept.
 	out, err = store.ReserveLines(ctx, "o-4", lines("A", 1, "B", 50), elide)
-	if err != nil || out.Status != inventory.StatusRejected || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
+	if err != nil || out.Status != order.StatusRejected || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
 		t.Fatalf("short basket: %+v, %v; want rejected under tokens 1 and 5", out, err)
 	}
 
 	// ElideLock on some lines only is invalid; a lifecycle call never elides.
-	if _, err := store.ReserveLines(ctx, "o-5", lines("A", 1, "B", 1), inventory.Fences{"A": inventory.ElideLock, "B": 6}); !errors.Is(err, inventory.ErrInvalid) {
+	if _, err := store.ReserveLines(ctx, "o-5", lines("A", 1, "B", 1), inventory.Fences{"A": inventory.ElideLock, "B": 6}); !errors.Is(err, order.ErrInvalid) {
 		t.Fatalf("ElideLock on one line of two: %v, want ErrInvalid", err)
 	}
-	if _, err := store.Cancel(ctx, "o-1", "A", elide); !errors.Is(err, inventory.ErrInvalid) {
+	if _, err := store.Cancel(ctx, "o-1", "A", elide); !errors.Is(err, order.ErrInvalid) {
 		t.Fatalf("an elided cancel: %v, want ErrInvalid", err)
 	}
 }
@@ -182,7 +183,7 @@ func TestAnElidedBasketBegunLineByLineTakesItsLocks(t *testing.T) {
 	}
 	checkUntouched(t, rdb, "B", beforeB, keys)
 	out, err := store.ReserveLines(ctx, "o-2", lines("A", 1, "B", 1), inventory.Fences{"A": 7, "B": 7})
-	if err != nil || out.Status != inventory.StatusReserved || !out.Lines[0].Replayed || out.Lines[1].Replayed {
+	if err != nil || out.Status != order.StatusReserved || !out.Lines[0].Replayed || out.Lines[1].Replayed {
 		t.Fatalf("under its locks: %+v, %v; want the first line replayed, the second reserved", out, err)
 	}
 }

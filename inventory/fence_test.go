@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -117,7 +118,7 @@ func TestAnElidedBatchGoesPastTheLastHoldersToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	outs, err := store.ReserveBatch(ctx, batchOf("A", inventory.Order{ID: "o-1", Quantity: 2}), inventory.ElideLock)
-	if err != nil || outs[0].Status != inventory.StatusReserved || outs[0].Fence != 8 {
+	if err != nil || outs[0].Status != order.StatusReserved || outs[0].Fence != 8 {
 		t.Fatalf("elided batch: %+v, %v; want reserved under token 8", outs, err)
 	}
 	if st, _ := store.Get(ctx, "A"); st.Fence != 8 || rdb.Get(ctx, rlock.TokenKey("A")).Val() != "7" {

@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 // DefaultOutcomeTTL is how long the outcome of an order is kept: 7 days.
 const DefaultOutcomeTTL = 7 * 24 * time.Hour
 
 var (
-	// ErrInvalid is wrapped by every input error; the message names the field and its value.
-	ErrInvalid = errors.New("inventory: invalid")
 	// ErrStaleFence means the fencing token is below the highest one the SKU has seen.
 	ErrStaleFence = errors.New("inventory: stale fencing token")
 	// ErrNotReserved means Release found no reservation to give back.
@@ -32,7 +32,7 @@ var (
 	// ErrOrderConflict means the order id was used before by another order (other SKUs, a basket for a
 	// single-SKU order or the reverse): its records are not this order's to replay. Nothing was written;
 	// retrying cannot help. It wraps ErrInvalid.
-	ErrOrderConflict = fmt.Errorf("%w order: its order id was used by another order", ErrInvalid)
+	ErrOrderConflict = fmt.Errorf("%w order: its order id was used by another order", order.ErrInvalid)
 	// ErrLocked means ReserveBatch with ElideLock found the SKU's lock held: nothing was written; take the
 	// lock and decide under its token.
 	ErrLocked = errors.New("inventory: the sku's lock is held")
@@ -42,46 +42,13 @@ var (
 	ErrSlotMoving = errors.New("inventory: the sku's cluster slot is being moved")
 )
 
-// Status is what happened to an order.
-type Status string
-
-// The statuses of an Outcome.
-const (
-	StatusReserved Status = "reserved"
-	StatusRejected Status = "rejected"
-	StatusReleased Status = "released"
-	// A reserved order cancelled (Cancel): its stock went back to available.
-	StatusCancelled Status = "cancelled"
-	// A reserved order fulfilled (Fulfil): its stock left reserved for good.
-	StatusFulfilled Status = "fulfilled"
-)
-
-// Reason says why an order was rejected.
-type Reason string
-
-// The reasons of a rejected Outcome; a reserved or released one has none.
-const (
-	ReasonInsufficientStock Reason = "insufficient_stock"
-	ReasonUnknownSKU        Reason = "unknown_sku"
-	// A line of a basket that would have fitted, rejected with its basket because another line did not.
-	ReasonOtherLine Reason = "other_line_rejected"
-	// Lifecycle events (Cancel, Fulfil) that cannot apply to the order as recorded.
-	ReasonUnknownOrder     Reason = "unknown_order"     // no order of that id has a record for the SKU
-	ReasonNotReserved      Reason = "not_reserved"      // the order was rejected
-	ReasonAlreadyCancelled Reason = "already_cancelled" // a fulfil after a cancel
-	ReasonAlreadyFulfilled Reason = "already_fulfilled" // a cancel after a fulfil
-	// The reason of a cancelled Outcome whose cancel came before the order was reserved (Cancel): the order,
-	// when it comes, reserves nothing.
-	ReasonCancelledEarly Reason = "cancelled_early"
-)
-
 // Outcome is the decision recorded for an order. Its JSON field names are those of the outcome event.
 type Outcome struct {
-	OrderID  string `json:"order_id"`
-	SKU      string `json:"sku"`
-	Quantity int64  `json:"quantity"`
-	Status   Status `json:"status"`
-	Reason   Reason `json:"reason"`
+	OrderID  string       `json:"order_id"`
+	SKU      string       `json:"sku"`
+	Quantity int64        `json:"quantity"`
+	Status   order.Status `json:"status"`
+	Reason   order.Reason `json:"reason"`
 	// AvailableAfter is the available stock right after the operation, or when it was rejected.
 	AvailableAfter int64 `json:"available_after"`
 	// Fence is the fencing token the operation ran with, 0 when unfenced.

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -86,8 +87,8 @@ func TestOutcomeRecordLayoutAndTTL(t *testing.T) {
 }
 
 func TestOutcomeJSONUsesTheEventFieldNames(t *testing.T) {
-	b, err := json.Marshal(inventory.Outcome{OrderID: "o-1", SKU: "S", Quantity: 2, Status: inventory.StatusRejected,
-		Reason: inventory.ReasonInsufficientStock, AvailableAfter: 1, Fence: 3})
+	b, err := json.Marshal(inventory.Outcome{OrderID: "o-1", SKU: "S", Quantity: 2, Status: order.StatusRejected,
+		Reason: order.ReasonInsufficientStock, AvailableAfter: 1, Fence: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

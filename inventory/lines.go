@@ -11,14 +11,12 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// MaxLines is the most lines one order may have: 50.
-const MaxLines = 50
+	"github.com/stockflow/stockflow/order"
+)
 
 var (
 	//go:embed reserve_lines.lua
@@ -49,46 +47,14 @@ st[4] = (rec and string.find(rec, '"early":true', 1, true)) and 1 or 0
 return st`)
 )
 
-// Line is one SKU of an order with several (a basket) and how many of it.
-type Line struct {
-	SKU      string `json:"sku"`
-	Quantity int64  `json:"quantity"`
-}
-
-// MergeLines checks the lines of a basket, adds up the lines of the same SKU and sorts them by SKU: the
-// order in which a basket's locks are taken and its lines written. An error wraps ErrInvalid and names the
-// line (1-based, as given).
-func MergeLines(lines []Line) ([]Line, error) {
-	if err := checkRange("number of lines", int64(len(lines)), 1, MaxLines); err != nil {
-		return nil, err
-	}
-	merged := make([]Line, 0, len(lines))
-	for i, l := range lines {
-		if err := cmp.Or(ValidateSKU(l.SKU), ValidateQuantity(l.Quantity)); err != nil {
-			return nil, fmt.Errorf("line %d: %w", i+1, err)
-		}
-		j := slices.IndexFunc(merged, func(m Line) bool { return m.SKU == l.SKU })
-		if j < 0 {
-			merged = append(merged, l)
-			continue
-		}
-		if merged[j].Quantity += l.Quantity; merged[j].Quantity > MaxQuantity {
-			return nil, fmt.Errorf("%w quantity of sku %s: its lines add up to %d, over %d (line %d)",
-				ErrInvalid, quote(l.SKU), merged[j].Quantity, MaxQuantity, i+1)
-		}
-	}
-	slices.SortFunc(merged, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
-	return merged, nil
-}
-
 // OrderOutcome is the decision recorded for an order with lines, or for a lifecycle event (Cancel,
 // Fulfil) of any order.
 type OrderOutcome struct {
 	OrderID string
 	// Status: reserved when every line is; rejected when the basket or the event was refused; cancelled or
 	// fulfilled when every line is.
-	Status Status
-	Reason Reason
+	Status order.Status
+	Reason order.Reason
 	// SKU is the line that decided a rejection ("" otherwise).
 	SKU string
 	// Lines are the lines' outcomes, sorted by SKU; a lifecycle event refused as a whole has none.
@@ -103,7 +69,7 @@ type Fences map[string]int64
 // basket is the order a call is about: its id, its lines (sorted by SKU) and their fences.
 type basket struct {
 	id     string
-	lines  []Line
+	lines  []order.Line
 	fences Fences
 }
 
@@ -127,7 +93,7 @@ func (b basket) elided() bool { return len(b.lines) > 0 && b.fences[b.lines[0].S
 // locks itself, as ReserveBatch does, when none of them is held. ErrLocked, with nothing written, says
 // that one is held, or that the basket cannot be decided in one script (a cluster, a saga begun, a cancel
 // that came first): take the locks and call again with their tokens.
-func (s *Store) ReserveLines(ctx context.Context, orderID string, lines []Line, fences Fences) (OrderOutcome, error) {
+func (s *Store) ReserveLines(ctx context.Context, orderID string, lines []order.Line, fences Fences) (OrderOutcome, error) {
 	b := basket{orderID, lines, fences}
 	if err := s.checkLines(&b, s.minFence); err != nil {
 		return OrderOutcome{}, err
@@ -261,7 +227,7 @@ func incrementable(v string) bool {
 // stopsSaga: a line whose outcome decides the basket is not reserved: rejected on its own, or cancelled
 // (a cancel came while a crash had left the basket half reserved).
 func stopsSaga(out Outcome) bool {
-	return out.Status == StatusCancelled || out.Status == StatusRejected && out.Reason != ReasonOtherLine
+	return out.Status == order.StatusCancelled || out.Status == order.StatusRejected && out.Reason != order.ReasonOtherLine
 }
 
 // undoSaga gives back the reserved lines of outs (the lines up to the one that stopped the saga) and
@@ -269,7 +235,7 @@ func stopsSaga(out Outcome) bool {
 func (s *Store) undoSaga(ctx context.Context, b basket, outs []Outcome) ([]Outcome, error) {
 	last := outs[len(outs)-1]
 	for i, out := range outs {
-		if out.Status != StatusReserved {
+		if out.Status != order.StatusReserved {
 			continue
 		}
 		undone, err := s.transition(ctx, "abort", b, i)
@@ -292,7 +258,7 @@ func (s *Store) undoSaga(ctx context.Context, b basket, outs []Outcome) ([]Outco
 // cancel wrote every line's record, which this replays), or else rejected with it, recorded so that a
 // cancel naming that line finds the order rejected rather than unknown.
 func (s *Store) restOfSaga(ctx context.Context, b basket, i int, last Outcome) (Outcome, error) {
-	op := cmp.Or(map[Status]string{StatusCancelled: "cancel"}[last.Status], "abort")
+	op := cmp.Or(map[order.Status]string{order.StatusCancelled: "cancel"}[last.Status], "abort")
 	outs, err := s.transition(ctx, op, b, i)
 	if err != nil {
 		return Outcome{}, err
@@ -302,15 +268,15 @@ func (s *Store) restOfSaga(ctx context.Context, b basket, i int, last Outcome) (
 
 // Lines returns the lines of the order orderID that has a record for sku (any one of its SKUs), sorted
 // by SKU: a basket's lines, or a single-SKU order's one line. No record fails with ErrUnknownOrder.
-func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]Line, error) {
+func (s *Store) Lines(ctx context.Context, orderID, sku string) ([]order.Line, error) {
 	lines, _, err := s.linesOf(ctx, orderID, sku)
 	return lines, err
 }
 
 // linesOf is Lines, and the records it read on the way, by SKU (for records, which need not read them
 // again).
-func (s *Store) linesOf(ctx context.Context, orderID, sku string) ([]Line, map[string]lineRecord, error) {
-	if err := cmp.Or(ValidateOrderID(orderID), ValidateSKU(sku)); err != nil {
+func (s *Store) linesOf(ctx context.Context, orderID, sku string) ([]order.Line, map[string]lineRecord, error) {
+	if err := cmp.Or(order.ValidateOrderID(orderID), order.ValidateSKU(sku)); err != nil {
 		return nil, nil, err
 	}
 	rec, err := s.record(ctx, orderID, sku)
@@ -324,10 +290,10 @@ func (s *Store) linesOf(ctx context.Context, orderID, sku string) ([]Line, map[s
 	case rec.Lines != nil: // the basket's least SKU
 		return rec.Lines, read, nil
 	case rec.Anchor == "": // a single-SKU order
-		return []Line{{SKU: sku, Quantity: rec.Quantity}}, read, nil
+		return []order.Line{{SKU: sku, Quantity: rec.Quantity}}, read, nil
 	}
 	anchor, err := s.record(ctx, orderID, rec.Anchor)
-	if err == nil && !slices.ContainsFunc(anchor.Lines, func(l Line) bool { return l.SKU == sku }) {
+	if err == nil && !slices.ContainsFunc(anchor.Lines, func(l order.Line) bool { return l.SKU == sku }) {
 		err = fmt.Errorf("%w: the record of order %q for sku %q does not list sku %q among its lines", ErrCorrupt,
 			orderID, rec.Anchor, sku)
 	}
@@ -344,11 +310,11 @@ var errCancelledEarly = errors.New("cancelled before it came")
 
 // lineRecord is what Lines and the lifecycle's refusals read of an outcome record.
 type lineRecord struct {
-	Status   Status `json:"status"`
-	Early    bool   `json:"early"` // written by a cancel that came before the order (cancelEarly)
-	Quantity int64  `json:"quantity"`
-	Lines    []Line `json:"lines"`  // on a basket's first SKU
-	Anchor   string `json:"anchor"` // on its other SKUs: the first
+	Status   order.Status `json:"status"`
+	Early    bool         `json:"early"` // written by a cancel that came before the order (cancelEarly)
+	Quantity int64        `json:"quantity"`
+	Lines    []order.Line `json:"lines"`  // on a basket's first SKU
+	Anchor   string       `json:"anchor"` // on its other SKUs: the first
 }
 
 func (s *Store) record(ctx context.Context, orderID, sku string) (lineRecord, error) {
@@ -404,9 +370,9 @@ func (s *Store) lifecycle(ctx context.Context, op, orderID, sku string, fences F
 	case errors.Is(err, ErrUnknownOrder) && op == "cancel":
 		return s.cancelEarly(ctx, orderID, sku, fences)
 	case errors.Is(err, errCancelledEarly): // a fulfil of an order cancelled before it came
-		return refused(orderID, sku, ReasonAlreadyCancelled), nil
+		return refused(orderID, sku, order.ReasonAlreadyCancelled), nil
 	case errors.Is(err, ErrUnknownOrder):
-		return refused(orderID, sku, ReasonUnknownOrder), nil
+		return refused(orderID, sku, order.ReasonUnknownOrder), nil
 	case err != nil:
 		return OrderOutcome{}, err
 	}
@@ -457,26 +423,26 @@ func (s *Store) cancelEarly(ctx context.Context, orderID, sku string, fences Fen
 	if err != nil {
 		return OrderOutcome{}, scriptError("cancel early", orderID, sku, fences[sku], err)
 	}
-	return OrderOutcome{OrderID: orderID, Status: StatusCancelled, Reason: ReasonCancelledEarly, SKU: sku,
+	return OrderOutcome{OrderID: orderID, Status: order.StatusCancelled, Reason: order.ReasonCancelledEarly, SKU: sku,
 		Replayed: created == 0}, nil
 }
 
-func refused(orderID, sku string, reason Reason) OrderOutcome {
-	return OrderOutcome{OrderID: orderID, Status: StatusRejected, Reason: reason, SKU: sku}
+func refused(orderID, sku string, reason order.Reason) OrderOutcome {
+	return OrderOutcome{OrderID: orderID, Status: order.StatusRejected, Reason: reason, SKU: sku}
 }
 
 // finishedStates reads the lines' recorded statuses ("" for none), after finishing the basket's reservation
 // when a crash stopped it midway (sagaStopped), as its redelivery would: the reservation may never come
 // back (poisoned after MAX_ATTEMPTS crashes), and op must neither wait for it nor leave the lines it
 // reserved. read are records read already (linesOf), by SKU.
-func (s *Store) finishedStates(ctx context.Context, op string, b basket, read map[string]lineRecord) ([]Status, error) {
+func (s *Store) finishedStates(ctx context.Context, op string, b basket, read map[string]lineRecord) ([]order.Status, error) {
 	recs, err := s.records(ctx, b, read)
 	if err == nil && sagaStopped(op, recs) && s.outlive(ctx, b, recs) {
 		if _, err = s.reserveLines(ctx, b); err == nil {
 			recs, err = s.records(ctx, b, nil)
 		}
 	}
-	states := make([]Status, len(recs))
+	states := make([]order.Status, len(recs))
 	for i, rec := range recs {
 		states[i] = rec.Status
 	}
@@ -518,24 +484,24 @@ func sagaStopped(op string, recs []lineRecord) bool {
 		end--
 	}
 	head := recs[:end] // the recorded lines, unless one without a record comes before a recorded one
-	if slices.ContainsFunc(head, notOfASaga) || !slices.ContainsFunc(head, hasStatus(StatusReserved)) {
+	if slices.ContainsFunc(head, notOfASaga) || !slices.ContainsFunc(head, hasStatus(order.StatusReserved)) {
 		return false
 	}
-	return slices.ContainsFunc(head, hasStatus(StatusRejected)) || (op == "fulfil" && end < len(recs))
+	return slices.ContainsFunc(head, hasStatus(order.StatusRejected)) || (op == "fulfil" && end < len(recs))
 }
 
 // notOfASaga: no reservation saga leaves a line so (nor one without a record before a recorded one).
 func notOfASaga(rec lineRecord) bool {
-	return rec.Status != StatusReserved && rec.Status != StatusRejected
+	return rec.Status != order.StatusReserved && rec.Status != order.StatusRejected
 }
 
-func hasStatus(st Status) func(lineRecord) bool {
+func hasStatus(st order.Status) func(lineRecord) bool {
 	return func(rec lineRecord) bool { return rec.Status == st }
 }
 
 // refusal decides from the lines' statuses why op cannot apply, if it cannot: the reason of the first rule
 // of op whose status a line has.
-func refusal(op string, states []Status) Reason {
+func refusal(op string, states []order.Status) order.Reason {
 	for _, r := range refusals[op] {
 		if slices.Contains(states, r.status) {
 			return r.reason
@@ -547,12 +513,12 @@ func refusal(op string, states []Status) Reason {
 // refusals are the rules of each op, first match first. A fulfil that finds a line without a record once
 // the reservation is finished finds a record expired (OUTCOME_TTL) while another line's was renewed.
 var refusals = map[string][]struct {
-	status Status
-	reason Reason
+	status order.Status
+	reason order.Reason
 }{
-	"cancel": {{StatusRejected, ReasonNotReserved}, {StatusFulfilled, ReasonAlreadyFulfilled}},
-	"fulfil": {{StatusRejected, ReasonNotReserved}, {StatusCancelled, ReasonAlreadyCancelled},
-		{StatusReleased, ReasonAlreadyCancelled}, {"", ReasonUnknownOrder}},
+	"cancel": {{order.StatusRejected, order.ReasonNotReserved}, {order.StatusFulfilled, order.ReasonAlreadyFulfilled}},
+	"fulfil": {{order.StatusRejected, order.ReasonNotReserved}, {order.StatusCancelled, order.ReasonAlreadyCancelled},
+		{order.StatusReleased, order.ReasonAlreadyCancelled}, {"", order.ReasonUnknownOrder}},
 }
 
 // records reads the record of each line (a zero one when it has none), but for those in read (by SKU).
@@ -591,7 +557,7 @@ func (s *Store) transition(ctx context.Context, op string, b basket, only int) (
 // checkLines checks an order's id, lines and fences (each at least minFence; ElideLock on every line or
 // none) before a call, and merges and sorts its lines (MergeLines).
 func (s *Store) checkLines(b *basket, minFence int64) (err error) {
-	if b.lines, err = MergeLines(b.lines); err != nil {
+	if b.lines, err = order.MergeLines(b.lines); err != nil {
 		return err
 	}
 	for _, l := range b.lines {
@@ -599,13 +565,13 @@ func (s *Store) checkLines(b *basket, minFence int64) (err error) {
 			return err
 		}
 		if (b.fences[l.SKU] == ElideLock) != b.elided() {
-			return fmt.Errorf("%w fences of order %q: ElideLock on some lines only", ErrInvalid, b.id)
+			return fmt.Errorf("%w fences of order %q: ElideLock on some lines only", order.ErrInvalid, b.id)
 		}
 		if _, locked := b.fences[l.SKU]; b.fences != nil && !locked {
 			return fmt.Errorf("%w: order %q has sku %q, which has no fence", ErrNotLocked, b.id, l.SKU)
 		}
 	}
-	return ValidateOrderID(b.id)
+	return order.ValidateOrderID(b.id)
 }
 
 // lineByLine: the store cannot run one script over keys of several slots (a cluster, or a test's
@@ -639,7 +605,7 @@ func (s *Store) linesCall(b basket) (keys []string, args []any) {
 
 // recordMembers are what the record of line i of a basket adds to an outcome record: on the first SKU the
 // order's lines, on the others the first SKU, so that Lines finds the whole order from any of its SKUs.
-func recordMembers(lines []Line, i int) string {
+func recordMembers(lines []order.Line, i int) string {
 	if i > 0 {
 		return `,"anchor":"` + lines[0].SKU + `"` // SKUs need no escaping (ValidateSKU)
 	}
@@ -673,12 +639,12 @@ func summarize(orderID string, outs []Outcome) OrderOutcome {
 	o := OrderOutcome{OrderID: orderID, Lines: outs,
 		Replayed: !slices.ContainsFunc(outs, func(out Outcome) bool { return !out.Replayed })}
 	o.Status = slices.MaxFunc(outs, func(a, b Outcome) int { return finality[a.Status] - finality[b.Status] }).Status
-	if o.Status != StatusRejected {
+	if o.Status != order.StatusRejected {
 		return o
 	}
-	o.Reason = ReasonOtherLine // a replay of a basket whose short line's record expired
+	o.Reason = order.ReasonOtherLine // a replay of a basket whose short line's record expired
 	if i := slices.IndexFunc(outs, func(out Outcome) bool {
-		return out.Status == StatusRejected && out.Reason != ReasonOtherLine
+		return out.Status == order.StatusRejected && out.Reason != order.ReasonOtherLine
 	}); i >= 0 {
 		o.Reason, o.SKU = outs[i].Reason, outs[i].SKU
 	}
@@ -686,4 +652,4 @@ func summarize(orderID string, outs []Outcome) OrderOutcome {
 }
 
 // finality orders the statuses of an order's lines: the order's status is its lines' most final.
-var finality = map[Status]int{StatusReserved: 0, StatusFulfilled: 1, StatusReleased: 2, StatusCancelled: 2, StatusRejected: 3}
+var finality = map[order.Status]int{order.StatusReserved: 0, order.StatusFulfilled: 1, order.StatusReleased: 2, order.StatusCancelled: 2, order.StatusRejected: 3}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -32,12 +33,12 @@ func seed(t *testing.T, store *inventory.Store, stock map[string]int64) {
 	}
 }
 
-func lines(skuQty ...any) []inventory.Line {
-	var ls []inventory.Line
+func lines(skuQty ...any) []order.Line {
+	var ls []order.Line
 	for i := 0; i < len(skuQty); i += 2 {
-		ls = append(ls, inventory.Line{SKU: skuQty[i].(string), Quantity: int64(skuQty[i+1].(int))})
+		ls = append(ls, order.Line{SKU: skuQty[i].(string), Quantity: int64(skuQty[i+1].(int))})
 	}
-	merged, err := inventory.MergeLines(ls)
+	merged, err := order.MergeLines(ls)
 	if err != nil {
 		panic(err)
 	}
@@ -89,18 +90,18 @@ func TestReserveLinesIsAllOrNothing(t *testing.T) {
 			}
 			// Every line of a rejected basket has its record, also those after the short one on a cluster:
 			// a cancel naming any of them finds the order rejected (not unknown, which it would remember).
-			if got, err := store.Cancel(ctx, "o-2", "C", nil); err != nil || got.Reason != inventory.ReasonNotReserved {
+			if got, err := store.Cancel(ctx, "o-2", "C", nil); err != nil || got.Reason != order.ReasonNotReserved {
 				t.Fatalf("cancel of o-2 naming C: %s, %v; want not_reserved", statuses(got), err)
 			}
 			got, err = store.ReserveLines(ctx, "o-3", lines("C", 1, "NOPE", 1), nil)
-			if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonUnknownSKU || got.SKU != "NOPE" {
+			if err != nil || got.Status != order.StatusRejected || got.Reason != order.ReasonUnknownSKU || got.SKU != "NOPE" {
 				t.Fatalf("o-3: %s, %v", statuses(got), err)
 			}
 			checkStock(t, store, map[string][2]int64{"A": {3, 2}, "B": {0, 1}, "C": {10, 0}})
 
 			// A redelivery replays, even with other quantities.
 			got, err = store.ReserveLines(ctx, "o-1", lines("A", 9, "B", 9), nil)
-			if err != nil || !got.Replayed || got.Status != inventory.StatusReserved || got.Lines[0].Quantity != 2 {
+			if err != nil || !got.Replayed || got.Status != order.StatusReserved || got.Lines[0].Quantity != 2 {
 				t.Fatalf("o-1 again: %s replayed %v, %v", statuses(got), got.Replayed, err)
 			}
 			got, err = store.ReserveLines(ctx, "o-2", lines("A", 1, "B", 1, "C", 1), nil)
@@ -147,7 +148,7 @@ var errCrash = errors.New("crashed")
 
 // reserveUntilCrash reserves order o-1's basket line by line with a store that crashes after line crashAt
 // (0-based), as a worker killed mid-saga, and fails the test unless it crashed there.
-func reserveUntilCrash(t *testing.T, rdb redis.UniversalClient, crashAt int, basket []inventory.Line) {
+func reserveUntilCrash(t *testing.T, rdb redis.UniversalClient, crashAt int, basket []order.Line) {
 	t.Helper()
 	crashing := inventory.New(rdb, inventory.WithCrashAfterLine(func(i int) error {
 		if i == crashAt {
@@ -188,7 +189,7 @@ func TestBasketSagaConvergesAfterACrashAtEveryLine(t *testing.T) {
 					t.Fatalf("after the crash: %s\nwant %s", s, prefixed(tc.want, p))
 				}
 				took := int64(0)
-				if got.Status == inventory.StatusReserved {
+				if got.Status == order.StatusReserved {
 					took = 1
 				}
 				checkStock(t, store, map[string][2]int64{p + "A": {5 - took, took}, p + "B": {5 - took, took},
@@ -262,7 +263,7 @@ func TestCancelAndFulfil(t *testing.T) {
 			}
 			// A redelivered reservation of a cancelled order replays the cancellation.
 			got, err := store.ReserveLines(ctx, "o-1", lines("A", 2, "B", 3), nil)
-			if err != nil || got.Status != inventory.StatusCancelled || !got.Replayed {
+			if err != nil || got.Status != order.StatusCancelled || !got.Replayed {
 				t.Fatalf("o-1 reserved again: %s replayed %v, %v", statuses(got), got.Replayed, err)
 			}
 			if _, err := store.Cancel(ctx, "o-2", "A", inventory.Fences{"A": 1}); !errors.Is(err, inventory.ErrNotLocked) {
@@ -287,7 +288,7 @@ func TestCancelOfAHalfReservedBasket(t *testing.T) {
 		t.Fatalf("cancel: %s, %v", statuses(got), err)
 	}
 	got, err = store.ReserveLines(ctx, "o-1", basket, nil)
-	if err != nil || got.Status != inventory.StatusCancelled {
+	if err != nil || got.Status != order.StatusCancelled {
 		t.Fatalf("redelivered basket: %s, %v", statuses(got), err)
 	}
 	checkStock(t, store, map[string][2]int64{"A": {5, 0}, "B": {5, 0}, "C": {5, 0}})
@@ -327,7 +328,7 @@ func TestLifecycleOfAStoppedBasketSaga(t *testing.T) {
 			basket := lines(p+"A", 1, p+"B", 2, p+"C", 3, p+"D", 1)
 			reserveUntilCrash(t, rdb, tc.crashAt, basket)
 			if tc.early {
-				if got, err := store.Cancel(ctx, "o-1", p+"D", nil); err != nil || got.Reason != inventory.ReasonCancelledEarly {
+				if got, err := store.Cancel(ctx, "o-1", p+"D", nil); err != nil || got.Reason != order.ReasonCancelledEarly {
 					t.Fatalf("cancel naming D: %s, %v; want cancelled early", statuses(got), err)
 				}
 			}
@@ -364,10 +365,10 @@ func TestAFulfilAfterRecordsExpiredReservesNothing(t *testing.T) {
 	store := inventory.New(rdb)
 	seed(t, store, map[string]int64{"A": 5, "B": 5, "C": 5})
 	basket := lines("A", 1, "B", 2, "C", 3)
-	if got, err := store.ReserveLines(ctx, "o-1", basket, nil); err != nil || got.Status != inventory.StatusReserved {
+	if got, err := store.ReserveLines(ctx, "o-1", basket, nil); err != nil || got.Status != order.StatusReserved {
 		t.Fatalf("reserve: %s, %v", statuses(got), err)
 	}
-	if got, err := store.Fulfil(ctx, "o-1", "A", nil); err != nil || got.Status != inventory.StatusFulfilled {
+	if got, err := store.Fulfil(ctx, "o-1", "A", nil); err != nil || got.Status != order.StatusFulfilled {
 		t.Fatalf("fulfil: %s, %v", statuses(got), err)
 	}
 	for _, sku := range []string{"B", "C"} {
@@ -376,7 +377,7 @@ func TestAFulfilAfterRecordsExpiredReservesNothing(t *testing.T) {
 		}
 	}
 	got, err := store.Fulfil(ctx, "o-1", "A", nil)
-	if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonUnknownOrder {
+	if err != nil || got.Status != order.StatusRejected || got.Reason != order.ReasonUnknownOrder {
 		t.Fatalf("fulfil after B's and C's records expired: %s, %v; want rejected/unknown_order", statuses(got), err)
 	}
 	for sku, want := range map[string]int64{"A": 1, "B": 2, "C": 3} {
@@ -397,7 +398,7 @@ func TestAStoppedSagaWithExpiringRecordsIsNotFinished(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := store.Fulfil(ctx, "o-1", "A", nil)
-	if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonUnknownOrder {
+	if err != nil || got.Status != order.StatusRejected || got.Reason != order.ReasonUnknownOrder {
 		t.Fatalf("fulfil of a stopped saga whose records expire: %s, %v; want rejected/unknown_order", statuses(got), err)
 	}
 	checkStock(t, store, map[string][2]int64{"A": {4, 1}, "B": {5, 0}, "C": {5, 0}})
@@ -417,23 +418,23 @@ func checkStockFulfilled(t *testing.T, store *inventory.Store, sku string, avail
 }
 
 func TestMergeLines(t *testing.T) {
-	got, err := inventory.MergeLines([]inventory.Line{{SKU: "B", Quantity: 1}, {SKU: "A", Quantity: 2}, {SKU: "B", Quantity: 3}})
+	got, err := order.MergeLines([]order.Line{{SKU: "B", Quantity: 1}, {SKU: "A", Quantity: 2}, {SKU: "B", Quantity: 3}})
 	if err != nil || fmt.Sprint(got) != "[{A 2} {B 4}]" {
 		t.Fatalf("MergeLines = %v, %v", got, err)
 	}
 	for _, tc := range []struct {
 		name    string
-		lines   []inventory.Line
+		lines   []order.Line
 		mention string
 	}{
 		{"no lines", nil, "number of lines 0"},
-		{"a bad SKU names its line", []inventory.Line{{SKU: "A", Quantity: 1}, {SKU: "a b", Quantity: 1}}, "line 2: "},
-		{"a zero quantity names its line", []inventory.Line{{SKU: "A", Quantity: 0}}, "line 1: "},
-		{"merged lines over the limit", []inventory.Line{{SKU: "A", Quantity: 600000}, {SKU: "A", Quantity: 600000}}, "add up to 1200000"},
-		{"51 lines", make([]inventory.Line, 51), "number of lines 51"},
+		{"a bad SKU names its line", []order.Line{{SKU: "A", Quantity: 1}, {SKU: "a b", Quantity: 1}}, "line 2: "},
+		{"a zero quantity names its line", []order.Line{{SKU: "A", Quantity: 0}}, "line 1: "},
+		{"merged lines over the limit", []order.Line{{SKU: "A", Quantity: 600000}, {SKU: "A", Quantity: 600000}}, "add up to 1200000"},
+		{"51 lines", make([]order.Line, 51), "number of lines 51"},
 	} {
-		_, err := inventory.MergeLines(tc.lines)
-		if !errors.Is(err, inventory.ErrInvalid) || !contains(err.Error(), tc.mention) {
+		_, err := order.MergeLines(tc.lines)
+		if !errors.Is(err, order.ErrInvalid) || !contains(err.Error(), tc.mention) {
 			t.Errorf("%s: err %v, want ErrInvalid mentioning %q", tc.name, err, tc.mention)
 		}
 	}
@@ -496,7 +497,7 @@ func TestAReusedOrderIDIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			outs, err := store.ReserveBatch(ctx, []inventory.Order{single}, 0)
-			if err != nil || outs[0].Status != inventory.StatusCancelled || !outs[0].Replayed {
+			if err != nil || outs[0].Status != order.StatusCancelled || !outs[0].Replayed {
 				t.Fatalf("o-2 redelivered after its cancel: %+v, %v; want the cancellation replayed", outs, err)
 			}
 		})
@@ -567,15 +568,15 @@ func TestACancelBeforeItsOrderIsRemembered(t *testing.T) {
 			seed(t, store, map[string]int64{"A": 10, "B": 10, "C": 10})
 			for _, c := range []struct{ id, sku string }{{"o-1", "A"}, {"o-2", "B"}, {"o-3", "C"}} {
 				got, err := store.Cancel(ctx, c.id, c.sku, nil)
-				if err != nil || got.Status != inventory.StatusCancelled || got.Reason != inventory.ReasonCancelledEarly || got.Replayed {
+				if err != nil || got.Status != order.StatusCancelled || got.Reason != order.ReasonCancelledEarly || got.Replayed {
 					t.Fatalf("early cancel of %s: %+v, %v", c.id, got, err)
 				}
 			}
-			if got, err := store.Cancel(ctx, "o-1", "A", nil); err != nil || got.Status != inventory.StatusCancelled || !got.Replayed {
+			if got, err := store.Cancel(ctx, "o-1", "A", nil); err != nil || got.Status != order.StatusCancelled || !got.Replayed {
 				t.Fatalf("second early cancel: %+v, %v; want the first replayed", got, err)
 			}
 			outs, err := store.ReserveBatch(ctx, []inventory.Order{{ID: "o-1", SKU: "A", Quantity: 2}}, 0)
-			if err != nil || outs[0].Status != inventory.StatusCancelled || outs[0].Reason != inventory.ReasonCancelledEarly {
+			if err != nil || outs[0].Status != order.StatusCancelled || outs[0].Reason != order.ReasonCancelledEarly {
 				t.Fatalf("o-1 after its cancel: %+v, %v; want cancelled", outs, err)
 			}
 			for _, id := range []string{"o-2", "o-3"} { // the cancel named the basket's first SKU, then its last
@@ -583,17 +584,17 @@ func TestACancelBeforeItsOrderIsRemembered(t *testing.T) {
 				if err != nil || statuses(got) != "cancelled//: A=cancelled/ B=cancelled/ C=cancelled/" {
 					t.Fatalf("%s after its cancel: %s, %v; want all cancelled", id, statuses(got), err)
 				}
-				if again, err := store.ReserveLines(ctx, id, lines("A", 1, "B", 2, "C", 3), nil); err != nil || !again.Replayed || again.Status != inventory.StatusCancelled {
+				if again, err := store.ReserveLines(ctx, id, lines("A", 1, "B", 2, "C", 3), nil); err != nil || !again.Replayed || again.Status != order.StatusCancelled {
 					t.Fatalf("%s redelivered: %s replayed %v, %v", id, statuses(again), again.Replayed, err)
 				}
 				if ls, err := store.Lines(ctx, id, "C"); err != nil || len(ls) != 3 {
 					t.Fatalf("Lines(%s, C) = %v, %v; want the basket's three lines", id, ls, err)
 				}
-				if got, err := store.Fulfil(ctx, id, "B", nil); err != nil || got.Reason != inventory.ReasonAlreadyCancelled {
+				if got, err := store.Fulfil(ctx, id, "B", nil); err != nil || got.Reason != order.ReasonAlreadyCancelled {
 					t.Fatalf("fulfil of %s: %s, %v; want already_cancelled", id, statuses(got), err)
 				}
 			}
-			if got, err := store.Fulfil(ctx, "o-9", "A", nil); err != nil || got.Reason != inventory.ReasonUnknownOrder {
+			if got, err := store.Fulfil(ctx, "o-9", "A", nil); err != nil || got.Reason != order.ReasonUnknownOrder {
 				t.Fatalf("fulfil of an unknown order: %s, %v", statuses(got), err)
 			}
 			checkStock(t, store, map[string][2]int64{"A": {10, 0}, "B": {10, 0}, "C": {10, 0}})
@@ -609,17 +610,17 @@ func TestAFulfilAfterAnEarlyCancelIsAlreadyCancelled(t *testing.T) {
 	store := inventory.New(rdb)
 	seed(t, store, map[string]int64{"A": 10})
 	for _, id := range []string{"o-1", "o-2"} {
-		if got, err := store.Cancel(ctx, id, "A", nil); err != nil || got.Reason != inventory.ReasonCancelledEarly {
+		if got, err := store.Cancel(ctx, id, "A", nil); err != nil || got.Reason != order.ReasonCancelledEarly {
 			t.Fatalf("early cancel of %s: %s, %v", id, statuses(got), err)
 		}
 	}
-	if got, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "A", Quantity: 2}, 0); err != nil || got.Status != inventory.StatusCancelled {
+	if got, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "A", Quantity: 2}, 0); err != nil || got.Status != order.StatusCancelled {
 		t.Fatalf("o-1 after its cancel: %+v, %v; want cancelled", got, err)
 	}
 	for _, id := range []string{"o-1", "o-2"} { // o-1 came after its cancel, o-2 has not come yet
 		before := rdb.Get(ctx, "order:{A}:"+id).Val()
 		got, err := store.Fulfil(ctx, id, "A", nil)
-		if err != nil || got.Status != inventory.StatusRejected || got.Reason != inventory.ReasonAlreadyCancelled {
+		if err != nil || got.Status != order.StatusRejected || got.Reason != order.ReasonAlreadyCancelled {
 			t.Fatalf("fulfil of %s: %s, %v; want rejected already_cancelled", id, statuses(got), err)
 		}
 		if after := rdb.Get(ctx, "order:{A}:"+id).Val(); after != before {
@@ -685,7 +686,7 @@ func TestALifecycleCallReadsEachRecordOnce(t *testing.T) {
 		if c.op == "fulfil" {
 			call = store.Fulfil
 		}
-		if out, err := call(ctx, c.id, c.sku, nil); err != nil || out.Status == inventory.StatusRejected {
+		if out, err := call(ctx, c.id, c.sku, nil); err != nil || out.Status == order.StatusRejected {
 			t.Fatalf("%s %s: %+v, %v", c.op, c.id, out, err)
 		}
 		if n := reads() - before - 1; n != c.want { // (- 1: the second INFO)

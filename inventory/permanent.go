@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 // IsPermanent reports whether err is about broken data that no retry can mend: ErrCorrupt, ErrInvalid,
@@ -14,7 +16,7 @@ func IsPermanent(err error) bool {
 	if err == nil { // the usual case, without errors.As's allocation
 		return false
 	}
-	if errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) {
+	if errors.Is(err, ErrCorrupt) || errors.Is(err, order.ErrInvalid) {
 		return true
 	}
 	var reply redis.Error

@@ -8,22 +8,24 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 // Record is the outcome recorded for an order on one of its SKUs: its idempotency record
 // (order:{SKU}:<order_id>), as operators ask about it.
 type Record struct {
-	OrderID        string `json:"order_id"`
-	SKU            string `json:"sku"`
-	Status         Status `json:"status"`
-	Reason         Reason `json:"reason,omitempty"`
-	Quantity       int64  `json:"quantity"`
-	AvailableAfter int64  `json:"available_after"`
-	Fence          int64  `json:"fence"`
+	OrderID        string       `json:"order_id"`
+	SKU            string       `json:"sku"`
+	Status         order.Status `json:"status"`
+	Reason         order.Reason `json:"reason,omitempty"`
+	Quantity       int64        `json:"quantity"`
+	AvailableAfter int64        `json:"available_after"`
+	Fence          int64        `json:"fence"`
 	// Early marks the record a cancel left when it came before its order.
 	Early bool `json:"early,omitempty"`
 	// Lines are a basket's lines (read from its least SKU's record when sku is another of its lines).
-	Lines []Line `json:"lines,omitempty"`
+	Lines []order.Line `json:"lines,omitempty"`
 	// ExpiresIn is how long the record is still kept (OUTCOME_TTL from its last write).
 	ExpiresIn time.Duration `json:"expires_in"`
 }
@@ -31,7 +33,7 @@ type Record struct {
 // Record reads the outcome recorded for order orderID on sku. ErrUnknownOrder when there is none.
 func (s *Store) Record(ctx context.Context, orderID, sku string) (Record, error) {
 	rec := Record{OrderID: orderID, SKU: sku}
-	if err := errors.Join(ValidateOrderID(orderID), ValidateSKU(sku)); err != nil {
+	if err := errors.Join(order.ValidateOrderID(orderID), order.ValidateSKU(sku)); err != nil {
 		return rec, err
 	}
 	key := OrderKey(sku, orderID)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -22,7 +23,7 @@ func TestReleaseGivesStockBackOnce(t *testing.T) {
 	}
 
 	o, err := store.Release(ctx, "o-1", "SKU-1", 3)
-	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 3, Status: inventory.StatusReleased,
+	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 3, Status: order.StatusReleased,
 		AvailableAfter: 10, Fence: 3}
 	if err != nil || o != w {
 		t.Fatalf("release: %+v, %v; want %+v", o, err, w)
@@ -58,7 +59,7 @@ func TestReleaseOfAnOrderNotReservedWritesNothing(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 1); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-big", SKU: "SKU-1", Quantity: 5}, 0); err != nil || o.Status != inventory.StatusRejected {
+	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-big", SKU: "SKU-1", Quantity: 5}, 0); err != nil || o.Status != order.StatusRejected {
 		t.Fatalf("reserve: %+v, %v", o, err)
 	}
 	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -171,7 +172,7 @@ func TestReplicaAcksTimeoutThenRetryReplaysOnce(t *testing.T) {
 	want(t, stock(t, mc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
 
 	out, err := inventory.New(master.Client(), opts...).Reserve(ctx, o, 0)
-	if err != nil || !out.Replayed || out.Status != inventory.StatusReserved || out.AvailableAfter != 7 {
+	if err != nil || !out.Replayed || out.Status != order.StatusReserved || out.AvailableAfter != 7 {
 		t.Fatalf("the retry: %+v, %v; want the reservation replayed, 7 left", out, err)
 	}
 	want(t, stock(t, mc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
@@ -327,7 +328,7 @@ func TestReplicaAcksEveryBatchOfARoundWaitsForTheReplica(t *testing.T) {
 		return store.ReserveBatches(ctx, []inventory.Batch{
 			{Ctx: ctx, Orders: batchOf("A", inventory.Order{ID: prefix + "a1", Quantity: 1}, inventory.Order{ID: prefix + "a2", Quantity: 1})},
 			{Ctx: ctx, Orders: batchOf("B", inventory.Order{ID: prefix + "b1", Quantity: 2})},
-			{Ctx: ctx, Basket: &inventory.Basket{OrderID: prefix + "cd", Lines: []inventory.Line{{SKU: "C", Quantity: 1}, {SKU: "D", Quantity: 1}},
+			{Ctx: ctx, Basket: &inventory.Basket{OrderID: prefix + "cd", Lines: []order.Line{{SKU: "C", Quantity: 1}, {SKU: "D", Quantity: 1}},
 				Fences: inventory.Fences{"C": 0, "D": 0}}},
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 // A reply of another shape than reserve_batch.lua's is an error, never a zero Outcome. (Internal test:
@@ -32,8 +34,8 @@ func TestDecodeOutcomesRefusesAReplyOfTheWrongShape(t *testing.T) {
 	}
 	replayed := `1{"fence":3,"status":"cancelled","reason":"","quantity":1,"available_after":4,"lines":[]}`
 	outs, err := decodeOutcomes(orders, good+"\n"+replayed)
-	if err != nil || outs[0] != (Outcome{OrderID: "o-1", SKU: "S", Quantity: 1, Status: StatusReserved, AvailableAfter: 4}) ||
-		outs[1] != (Outcome{OrderID: "o-2", SKU: "S", Quantity: 1, Status: StatusCancelled, AvailableAfter: 4, Fence: 3, Replayed: true}) {
+	if err != nil || outs[0] != (Outcome{OrderID: "o-1", SKU: "S", Quantity: 1, Status: order.StatusReserved, AvailableAfter: 4}) ||
+		outs[1] != (Outcome{OrderID: "o-2", SKU: "S", Quantity: 1, Status: order.StatusCancelled, AvailableAfter: 4, Fence: 3, Replayed: true}) {
 		t.Fatalf("the right shape: %+v, %v", outs, err)
 	}
 }

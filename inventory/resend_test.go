@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -59,8 +60,8 @@ func then(setup func(context.Context, *Store, string) error, steps ...func(conte
 	}
 }
 
-func basketOf(p string) []Line {
-	return []Line{{SKU: p + "A", Quantity: 2}, {SKU: p + "B", Quantity: 3}}
+func basketOf(p string) []order.Line {
+	return []order.Line{{SKU: p + "A", Quantity: 2}, {SKU: p + "B", Quantity: 3}}
 }
 
 func reserveLines(ctx context.Context, s *Store, p string) (any, error) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 var (
@@ -41,7 +43,7 @@ type Order struct {
 // ReasonInsufficientStock (AvailableAfter then holds what was available). Errors wrap ErrInvalid,
 // ErrStaleFence or the Redis or context error.
 func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, error) {
-	if err := ValidateOrder(o.ID, o.SKU, o.Quantity); err != nil {
+	if err := order.ValidateOrder(o.ID, o.SKU, o.Quantity); err != nil {
 		return Outcome{}, err
 	}
 	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
@@ -61,10 +63,10 @@ func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, err
 // was rejected, or has no recorded outcome (never reserved, or expired), fails with ErrNotReserved.
 // Fencing works as in Reserve.
 func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (Outcome, error) {
-	if err := ValidateOrderID(orderID); err != nil {
+	if err := order.ValidateOrderID(orderID); err != nil {
 		return Outcome{}, err
 	}
-	if err := ValidateSKU(sku); err != nil {
+	if err := order.ValidateSKU(sku); err != nil {
 		return Outcome{}, err
 	}
 	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
@@ -83,7 +85,7 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 // runs; a lock on the stock's own Redis needs no call (WithFenceCounter compares with its counter).
 // A token below the stored fence fails with a *StaleFenceError. An unknown SKU keeps no fence.
 func (s *Store) RaiseFence(ctx context.Context, sku string, token int64) error {
-	if err := ValidateSKU(sku); err != nil {
+	if err := order.ValidateSKU(sku); err != nil {
 		return err
 	}
 	if err := checkRange("fence", token, 1, MaxStock); err != nil {
@@ -98,8 +100,8 @@ func (s *Store) RaiseFence(ctx context.Context, sku string, token int64) error {
 // decodeOutcome reads the script reply {replayed, status, reason, quantity, available_after, fence}.
 func decodeOutcome(orderID, sku string, reply []any) (Outcome, error) {
 	r := &replyReader{reply: reply, ok: len(reply) == 6}
-	o := Outcome{OrderID: orderID, SKU: sku, Replayed: at[int64](r, 0) == 1, Status: Status(at[string](r, 1)),
-		Reason: Reason(at[string](r, 2)), Quantity: at[int64](r, 3), AvailableAfter: at[int64](r, 4),
+	o := Outcome{OrderID: orderID, SKU: sku, Replayed: at[int64](r, 0) == 1, Status: order.Status(at[string](r, 1)),
+		Reason: order.Reason(at[string](r, 2)), Quantity: at[int64](r, 3), AvailableAfter: at[int64](r, 4),
 		Fence: at[int64](r, 5)}
 	if !r.ok {
 		return Outcome{}, fmt.Errorf("inventory: unexpected script reply %v for order %q", reply, orderID)

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 // ElideLock as ReserveBatch's fence takes the SKU's lock inside the script (lock elision: Rajwar and
@@ -64,7 +66,7 @@ type Batch struct {
 // Basket is an order of several lines in ReserveBatches: what ReserveLines takes.
 type Basket struct {
 	OrderID string
-	Lines   []Line
+	Lines   []order.Line
 	Fences  Fences
 }
 
@@ -193,12 +195,12 @@ func (s *Store) validateBatch(orders []Order, fence int64) error {
 	}
 	sku := orders[0].SKU
 	for i, o := range orders {
-		if err := ValidateOrder(o.ID, o.SKU, o.Quantity); err != nil {
+		if err := order.ValidateOrder(o.ID, o.SKU, o.Quantity); err != nil {
 			return fmt.Errorf("%w (batch order %d, id %s)", err, i, quote(o.ID))
 		}
 		if o.SKU != sku {
 			return fmt.Errorf("%w sku %s of batch order %d, id %s: want %s, the sku of the batch's first order",
-				ErrInvalid, quote(o.SKU), i, quote(o.ID), quote(sku))
+				order.ErrInvalid, quote(o.SKU), i, quote(o.ID), quote(sku))
 		}
 	}
 	return checkRange("fence", fence, s.minFence, MaxStock)
@@ -262,11 +264,11 @@ func decodeOutcomes(orders []Order, reply string) ([]Outcome, error) {
 
 // outcomeRecord is what an order's outcome record says of its decision.
 type outcomeRecord struct {
-	Status         Status `json:"status"`
-	Reason         Reason `json:"reason"`
-	Quantity       int64  `json:"quantity"`
-	AvailableAfter int64  `json:"available_after"`
-	Fence          int64  `json:"fence"`
+	Status         order.Status `json:"status"`
+	Reason         order.Reason `json:"reason"`
+	Quantity       int64        `json:"quantity"`
+	AvailableAfter int64        `json:"available_after"`
+	Fence          int64        `json:"fence"`
 }
 
 // parseRecord reads an outcome record: the way the scripts write a fresh one
@@ -276,9 +278,9 @@ type outcomeRecord struct {
 func parseRecord(s string) (rec outcomeRecord, ok bool) {
 	p := recordScan{s: s, ok: true}
 	p.lit(`{"status":"`)
-	rec.Status = Status(p.str())
+	rec.Status = order.Status(p.str())
 	p.lit(`,"reason":"`)
-	rec.Reason = Reason(p.str())
+	rec.Reason = order.Reason(p.str())
 	p.lit(`,"quantity":`)
 	rec.Quantity = p.int()
 	p.lit(`,"available_after":`)
@@ -319,14 +321,14 @@ func (p *recordScan) str() string {
 	switch v {
 	case "":
 		return ""
-	case string(StatusReserved):
-		return string(StatusReserved)
-	case string(StatusRejected):
-		return string(StatusRejected)
-	case string(ReasonInsufficientStock):
-		return string(ReasonInsufficientStock)
-	case string(ReasonUnknownSKU):
-		return string(ReasonUnknownSKU)
+	case string(order.StatusReserved):
+		return string(order.StatusReserved)
+	case string(order.StatusRejected):
+		return string(order.StatusRejected)
+	case string(order.ReasonInsufficientStock):
+		return string(order.ReasonInsufficientStock)
+	case string(order.ReasonUnknownSKU):
+		return string(order.ReasonUnknownSKU)
 	}
 	return strings.Clone(v)
 }

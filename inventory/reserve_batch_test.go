@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -259,21 +260,21 @@ func TestReserveBatchRefusesInvalidInputBeforeRedis(t *testing.T) {
 		msg    string
 	}{
 		{"orders of two SKUs name the order and both SKUs", []inventory.Order{ok, {ID: "o-2", SKU: "SKU-2", Quantity: 1}}, 0,
-			`inventory: invalid sku "SKU-2" of batch order 1, id "o-2": want "SKU-1", the sku of the batch's first order`},
-		{"an empty batch", nil, 0, "inventory: invalid batch size 0: want 1-64"},
-		{"a batch over MaxBatch", many, 0, "inventory: invalid batch size 65: want 1-64"},
+			`order: invalid sku "SKU-2" of batch order 1, id "o-2": want "SKU-1", the sku of the batch's first order`},
+		{"an empty batch", nil, 0, "order: invalid batch size 0: want 1-64"},
+		{"a batch over MaxBatch", many, 0, "order: invalid batch size 65: want 1-64"},
 		{"an invalid quantity names the order", []inventory.Order{ok, {ID: "o-2", SKU: "SKU-1"}}, 0,
-			`inventory: invalid quantity 0: want 1-1000000 (batch order 1, id "o-2")`},
+			`order: invalid quantity 0: want 1-1000000 (batch order 1, id "o-2")`},
 		{"an invalid order id names the order", []inventory.Order{ok, {ID: "o 2", SKU: "SKU-1", Quantity: 1}}, 0,
-			`inventory: invalid order id "o 2": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 1, id "o 2")`},
+			`order: invalid order id "o 2": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 1, id "o 2")`},
 		{"an invalid sku in the first order", []inventory.Order{{ID: "o-1", SKU: "a b", Quantity: 1}}, 0,
-			`inventory: invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 0, id "o-1")`},
-		{"a negative fence", []inventory.Order{ok}, -1, "inventory: invalid fence -1: want 0-1000000000000000"},
+			`order: invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 0, id "o-1")`},
+		{"a negative fence", []inventory.Order{ok}, -1, "order: invalid fence -1: want 0-1000000000000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := sent.n.Load()
 			outs, err := store.ReserveBatch(ctx, tc.orders, tc.fence)
-			if !errors.Is(err, inventory.ErrInvalid) || err.Error() != tc.msg || outs != nil {
+			if !errors.Is(err, order.ErrInvalid) || err.Error() != tc.msg || outs != nil {
 				t.Fatalf("got %v, %v; want ErrInvalid %q", outs, err, tc.msg)
 			}
 			if n := sent.n.Load() - before; n != 0 {
@@ -298,7 +299,7 @@ func TestReserveBatchOfAnUnknownSKURejectsEveryOrder(t *testing.T) {
 	}
 	for i, o := range outs {
 		w := inventory.Outcome{OrderID: orders[i].ID, SKU: "NOPE", Quantity: orders[i].Quantity,
-			Status: inventory.StatusRejected, Reason: inventory.ReasonUnknownSKU, Fence: 5}
+			Status: order.StatusRejected, Reason: order.ReasonUnknownSKU, Fence: 5}
 		if o != w {
 			t.Errorf("order %d: %+v, want %+v", i, o, w)
 		}
@@ -333,16 +334,16 @@ func TestReserveBatchesDecidesEachBatchAsAlone(t *testing.T) {
 		{Ctx: ctx, Orders: []inventory.Order{{ID: "m1", SKU: "A", Quantity: 1}, {ID: "m2", SKU: "B", Quantity: 1}}},
 		{Ctx: ctx, Orders: batchOf("B", inventory.Order{ID: "b1", Quantity: 3})},
 	})
-	if r := results[0]; r.Err != nil || r.Outcomes[0].Status != inventory.StatusReserved || r.Outcomes[1].Reason != inventory.ReasonInsufficientStock {
+	if r := results[0]; r.Err != nil || r.Outcomes[0].Status != order.StatusReserved || r.Outcomes[1].Reason != order.ReasonInsufficientStock {
 		t.Errorf("batch of A: %+v, want a1 reserved and a2 rejected for stock", r)
 	}
 	if r := results[1]; !inventory.IsPermanent(r.Err) {
 		t.Errorf("batch of the corrupt SKU: %v, want a permanent error", r.Err)
 	}
-	if r := results[2]; !errors.Is(r.Err, inventory.ErrInvalid) {
+	if r := results[2]; !errors.Is(r.Err, order.ErrInvalid) {
 		t.Errorf("batch of two SKUs: %v, want ErrInvalid", r.Err)
 	}
-	if r := results[3]; r.Err != nil || r.Outcomes[0].Status != inventory.StatusReserved || r.Outcomes[0].AvailableAfter != 0 {
+	if r := results[3]; r.Err != nil || r.Outcomes[0].Status != order.StatusReserved || r.Outcomes[0].AvailableAfter != 0 {
 		t.Errorf("batch of B: %+v, want b1 reserved, nothing left", r)
 	}
 }
@@ -375,7 +376,7 @@ func TestReserveBatchesReservesABasketAsReserveLinesWould(t *testing.T) {
 		{Ctx: ctx, Orders: batchOf("A", inventory.Order{ID: "o-1", Quantity: 3}), Fence: inventory.ElideLock},
 		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-2", Lines: lines("B", 2, "A", 3), Fences: elide("A", "B")}},
 		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-3", Lines: lines("B", 1, "C", 1), Fences: elide("B", "C")}},
-		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-4", Lines: []inventory.Line{{SKU: "B", Quantity: 0}}, Fences: elide("B")}},
+		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-4", Lines: []order.Line{{SKU: "B", Quantity: 0}}, Fences: elide("B")}},
 		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-5", Lines: lines("D", 1, "A", 1), Fences: inventory.Fences{"A": 0, "D": 0}}},
 		{Ctx: ctx, Basket: &inventory.Basket{OrderID: "o-6", Lines: lines("A", 1, "B", 1), Fences: elide("A", "B")}},
 	}
@@ -412,13 +413,13 @@ func TestReserveBatchesReservesABasketAsReserveLinesWould(t *testing.T) {
 			t.Errorf("batch %d: %+v, alone %+v", i, got[i], alone)
 		}
 	}
-	if r := got[1]; r.Err != nil || r.Order.Status != inventory.StatusRejected || r.Order.SKU != "A" {
+	if r := got[1]; r.Err != nil || r.Order.Status != order.StatusRejected || r.Order.SKU != "A" {
 		t.Errorf("o-2: %+v, want rejected for A's stock (the batch before it took 3 of 5)", r)
 	}
-	if !errors.Is(got[2].Err, inventory.ErrLocked) || !errors.Is(got[3].Err, inventory.ErrInvalid) {
+	if !errors.Is(got[2].Err, inventory.ErrLocked) || !errors.Is(got[3].Err, order.ErrInvalid) {
 		t.Errorf("o-3, o-4: %v, %v; want ErrLocked (C's lock held), ErrInvalid (quantity 0)", got[2].Err, got[3].Err)
 	}
-	if r := got[4]; r.Err != nil || r.Order.Status != inventory.StatusReserved || len(r.Order.Lines) != 2 {
+	if r := got[4]; r.Err != nil || r.Order.Status != order.StatusReserved || len(r.Order.Lines) != 2 {
 		t.Errorf("o-5: %+v, want its saga finished, both lines reserved", r)
 	}
 	for _, sku := range []string{"A", "B", "C", "D"} {

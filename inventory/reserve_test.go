@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -57,13 +58,13 @@ func TestConcurrentOrdersNeverOversell(t *testing.T) {
 	seenAfter := make(map[int64]bool) // atomic decrements hand out every level 4999..0 exactly once
 	for i, o := range outcomes {
 		switch {
-		case o.Status == inventory.StatusReserved && o.Reason == "" && !o.Replayed:
+		case o.Status == order.StatusReserved && o.Reason == "" && !o.Replayed:
 			reserved++
 			if o.AvailableAfter < 0 || o.AvailableAfter >= 5000 || seenAfter[o.AvailableAfter] {
 				t.Fatalf("o-%d: available_after %d out of range or seen twice", i, o.AvailableAfter)
 			}
 			seenAfter[o.AvailableAfter] = true
-		case o.Status == inventory.StatusRejected && o.Reason == inventory.ReasonInsufficientStock &&
+		case o.Status == order.StatusRejected && o.Reason == order.ReasonInsufficientStock &&
 			o.AvailableAfter == 0 && !o.Replayed:
 			rejected++
 		default:
@@ -119,7 +120,7 @@ func TestReplayWithAnotherQuantityReturnsTheRecordedOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, Status: inventory.StatusReserved,
+	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, Status: order.StatusReserved,
 		AvailableAfter: 8, Replayed: true}
 	if o != w {
 		t.Fatalf("replay = %+v, want %+v", o, w)
@@ -137,15 +138,15 @@ func TestInsufficientStockReportsWhatIsAvailable(t *testing.T) {
 	}
 
 	o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 4}, 0)
-	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 4, Status: inventory.StatusRejected,
-		Reason: inventory.ReasonInsufficientStock, AvailableAfter: 3}
+	w := inventory.Outcome{OrderID: "o-1", SKU: "SKU-1", Quantity: 4, Status: order.StatusRejected,
+		Reason: order.ReasonInsufficientStock, AvailableAfter: 3}
 	if err != nil || o != w {
 		t.Fatalf("4 of 3: %+v, %v; want %+v", o, err, w)
 	}
 	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "3", "reserved": "0"})
 
 	o, err = store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 3}, 0)
-	if err != nil || o.Status != inventory.StatusReserved || o.AvailableAfter != 0 {
+	if err != nil || o.Status != order.StatusReserved || o.AvailableAfter != 0 {
 		t.Fatalf("3 of 3: %+v, %v", o, err)
 	}
 	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "0", "reserved": "3"})
@@ -175,7 +176,7 @@ func TestStaleFenceIsRefusedAndWritesNothing(t *testing.T) {
 	}
 
 	o, err := store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 1}, 8)
-	if err != nil || o.Status != inventory.StatusReserved || o.Fence != 8 || o.AvailableAfter != 8 {
+	if err != nil || o.Status != order.StatusReserved || o.Fence != 8 || o.AvailableAfter != 8 {
 		t.Fatalf("token 8: %+v, %v", o, err)
 	}
 	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "8"})
@@ -196,8 +197,8 @@ func TestUnknownSKUIsRejectedAndRecorded(t *testing.T) {
 	store := inventory.New(rdb)
 
 	o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "NOPE", Quantity: 1}, 5)
-	w := inventory.Outcome{OrderID: "o-1", SKU: "NOPE", Quantity: 1, Status: inventory.StatusRejected,
-		Reason: inventory.ReasonUnknownSKU, Fence: 5}
+	w := inventory.Outcome{OrderID: "o-1", SKU: "NOPE", Quantity: 1, Status: order.StatusRejected,
+		Reason: order.ReasonUnknownSKU, Fence: 5}
 	if err != nil || o != w {
 		t.Fatalf("got %+v, %v; want %+v", o, err, w)
 	}
@@ -277,7 +278,7 @@ func TestRaiseFenceRefusesOlderTokensBeforeTheNewHolderWrites(t *testing.T) {
 	if err := store.RaiseFence(ctx, "NOPE", 3); err != nil || rdb.Exists(ctx, "stock:{NOPE}").Val() != 0 {
 		t.Fatalf("raise on an unknown SKU: %v, created its hash: %v", err, rdb.Exists(ctx, "stock:{NOPE}").Val() == 1)
 	}
-	if err := store.RaiseFence(ctx, "SKU-1", 0); !errors.Is(err, inventory.ErrInvalid) {
+	if err := store.RaiseFence(ctx, "SKU-1", 0); !errors.Is(err, order.ErrInvalid) {
 		t.Fatalf("token 0: %v, want ErrInvalid", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -18,7 +19,7 @@ func TestARoundReportsABasketOnItsMergedLines(t *testing.T) {
 	round := func(id string) []inventory.BatchResult {
 		return store.ReserveBatches(ctx, []inventory.Batch{
 			{Ctx: ctx, Orders: batchOf("W", inventory.Order{ID: id + "-w", Quantity: 1})},
-			{Ctx: ctx, Basket: &inventory.Basket{OrderID: id, Lines: []inventory.Line{{SKU: "B", Quantity: 2}, {SKU: "A", Quantity: 3}, {SKU: "B", Quantity: 1}}}},
+			{Ctx: ctx, Basket: &inventory.Basket{OrderID: id, Lines: []order.Line{{SKU: "B", Quantity: 2}, {SKU: "A", Quantity: 3}, {SKU: "B", Quantity: 1}}}},
 		})
 	}
 	round("warm") // Redis learns the scripts: the next round is one pipeline
@@ -48,7 +49,7 @@ func TestARoundOnAClusterReservesABasketLineByLine(t *testing.T) {
 			{Ctx: ctx, Orders: batchOf("C", inventory.Order{ID: id + "-c", Quantity: 1})},
 			{Ctx: ctx, Basket: &inventory.Basket{OrderID: id, Lines: lines("A", 1, "B", 1)}},
 		})
-		if r := got[1]; r.Err != nil || r.Order.Status != inventory.StatusReserved {
+		if r := got[1]; r.Err != nil || r.Order.Status != order.StatusReserved {
 			t.Fatalf("basket %s on a cluster: %+v, want reserved", id, r)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/redisproc"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -155,7 +156,7 @@ func TestAReserveThatMeetsTryAgainGoesThroughOnceTheSlotHasMoved(t *testing.T) {
 	cl.AddHook(hook)
 
 	out, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 3}, 0)
-	if err != nil || out.Status != inventory.StatusReserved || out.AvailableAfter != 7 {
+	if err != nil || out.Status != order.StatusReserved || out.AvailableAfter != 7 {
 		t.Fatalf("Reserve = %+v, %v; want reserved with 7 left", out, err)
 	}
 	if hook.count() != 1 {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 var (
@@ -68,7 +70,7 @@ func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (availa
 // checkStockWrite checks the arguments of a stock write before any Redis call: the SKU, and the number
 // n, named field, within lo..MaxStock.
 func checkStockWrite(sku, field string, n, lo int64) error {
-	if err := ValidateSKU(sku); err != nil {
+	if err := order.ValidateSKU(sku); err != nil {
 		return err
 	}
 	return checkRange(field, n, lo, MaxStock)
@@ -77,7 +79,7 @@ func checkStockWrite(sku, field string, n, lo int64) error {
 // restockError is ErrInvalid for a restock the script refused because it would exceed MaxStock.
 func restockError(sku string, quantity int64, err error) error {
 	if redis.HasErrorPrefix(err, "OVERSTOCK ") {
-		return fmt.Errorf("%w quantity %d: sku %q would exceed %d available", ErrInvalid, quantity, sku,
+		return fmt.Errorf("%w quantity %d: sku %q would exceed %d available", order.ErrInvalid, quantity, sku,
 			int64(MaxStock))
 	}
 	return scriptError("restock", "", sku, 0, err)
@@ -85,7 +87,7 @@ func restockError(sku string, quantity int64, err error) error {
 
 // Get returns the stock of sku, or an error wrapping ErrUnknownSKU if it was never stocked.
 func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
-	if err := ValidateSKU(sku); err != nil {
+	if err := order.ValidateSKU(sku); err != nil {
 		return Stock{}, err
 	}
 	reply, err := getStockScript.Run(ctx, s.rdb, []string{StockKey(sku)}).Slice()
@@ -99,7 +101,7 @@ func (s *Store) Get(ctx context.Context, sku string) (Stock, error) {
 // client whose Redis user may not run scripts, as the producer's in deploy/users.acl (a user who may run
 // any script may also run one that never ends). One command is as atomic as the script.
 func ReadStock(ctx context.Context, rdb redis.HashCmdable, sku string) (Stock, error) {
-	if err := ValidateSKU(sku); err != nil {
+	if err := order.ValidateSKU(sku); err != nil {
 		return Stock{}, err
 	}
 	reply, err := rdb.HMGet(ctx, StockKey(sku), stockFields[:]...).Result()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -43,7 +44,7 @@ func TestStockOperations(t *testing.T) {
 	want(t, stock(t, rdb, "SKU-2"), map[string]string{"available": "5", "reserved": "0"})
 
 	_, err := store.Restock(ctx, "SKU-1", inventory.MaxStock)
-	if !errors.Is(err, inventory.ErrInvalid) {
+	if !errors.Is(err, order.ErrInvalid) {
 		t.Fatalf("Restock past MaxStock: got %v, want ErrInvalid", err)
 	}
 	t.Log(err)
@@ -89,7 +90,7 @@ func TestReadStockReadsWhatGetReads(t *testing.T) {
 	if want, _ := store.Get(ctx, "SKU-1"); err != nil || got != want || got != (inventory.Stock{Available: 6, Reserved: 4, Fence: 9}) {
 		t.Fatalf("ReadStock: %+v, %v; want what Get reads, %+v", got, err, want)
 	}
-	if _, err := inventory.ReadStock(ctx, rdb, "a b"); !errors.Is(err, inventory.ErrInvalid) {
+	if _, err := inventory.ReadStock(ctx, rdb, "a b"); !errors.Is(err, order.ErrInvalid) {
 		t.Errorf("ReadStock of an invalid SKU: %v, want ErrInvalid", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/stockflow/stockflow/order"
 )
 
 const scope = "github.com/stockflow/stockflow/inventory"
@@ -150,8 +152,8 @@ func kindOf(out Outcome) outcomeKind { return outcomeKind{out.Status, out.Reason
 
 // outcomeKind is what an order is counted by.
 type outcomeKind struct {
-	status   Status
-	reason   Reason
+	status   order.Status
+	reason   order.Reason
 	replayed bool
 }
 

@@ -1,78 +1,21 @@
 package inventory
 
-import "fmt"
+import (
+	"fmt"
 
-// Input limits. The checks run before any Redis call; the handlers package reuses them.
-const (
-	// MaxIDLen is the longest SKU or order id, in bytes.
-	MaxIDLen = 128
-	// MaxQuantity is the most one order may reserve.
-	MaxQuantity = 1_000_000
-	// MaxStock is the most a SKU may hold available: 10^15, well inside the integers that Lua's float64
-	// numbers compare exactly.
-	MaxStock = 1_000_000_000_000_000
+	"github.com/stockflow/stockflow/order"
 )
 
-const idRule = "1-128 characters of A-Z a-z 0-9 . _ : -"
+// MaxStock is the most a SKU may hold available: 10^15, well inside the integers that Lua's float64
+// numbers compare exactly.
+const MaxStock = 1_000_000_000_000_000
 
-// idBytes marks the bytes an id may hold. A table rather than a regexp: checkID runs for every message
-// the worker receives.
-var idBytes = byteSet("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
-
-func byteSet(chars string) (set [256]bool) {
-	for i := range len(chars) {
-		set[chars[i]] = true
-	}
-	return set
-}
-
-// ValidateOrder checks the fields of an order; the error wraps ErrInvalid and names the first bad field.
-func ValidateOrder(orderID, sku string, quantity int64) error {
-	if err := ValidateOrderID(orderID); err != nil {
-		return err
-	}
-	if err := ValidateSKU(sku); err != nil {
-		return err
-	}
-	return ValidateQuantity(quantity)
-}
-
-// ValidateSKU checks that sku is 1-128 characters of [A-Za-z0-9._:-]. Braces are excluded, so a SKU can
-// never break out of its {SKU} hash tag.
-func ValidateSKU(sku string) error { return checkID("sku", sku) }
-
-// ValidateOrderID checks that id is 1-128 characters of [A-Za-z0-9._:-].
-func ValidateOrderID(id string) error { return checkID("order id", id) }
-
-// ValidateQuantity checks that an order's quantity is 1..MaxQuantity.
-func ValidateQuantity(quantity int64) error {
-	return checkRange("quantity", quantity, 1, MaxQuantity)
-}
-
-func checkID(field, v string) error {
-	if validID(v) {
-		return nil
-	}
-	return fmt.Errorf("%w %s %s: want %s", ErrInvalid, field, quote(v), idRule)
-}
-
-func validID(v string) bool {
-	if len(v) < 1 || len(v) > MaxIDLen {
-		return false
-	}
-	for i := range len(v) {
-		if !idBytes[v[i]] {
-			return false
-		}
-	}
-	return true
-}
-
+// checkRange refuses v outside lo..hi with an error that wraps order.ErrInvalid and names field.
 func checkRange(field string, v, lo, hi int64) error {
 	if v >= lo && v <= hi {
 		return nil
 	}
-	return fmt.Errorf("%w %s %d: want %d-%d", ErrInvalid, field, v, lo, hi)
+	return fmt.Errorf("%w %s %d: want %d-%d", order.ErrInvalid, field, v, lo, hi)
 }
 
 // quote keeps error messages (and the poison stream entries that carry them) short whatever the input.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -54,10 +55,10 @@ func TestInvalidInputIsRefusedBeforeRedis(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
-			if !errors.Is(err, inventory.ErrInvalid) {
+			if !errors.Is(err, order.ErrInvalid) {
 				t.Fatalf("got %v, want ErrInvalid", err)
 			}
-			if !strings.Contains(err.Error(), "inventory: invalid "+tc.field) {
+			if !strings.Contains(err.Error(), "order: invalid "+tc.field) {
 				t.Fatalf("error %q does not name %s", err, tc.field)
 			}
 			if n := dbsize(t, rdb); n != keys {
@@ -74,14 +75,14 @@ func TestValidateMessages(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"a space is quoted and the rule stated", inventory.ValidateSKU("a b"),
-			`inventory: invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
-		{"a long value is cut short", inventory.ValidateOrderID(strings.Repeat("x", 1000)),
-			`inventory: invalid order id "` + strings.Repeat("x", 40) + `"... (1000 bytes): want 1-128 characters of A-Z a-z 0-9 . _ : -`},
-		{"a quantity states its range", inventory.ValidateQuantity(0), "inventory: invalid quantity 0: want 1-1000000"},
-		{"the first bad field of an order is named", inventory.ValidateOrder("o-1", "", 0),
-			`inventory: invalid sku "": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
-		{"all allowed characters pass", inventory.ValidateOrder("azAZ09._:-", strings.Repeat("S", 128), 1_000_000), ""},
+		{"a space is quoted and the rule stated", order.ValidateSKU("a b"),
+			`order: invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
+		{"a long value is cut short", order.ValidateOrderID(strings.Repeat("x", 1000)),
+			`order: invalid order id "` + strings.Repeat("x", 40) + `"... (1000 bytes): want 1-128 characters of A-Z a-z 0-9 . _ : -`},
+		{"a quantity states its range", order.ValidateQuantity(0), "order: invalid quantity 0: want 1-1000000"},
+		{"the first bad field of an order is named", order.ValidateOrder("o-1", "", 0),
+			`order: invalid sku "": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
+		{"all allowed characters pass", order.ValidateOrder("azAZ09._:-", strings.Repeat("S", 128), 1_000_000), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := ""

@@ -17,8 +17,8 @@
 //   - Close ends every subscription, sends the acks already given, and returns once the output channels are
 //     closed.
 //
-// A consumer group's subscription is the stockflow worker's own reader (internal/stream's Subscriber), kept
-// to the contract above; where it differs from watermill-redisstream, and why:
+// A consumer group's subscription is read by the stockflow worker's own reader (reader.go), kept to the
+// contract above; where it differs from watermill-redisstream, and why:
 //   - Reads are batched: up to ReadBatchSize entries a round trip, over every partition of the topic in one
 //     pipeline (watermill-redisstream reads one entry a round trip), through a Lua script (fetch.lua) that
 //     also returns each entry's delivery count. While up to MaxInFlight messages are out, the next read
@@ -49,6 +49,11 @@
 //     PoisonTopic set without Partitions (it must hash with the topic).
 //
 // Without a ConsumerGroup (fan-out), every subscriber reads every entry with XREAD, from FanOutOldestId.
+//
+// Besides the Pub/Sub, the package holds what the worker adds to it: TracingPublisher (a producer span and
+// the trace context in the metadata of every message published), Consumer and ProcessSpans (the consumer's
+// process span, continuing the producer's trace), and Commit, which publishes messages only for the entries
+// still pending to a consumer, in one script call (the worker's outcomes).
 //
 // Delivery is at least once: a lost XADD reply that go-redis resends writes the message twice (with the
 // same UUID), and a message whose ack was lost is claimed and handed out again.

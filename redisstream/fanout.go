@@ -10,12 +10,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // subscription is one Subscribe without a consumer group (fan-out): a reader per stream (XREAD), all handing
 // messages out on out, each message then awaited until its Ack or Nack. (A group's subscriptions are
-// internal/stream's Subscriber: subscriber.go.)
+// read by a reader: reader.go.)
 type subscription struct {
 	s      *Subscriber
 	cfg    *SubscriberConfig
@@ -139,7 +138,7 @@ func (sub *subscription) fanOutStart(stream string) string {
 // handOut hands out entries whose slots are taken.
 func (sub *subscription) handOut(name string, entries []redis.XMessage) {
 	for i, e := range entries {
-		msg := stream.Entry{ID: e.ID, Stream: name, Values: e.Values}.MessageWith(sub.cfg.Unmarshaller)
+		msg := Entry{ID: e.ID, Stream: name, Values: e.Values}.MessageWith(sub.cfg.Unmarshaller)
 		if !sub.send(msg) {
 			sub.free(int64(len(entries) - i))
 			return
@@ -149,7 +148,7 @@ func (sub *subscription) handOut(name string, entries []redis.XMessage) {
 
 // send hands msg out and awaits its Ack or Nack in a goroutine of its own; false once the subscription ends.
 func (sub *subscription) send(msg *message.Message) bool {
-	ctx, cancel := stream.MessageContext(sub.ctx)
+	ctx, cancel := MessageContext(sub.ctx)
 	msg.SetContext(ctx)
 	select {
 	case sub.out <- msg:
@@ -197,7 +196,7 @@ func (sub *subscription) resend(msg *message.Message) (*message.Message, context
 		}
 	}
 	again := msg.Copy()
-	ctx, cancel := stream.MessageContext(sub.ctx)
+	ctx, cancel := MessageContext(sub.ctx)
 	again.SetContext(ctx)
 	select {
 	case sub.out <- again:

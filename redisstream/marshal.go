@@ -5,8 +5,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // The entry format is watermill-redisstream's own, so that either side's publisher and subscriber
@@ -29,17 +27,29 @@ const UUIDHeaderKey = redisstream.UUIDHeaderKey
 // overwritten.
 const (
 	// MetadataEntryID is the entry's id in its stream.
-	MetadataEntryID = stream.MetadataEntryID
+	MetadataEntryID = "redisstream_entry_id"
 	// MetadataStream is the stream the entry was read from (a partition's name when partitioned).
-	MetadataStream = stream.MetadataStream
+	MetadataStream = "redisstream_stream"
 	// MetadataDeliveries is how many times Redis delivered the entry to a consumer of the group (1 on its
 	// first read; a claim adds one). In-process resends after a Nack do not count.
-	MetadataDeliveries = stream.MetadataDeliveries
-	// UnmarshalError is set, with the reason, on a message whose entry could not be unmarshalled.
-	UnmarshalError = stream.MetaBadEntry
+	MetadataDeliveries = "redisstream_deliveries"
+	// UnmarshalError is set, with the reason, on a message whose entry could not be unmarshalled (or is
+	// larger than MaxEntryBytes). The worker's poison step sends such messages to the poison stream without
+	// running the handler.
+	UnmarshalError = "redisstream_unmarshal_error"
 )
 
-// EntryID returns the id of msg's entry.
+// metaPartition is the index of the partition an entry was read from, among the streams of a subscription.
+const metaPartition = "stockflow_partition"
+
+// EntryPartition returns the index of the partition msg's entry was read from, among the streams of its
+// subscription (0 with one stream).
+func EntryPartition(msg *message.Message) int {
+	n, _ := strconv.Atoi(msg.Metadata.Get(metaPartition))
+	return n
+}
+
+// EntryID returns the id of msg's entry in its stream (its UUID is its publisher's).
 func EntryID(msg *message.Message) string { return msg.Metadata.Get(MetadataEntryID) }
 
 // Stream returns the stream msg's entry was read from.

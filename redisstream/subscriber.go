@@ -16,7 +16,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
 )
 
 // Defaults of SubscriberConfig's zero values.
@@ -126,9 +125,9 @@ type KeyspaceEvents int
 
 // The values of KeyspaceEvents.
 const (
-	KeyspaceEventsOff  = KeyspaceEvents(stream.EventsOff)
-	KeyspaceEventsOn   = KeyspaceEvents(stream.EventsOn)
-	KeyspaceEventsAuto = KeyspaceEvents(stream.EventsAuto)
+	KeyspaceEventsOff  = KeyspaceEvents(EventsOff)
+	KeyspaceEventsOn   = KeyspaceEvents(EventsOn)
+	KeyspaceEventsAuto = KeyspaceEvents(EventsAuto)
 )
 
 func (c *SubscriberConfig) setDefaults() {
@@ -196,7 +195,7 @@ func PoisonTopicOf(stream string) string {
 }
 
 // Subscriber reads topics of Redis Streams as Watermill messages, in a consumer group or fanned out. A
-// group's subscription is the worker's own reader (internal/stream's Subscriber: batched fetch.lua reads
+// group's subscription is the worker's own reader (reader.go: batched fetch.lua reads
 // and claims over the partitions in one pipeline, delivery counts, oversized entries kept out of the
 // process, lost replies made good), kept to Watermill's contract: a context per message, a nacked message
 // sent again.
@@ -214,12 +213,12 @@ type Subscriber struct {
 	first  map[string]*groupSub // the first group subscription of each stream (Release, Owns)
 	live   map[string]int       // the group subscriptions reading each stream, until their ctx ends
 	// only is the one group subscription's reader while there is one (Release without a lock).
-	only atomic.Pointer[stream.Subscriber]
+	only atomic.Pointer[reader]
 }
 
 // groupSub is one Subscribe in a consumer group: its reader, and what the Subscriber's methods ask of it.
 type groupSub struct {
-	reader  *stream.Subscriber
+	reader  *reader
 	index   map[string]int // its streams, by index among the topic's partitions
 	failing atomic.Int64   // when its reads started failing (unix ns), 0 while they succeed
 	ended   atomic.Bool    // its ctx ended
@@ -316,7 +315,7 @@ func (s *Subscriber) subscribeGroup(ctx context.Context, topic string, streams, 
 		}
 	}
 	gs := &groupSub{index: make(map[string]int, len(streams))}
-	reader, err := stream.NewSubscriber(s.config.Client, s.readerConfig(topic, streams, &gs.failing))
+	reader, err := newReader(s.config.Client, s.configFor(topic, streams, &gs.failing))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -346,11 +345,11 @@ func (s *Subscriber) subscribeGroup(ctx context.Context, topic string, streams, 
 }
 
 // readerConfig is the group reader's config for topic's streams.
-func (s *Subscriber) readerConfig(topic string, streams []string, failing *atomic.Int64) stream.SubscriberConfig {
+func (s *Subscriber) configFor(topic string, streams []string, failing *atomic.Int64) readerConfig {
 	c := s.config
-	parts := make([]stream.Partition, len(streams))
+	parts := make([]partition, len(streams))
 	for i, name := range streams {
-		parts[i] = stream.Partition{Index: i, Orders: name, Poison: PoisonTopicOf(name)}
+		parts[i] = partition{Index: i, Orders: name, Poison: PoisonTopicOf(name)}
 		if c.PoisonTopic != "" {
 			parts[i].Poison = c.PoisonTopic
 			if c.Partitions > 0 {
@@ -367,9 +366,9 @@ func (s *Subscriber) readerConfig(topic string, streams []string, failing *atomi
 		recreateFrom = func(time.Time) string { return c.OldestId }
 	}
 	contract := !c.ReleasedByHandler
-	return stream.SubscriberConfig{Partitions: parts, Group: c.ConsumerGroup, Consumer: c.Consumer,
+	return readerConfig{Partitions: parts, Group: c.ConsumerGroup, Consumer: c.Consumer,
 		MaxInFlight: c.MaxInFlight, ReadCount: int(c.ReadBatchSize), PoisonMaxLen: c.PoisonMaxLen,
-		MaxEntryBytes: c.MaxEntryBytes, Events: stream.Events(c.KeyspaceEvents), ClaimIdle: c.MaxIdleTime,
+		MaxEntryBytes: c.MaxEntryBytes, Events: Events(c.KeyspaceEvents), ClaimIdle: c.MaxIdleTime,
 		ClaimInterval: c.ClaimInterval, PruneInterval: c.CheckConsumersInterval, ConsumerTimeout: c.ConsumerTimeout,
 		Logger: s.slog.With("topic", topic), Failing: failing, ReplayFrom: recreateFrom, Handling: c.HandlingContext,
 		Released: c.ReleasedByHandler, MessageContexts: contract && !c.SharedContext,
@@ -490,7 +489,7 @@ func (s *Subscriber) noteDeleted(ctx context.Context, name string, pending []red
 	}
 	s.slog.Error("entries were deleted from the stream before they were decided: their orders are lost",
 		"stream", name, "ids", gone)
-	stream.Deleted.Add(ctx, int64(len(gone)))
+	Deleted.Add(ctx, int64(len(gone)))
 }
 
 func wrapErr(what string, err error) error {

@@ -31,14 +31,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // Config is one consumer's.
 type Config struct {
 	Redis        redis.UniversalClient // acks, poison, hand-backs
-	Partitions   []stream.Partition    // the streams it reads
+	Partitions   []order.Partition     // the streams it reads
 	Group, Name  string                // its consumer group and its name in it
 	PoisonMaxLen int                   // approximate bound of the poison streams
 	MaxAttempts  int                   // deliveries of an entry before it is poisoned (MAX_ATTEMPTS)
@@ -54,9 +54,9 @@ func New(cfg Config) *Consumer {
 		group: cfg.Group, name: cfg.Name, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
 		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, raiseToken: cfg.RaiseToken,
 		handling: make(map[*message.Message]time.Time), live: make(map[*message.Message]*liveEntry)}
-	server := stream.ServerAttributes(cfg.Redis)
+	server := redisstream.ServerAttributes(cfg.Redis)
 	for _, p := range cfg.Partitions {
-		c.spans = append(c.spans, stream.Consumer{Stream: p.Orders, Group: cfg.Group, Name: cfg.Name, Server: server}.Spans())
+		c.spans = append(c.spans, redisstream.Consumer{Stream: p.Orders, Group: cfg.Group, Name: cfg.Name, Server: server}.Spans())
 	}
 	return c
 }
@@ -67,8 +67,8 @@ func (c *Consumer) Name() string { return c.name }
 // Consumer is one consumer of the group: the one a message was delivered to, and its chain.
 type Consumer struct {
 	rdb          redis.UniversalClient
-	parts        []stream.Partition    // the streams it reads
-	spans        []stream.ProcessSpans // the consumer spans of each partition's messages
+	parts        []order.Partition          // the streams it reads
+	spans        []redisstream.ProcessSpans // the consumer spans of each partition's messages
 	group        string
 	name         string
 	poisonMaxLen int
@@ -109,8 +109,8 @@ func (c *Consumer) handled(msg *message.Message) {
 }
 
 // partition is the partition msg's entry was read from.
-func (c *Consumer) partition(msg *message.Message) stream.Partition {
-	return c.parts[stream.EntryPartition(msg)]
+func (c *Consumer) partition(msg *message.Message) order.Partition {
+	return c.parts[redisstream.EntryPartition(msg)]
 }
 
 // Chain wraps h, the handler, in the consumer's delivery steps and then inner, the steps between them and h
@@ -129,7 +129,7 @@ func (c *Consumer) Chain(h message.HandlerFunc, inner ...message.HandlerMiddlewa
 func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		orig := msg.Context()
-		ctx, span := c.spans[stream.EntryPartition(msg)].Start(orig, msg)
+		ctx, span := c.spans[redisstream.EntryPartition(msg)].Start(orig, msg)
 		inFlight.Add(ctx, 1)
 		c.handle(msg)
 		defer func() {
@@ -140,8 +140,8 @@ func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 		}()
 		msg.SetContext(ctx)
 		msgs, err := h(msg)
-		if err != nil && !errors.Is(err, stream.ErrLeftPending) { // a hand-back is logged and counted (retry)
-			stream.Fail(span, err)
+		if err != nil && !errors.Is(err, redisstream.ErrLeftPending) { // a hand-back is logged and counted (retry)
+			redisstream.Fail(span, err)
 		}
 		return msgs, err
 	}
@@ -153,7 +153,7 @@ func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 // poison_reason, poison_source_stream and poison_source_id. Anything else passes through.
 func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		reason, kind := msg.Metadata.Get(stream.MetaBadEntry), reasonBadInput
+		reason, kind := msg.Metadata.Get(redisstream.UnmarshalError), reasonBadInput
 		if reason == "" {
 			msgs, err := h(msg)
 			if reason, kind = poisonReason(err); reason == "" {
@@ -161,7 +161,7 @@ func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 			}
 			var panicked middleware.RecoveredPanicError
 			if errors.As(err, &panicked) {
-				c.logger.ErrorContext(msg.Context(), "handler panicked", "id", stream.EntryID(msg), "panic", panicked.V,
+				c.logger.ErrorContext(msg.Context(), "handler panicked", "id", redisstream.EntryID(msg), "panic", panicked.V,
 					"stack", panicked.Stacktrace)
 			}
 		}
@@ -169,12 +169,12 @@ func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), 5*time.Second)
 		defer cancel()
 		p := c.partition(msg)
-		id := stream.EntryID(msg)
+		id := redisstream.EntryID(msg)
 		if err := c.toPoison(ctx, p, id, reason); err != nil {
 			return nil, fmt.Errorf("poison entry %s: %w", id, err)
 		}
 		c.logger.WarnContext(msg.Context(), "poisoned entry", "stream", p.Orders, "id", id, "reason", reason)
-		stream.Poisoned.Add(ctx, 1, kind)
+		redisstream.Poisoned.Add(ctx, 1, kind)
 		trace.SpanFromContext(msg.Context()).AddEvent("poisoned", trace.WithAttributes(attribute.String("reason", reason)))
 		return nil, nil
 	}
@@ -182,20 +182,20 @@ func (c *Consumer) poison(h message.HandlerFunc) message.HandlerFunc {
 
 // ErrHandedBack is what a failed attempt handed back to the group returns (retry): the router nacks its
 // message, and the entry, pending, is claimed about a second later.
-var ErrHandedBack = fmt.Errorf("delivery: handed back for a retry: %w", stream.ErrLeftPending)
+var ErrHandedBack = fmt.Errorf("delivery: handed back for a retry: %w", redisstream.ErrLeftPending)
 
 // retry runs the handler once per delivery and hands a failed attempt back to the group (see retry.go:
 // which failures count, and MaxAttempts). When Redis cannot take the entry back, the handler is retried
 // here with backoff, as long as the message context lives.
 func (c *Consumer) retry(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		deliveries := max(stream.Deliveries(msg), 1)
+		deliveries := max(int(redisstream.Deliveries(msg)), 1)
 		if deliveries > c.maxAttempts {
 			return nil, &permanentError{deliveries: deliveries - 1}
 		}
 		for backoff := retryMin; ; backoff = min(2*backoff, retryMax) {
 			msgs, err := h(msg)
-			if err == nil || errors.Is(err, handlers.ErrBadInput) || errors.Is(err, stream.ErrLeftPending) {
+			if err == nil || errors.Is(err, order.ErrBadInput) || errors.Is(err, redisstream.ErrLeftPending) {
 				return msgs, err // ErrLeftPending: claimed by another consumer, whose to settle
 			}
 			if err := c.failed(msg, deliveries, err); err != nil {
@@ -239,7 +239,7 @@ func (c *Consumer) keepAlive(h message.HandlerFunc) message.HandlerFunc {
 
 // liveEntry is an entry being handled, whose idle time resetIdle resets.
 type liveEntry struct {
-	part  stream.Partition
+	part  order.Partition
 	id    string
 	last  time.Time     // when it started, or was last taken into a reset round
 	round chan struct{} // closed when the last reset round that took it ends; nil: none took it
@@ -248,7 +248,7 @@ type liveEntry struct {
 // keep adds msg's entry to those whose idle time is reset, and starts the loop that resets them when it
 // is not running.
 func (c *Consumer) keep(msg *message.Message) {
-	e := &liveEntry{part: c.partition(msg), id: stream.EntryID(msg), last: time.Now()}
+	e := &liveEntry{part: c.partition(msg), id: redisstream.EntryID(msg), last: time.Now()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.live[msg] = e

@@ -13,9 +13,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -44,7 +44,7 @@ func (e chainEnv) deliver(t *testing.T, deliveries int) *message.Message {
 	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	msg := stream.Entry{ID: id, Deliveries: int64(deliveries), Values: map[string]any{"payload": "p", "extra": "x"}}.Message()
+	msg := redisstream.Entry{ID: id, Deliveries: int64(deliveries), Values: map[string]any{"payload": "p", "extra": "x"}}.Message()
 	msg.SetContext(context.Background())
 	return msg
 }
@@ -89,10 +89,10 @@ func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
 		wantCalls int
 	}{
 		{"an unreadable entry skips the handler", "entry has no payload", stub{}, "entry has no payload", 0},
-		{"bad input", "", stub{err: handlers.ErrBadInput}, handlers.ErrBadInput.Error(), 1},
+		{"bad input", "", stub{err: order.ErrBadInput}, order.ErrBadInput.Error(), 1},
 		{"a panic", "", stub{err: errors.New("boom"), panics: true}, "panic: boom", 1},
 		{"an order failing too often", "", stub{err: &permanentError{deliveries: 9}}, "delivered 9 times", 1},
-		{"a long reason is cut", "", stub{err: fmt.Errorf("%w: sku %q", handlers.ErrBadInput, strings.Repeat("é", 40000))}, "…", 1},
+		{"a long reason is cut", "", stub{err: fmt.Errorf("%w: sku %q", order.ErrBadInput, strings.Repeat("é", 40000))}, "…", 1},
 		{"a transient failure passes through", "", stub{err: errors.New("redis down")}, "", 1},
 		{"a success passes through", "", stub{}, "", 1},
 	}
@@ -101,7 +101,7 @@ func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
 			e := newChainEnv(t)
 			msg := e.deliver(t, 1)
 			if tc.bad != "" {
-				msg.Metadata.Set(stream.MetaBadEntry, tc.bad)
+				msg.Metadata.Set(redisstream.UnmarshalError, tc.bad)
 			}
 			_, err := e.c.poison(middleware.Recoverer(tc.stub.handle))(msg)
 			if tc.stub.calls != tc.wantCalls {
@@ -121,7 +121,7 @@ func TestPoisonSendsWhatCanNeverSucceedAndAcksIt(t *testing.T) {
 			if r := v["poison_reason"].(string); len(r) > maxReason || !utf8.ValidString(r) {
 				t.Fatalf("poison reason of %d bytes (valid UTF-8: %v), want at most %d", len(r), utf8.ValidString(r), maxReason)
 			}
-			if !strings.Contains(v["poison_reason"].(string), tc.reason) || v["poison_source_id"] != stream.EntryID(msg) || v["extra"] != "x" {
+			if !strings.Contains(v["poison_reason"].(string), tc.reason) || v["poison_source_id"] != redisstream.EntryID(msg) || v["extra"] != "x" {
 				t.Fatalf("poison entry %v: want reason %q, the source id and the original fields", v, tc.reason)
 			}
 		})
@@ -141,7 +141,7 @@ func TestRetryHandsFailuresBackAndCountsOnlyPermanentOnes(t *testing.T) {
 		{"a transient failure is handed back uncounted", 1, errors.New("redis down"), 1, ErrHandedBack.Error(), true, false},
 		{"a permanent failure before the last attempt is handed back counted", 2, inventory.ErrCorrupt, 1, ErrHandedBack.Error(), true, true},
 		{"a permanent failure on the last attempt is poisoned", 3, inventory.ErrCorrupt, 1, "failed permanently on attempt 3", false, false},
-		{"bad input passes through", 1, handlers.ErrBadInput, 1, handlers.ErrBadInput.Error(), false, false},
+		{"bad input passes through", 1, order.ErrBadInput, 1, order.ErrBadInput.Error(), false, false},
 		{"a delivery over the maximum never runs", 4, nil, 0, "delivered 3 times without an outcome", false, false},
 	}
 	for _, tc := range cases {
@@ -239,7 +239,7 @@ func TestKeepAliveResetsAnEntryThatStartedBetweenRounds(t *testing.T) {
 		_, _ = e.c.keepAlive(func(*message.Message) ([]*message.Message, error) {
 			for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 				p, err := e.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: "orders", Group: "g",
-					Start: stream.EntryID(msg), End: stream.EntryID(msg), Count: 1}).Result()
+					Start: redisstream.EntryID(msg), End: redisstream.EntryID(msg), Count: 1}).Result()
 				if err != nil || len(p) != 1 {
 					t.Fatalf("pending %v, %v", p, err)
 				}

@@ -13,8 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/order"
 )
 
 // poisonReason says why err sends its message to the poison stream, or "" when it does not.
@@ -29,7 +28,7 @@ func poisonReason(err error) (string, metric.MeasurementOption) {
 		return fmt.Sprintf("panic: %v", panicked.V), reasonPanic
 	case errors.As(err, &failed):
 		return failed.Error(), failed.kind()
-	case errors.Is(err, handlers.ErrBadInput):
+	case errors.Is(err, order.ErrBadInput):
 		return err.Error(), reasonBadInput
 	}
 	return "", nil
@@ -51,7 +50,7 @@ func truncate(s string, n int) string {
 }
 
 // toPoison adds the entry id of partition p to p's poison stream with reason and acks it, in one MULTI.
-func (c *Consumer) toPoison(ctx context.Context, p stream.Partition, id, reason string) error {
+func (c *Consumer) toPoison(ctx context.Context, p order.Partition, id, reason string) error {
 	fields := map[string]any{}
 	entries, err := c.rdb.XRange(ctx, p.Orders, id, id).Result()
 	if err != nil {
@@ -78,7 +77,7 @@ var reclaimLua string
 var reclaimScript = redis.NewScript(reclaimLua)
 
 // reclaim sets the idle time of partition p's entry msgID if this consumer still owns it (reclaim.lua).
-func (c *Consumer) reclaim(ctx context.Context, p stream.Partition, msgID string, idle time.Duration, uncount int64) error {
+func (c *Consumer) reclaim(ctx context.Context, p order.Partition, msgID string, idle time.Duration, uncount int64) error {
 	return reclaimScript.Run(ctx, c.rdb, []string{p.Orders}, c.group, c.name, msgID, idle.Milliseconds(), uncount).Err()
 }
 

@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // Retrying here, when Redis cannot even take the entry back: exponential from retryMin, capped at retryMax.
@@ -62,13 +62,13 @@ func (c *Consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 	defer cancel()
 	var uncount int64 // the count this delivery made, when it is taken off
 	if kind == transient {
-		uncount = int64(stream.Deliveries(msg))
+		uncount = redisstream.Deliveries(msg)
 	}
-	if herr := c.reclaim(ctx, c.partition(msg), stream.EntryID(msg), c.claimIdle-delay, uncount); herr != nil {
-		c.logger.WarnContext(msg.Context(), "order failed, retrying here", "id", stream.EntryID(msg), "in", retryMin, "err", err, "hand_back_err", herr)
+	if herr := c.reclaim(ctx, c.partition(msg), redisstream.EntryID(msg), c.claimIdle-delay, uncount); herr != nil {
+		c.logger.WarnContext(msg.Context(), "order failed, retrying here", "id", redisstream.EntryID(msg), "in", retryMin, "err", err, "hand_back_err", herr)
 		return false
 	}
-	c.logger.WarnContext(msg.Context(), "order failed, handed back for a retry", "id", stream.EntryID(msg), "in", delay.String(),
+	c.logger.WarnContext(msg.Context(), "order failed, handed back for a retry", "id", redisstream.EntryID(msg), "in", delay.String(),
 		"failure", kind.String(), "attempt", deliveries, "err", err)
 	retried.Add(ctx, 1, kind.attr())
 	return true

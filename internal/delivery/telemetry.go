@@ -5,7 +5,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 var (
@@ -18,10 +18,10 @@ var (
 
 // Attributes of the counters above.
 var (
-	reasonBadInput   = stream.PoisonReason("bad_input")
-	reasonPanic      = stream.PoisonReason("panic")
-	reasonFailed     = stream.PoisonReason("failed")
-	reasonAttempts   = stream.PoisonReason("attempts")
+	reasonBadInput   = redisstream.PoisonReason("bad_input")
+	reasonPanic      = redisstream.PoisonReason("panic")
+	reasonFailed     = redisstream.PoisonReason("failed")
+	reasonAttempts   = redisstream.PoisonReason("attempts")
 	failureTransient = metric.WithAttributeSet(attribute.NewSet(attribute.String("failure", "transient")))
 	failurePermanent = metric.WithAttributeSet(attribute.NewSet(attribute.String("failure", "permanent")))
 )

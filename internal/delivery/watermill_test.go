@@ -7,8 +7,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/redisstream"
 )
 
@@ -56,11 +56,11 @@ func TestWatermillsPoisonQueueLosesTheEntrysFieldsAndOursKeepsThemAndAcks(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	pq, err := middleware.PoisonQueueWithFilter(pub, "orders-poison", func(err error) bool { return errors.Is(err, handlers.ErrBadInput) })
+	pq, err := middleware.PoisonQueueWithFilter(pub, "orders-poison", func(err error) bool { return errors.Is(err, order.ErrBadInput) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &stub{err: handlers.ErrBadInput}
+	h := &stub{err: order.ErrBadInput}
 	if _, err := pq(h.handle)(msg); err != nil {
 		t.Fatalf("Watermill's PoisonQueue: %v", err)
 	}
@@ -72,7 +72,7 @@ func TestWatermillsPoisonQueueLosesTheEntrysFieldsAndOursKeepsThemAndAcks(t *tes
 
 	e = newChainEnv(t)
 	msg = e.deliver(t, 1)
-	h = &stub{err: handlers.ErrBadInput}
+	h = &stub{err: order.ErrBadInput}
 	if _, err := e.c.poison(h.handle)(msg); err != nil {
 		t.Fatalf("ours: %v", err)
 	}

@@ -2,42 +2,81 @@ package e2e
 
 import (
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// docs/architecture.md says what the packages of the order's path import of the product: inventory and the
-// lock library nothing, the public Pub/Sub internal/stream (its group reader); handlers the store, the lock middleware and library, and
-// internal/stream for its commit (the arrow back up that issue 44 removes); lockmw only the lock library.
-// go list holds the page to the code: a new import of the product in one of them fails here until the page
-// says so.
-func TestTheArchitectureStatementsHoldForTheImports(t *testing.T) {
-	const product = "github.com/stockflow/stockflow"
-	cases := []struct {
-		dir, pkg string
-		imports  []string // of the product, sorted
-	}{
-		{"../..", "./inventory", nil},
-		{"../..", "./redisstream", []string{"internal/stream"}},
-		{"../../lockmw/rlock", ".", nil},
-		{"../..", "./lockmw", []string{"lockmw/rlock"}},
-		{"../..", "./handlers", []string{"internal/stream", "inventory", "lockmw", "lockmw/rlock"}},
-	}
-	for _, tc := range cases {
-		out, err := exec.Command("go", "-C", tc.dir, "list", "-f", `{{join .Imports "\n"}}`, tc.pkg).CombinedOutput()
+// docs/architecture.md's package table says what each package imports of the product. go list holds the
+// page to the code: a row whose imports differ from the package's, or a package of the product without a
+// row (a directory row, "scripts/", covers the packages under it), fails here until the page says so.
+func TestThePackageTableHoldsForTheImports(t *testing.T) {
+	const product = "github.com/stockflow/stockflow/"
+	actual := map[string][]string{} // package (path in the repository) -> its imports of the product, sorted
+	for _, list := range [][]string{{"-C", "../..", "list"}, {"-C", "../../lockmw/rlock", "list"}} {
+		out, err := exec.Command("go", append(list, "-f", `{{.ImportPath}}|{{join .Imports " "}}`, "./...")...).CombinedOutput()
 		if err != nil {
-			t.Fatalf("go list %s: %v\n%s", tc.pkg, err, out)
+			t.Fatalf("go %v: %v\n%s", list, err, out)
 		}
-		var got []string
-		for _, imp := range strings.Fields(string(out)) {
-			if rest, ok := strings.CutPrefix(imp, product+"/"); ok && !strings.HasPrefix(rest, "lockmw/rlock/internal") {
-				got = append(got, rest)
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			pkg, imports, _ := strings.Cut(line, "|")
+			pkg = strings.TrimPrefix(pkg, product)
+			if strings.Contains(pkg, "/internal/redistest") {
+				continue // the lock module's own test rig
 			}
+			got := []string{}
+			for _, imp := range strings.Fields(imports) {
+				if rest, ok := strings.CutPrefix(imp, product); ok && !strings.Contains(rest, "/internal/redistest") {
+					got = append(got, rest)
+				}
+			}
+			slices.Sort(got)
+			actual[pkg] = got
 		}
-		slices.Sort(got)
-		if !slices.Equal(got, tc.imports) {
-			t.Errorf("%s imports %v of the product; docs/architecture.md says %v: change the page with the code", tc.pkg, got, tc.imports)
+	}
+	table := section(t, doc(t, "architecture.md"), "## Packages")
+	listed := map[string]bool{}
+	var dirs []string
+	rows := 0
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) != 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		rows++
+		paths := regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1)
+		for _, m := range paths {
+			if strings.HasSuffix(m[1], "/") {
+				dirs = append(dirs, m[1])
+			}
+			listed[m[1]] = true
+		}
+		imports := strings.TrimSpace(cells[3])
+		if len(paths) != 1 || strings.HasPrefix(imports, "(") {
+			continue // several packages, or none: described, not checked
+		}
+		got, ok := actual[paths[0][1]]
+		if !ok {
+			if !strings.HasSuffix(paths[0][1], "/") && !strings.Contains(paths[0][1], ".") {
+				t.Errorf("docs/architecture.md lists %s, which is no package of the product", paths[0][1])
+			}
+			continue
+		}
+		want := []string{}
+		if imports != "-" {
+			want = strings.Split(imports, ", ")
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s imports %v of the product; docs/architecture.md says %v: change the page with the code", paths[0][1], got, want)
+		}
+	}
+	if rows < 20 {
+		t.Fatalf("docs/architecture.md's package table has %d rows; is it still a table of | path | what | imports |?", rows)
+	}
+	for pkg := range actual {
+		if !listed[pkg] && !slices.ContainsFunc(dirs, func(d string) bool { return strings.HasPrefix(pkg, d) }) {
+			t.Errorf("package %s has no row in docs/architecture.md's package table", pkg)
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -40,7 +40,7 @@ func replayedOutcomes(t *testing.T, s *redistest.Server) int {
 	t.Helper()
 	n := 0
 	for _, x := range s.Client().XRange(context.Background(), "order-results", "-", "+").Val() {
-		var r handlers.Result
+		var r order.Result
 		if err := json.Unmarshal([]byte(x.Values["payload"].(string)), &r); err == nil && r.Replayed {
 			n++
 		}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -25,7 +25,7 @@ func TestHotSKUIsSharedFairlyBetweenWorkers(t *testing.T) {
 	decided := map[string]int{}
 	var longest float64
 	for _, m := range s.Client().XRange(context.Background(), "order-results", "-", "+").Val() {
-		var r handlers.Result
+		var r order.Result
 		if err := json.Unmarshal([]byte(m.Values["payload"].(string)), &r); err != nil {
 			t.Fatal(err)
 		}

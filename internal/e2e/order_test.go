@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -62,11 +62,11 @@ func fulfilOutcomes(t *testing.T, rdb *redis.Client) fulfils {
 	f := fulfils{refused: map[string]int{}}
 	seen := map[string]bool{}
 	for _, m := range rdb.XRange(context.Background(), "order-results", "-", "+").Val() {
-		var r handlers.Result
+		var r order.Result
 		if err := json.Unmarshal([]byte(m.Values["payload"].(string)), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Type != handlers.TypeFulfil || seen[r.OrderID] {
+		if r.Type != order.TypeFulfil || seen[r.OrderID] {
 			continue
 		}
 		seen[r.OrderID] = true

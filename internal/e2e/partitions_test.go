@@ -10,9 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -61,7 +60,7 @@ func TestPartitionedStreamsOnOneRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := awaitOutcome(t, rdb, wrong.Results, "misrouted-1")
-	if r.Status != inventory.StatusReserved || rdb.HGet(ctx, "stock:{SKU-W}", "available").Val() != "3" {
+	if r.Status != order.StatusReserved || rdb.HGet(ctx, "stock:{SKU-W}", "available").Val() != "3" {
 		t.Fatalf("misrouted order: %+v, available %s; want reserved, 3 left", r, rdb.HGet(ctx, "stock:{SKU-W}", "available").Val())
 	}
 
@@ -74,12 +73,12 @@ func TestPartitionedStreamsOnOneRedis(t *testing.T) {
 }
 
 // awaitOutcome waits for the outcome event of order id on the results stream.
-func awaitOutcome(t *testing.T, rdb redis.UniversalClient, results, id string) handlers.Result {
+func awaitOutcome(t *testing.T, rdb redis.UniversalClient, results, id string) order.Result {
 	t.Helper()
-	var found *handlers.Result
+	var found *order.Result
 	waitFor(t, 10*time.Second, fmt.Sprintf("an outcome of %s on %s", id, results), func() bool {
 		for _, e := range rdb.XRange(context.Background(), results, "-", "+").Val() {
-			var r handlers.Result
+			var r order.Result
 			if p, _ := e.Values["payload"].(string); json.Unmarshal([]byte(p), &r) == nil && r.OrderID == id {
 				found = &r
 				return true

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -21,7 +21,7 @@ import (
 // applied. When the stopped worker resumes, it publishes nothing for the order: every reservation event of
 // the order has the same status, and the last event is the cancel's (or the fulfil's), the order's state.
 func TestAStaleWorkerPublishesNothingAfterTheOrdersLaterEvents(t *testing.T) {
-	for _, op := range []handlers.Type{handlers.TypeCancel, handlers.TypeFulfil} {
+	for _, op := range []order.Type{order.TypeCancel, order.TypeFulfil} {
 		t.Run(string(op), func(t *testing.T) {
 			s := redistest.Start(t)
 			ctx := context.Background()
@@ -48,7 +48,7 @@ func TestAStaleWorkerPublishesNothingAfterTheOrdersLaterEvents(t *testing.T) {
 				}
 			}
 			events := orderEvents(t, rdb, "o-1")
-			var statuses []inventory.Status
+			var statuses []order.Status
 			for _, e := range events {
 				statuses = append(statuses, e.Status)
 				if e.Type == "" && e.Status != events[0].Status {
@@ -70,11 +70,11 @@ func add(t *testing.T, rdb *redis.Client, payload string) {
 }
 
 // orderEvents are the outcome events of order id, in stream order.
-func orderEvents(t *testing.T, rdb *redis.Client, id string) []handlers.Result {
+func orderEvents(t *testing.T, rdb *redis.Client, id string) []order.Result {
 	t.Helper()
-	var events []handlers.Result
+	var events []order.Result
 	for _, x := range rdb.XRange(context.Background(), "order-results", "-", "+").Val() {
-		var r handlers.Result
+		var r order.Result
 		if err := json.Unmarshal([]byte(x.Values["payload"].(string)), &r); err == nil && r.OrderID == id {
 			events = append(events, r)
 		}
@@ -82,7 +82,7 @@ func orderEvents(t *testing.T, rdb *redis.Client, id string) []handlers.Result {
 	return events
 }
 
-func cmpOr(t handlers.Type, alt string) string {
+func cmpOr(t order.Type, alt string) string {
 	if t == "" {
 		return alt
 	}

@@ -1,6 +1,6 @@
 // Package otelsetup sets up OpenTelemetry for the stockflow binaries from the standard environment
 // variables. Only the mains import it: it links the exporters (OTLP over HTTP and gRPC, Prometheus), which
-// the libraries and the demo do without (internal/stream has what they need).
+// the libraries and the demo do without (redisstream has what they need).
 //
 //	OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES      resource
 //	OTEL_TRACES_EXPORTER  = otlp | console | none     default none: no spans are exported

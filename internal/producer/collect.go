@@ -13,15 +13,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // collector reads this run's outcome and poison events into its Summary.
 type collector struct {
 	cfg    Config
-	parts  []stream.Partition
+	parts  []order.Partition
 	sum    *Summary
 	placed map[eventKey]placedOrder
 	from   []outcomeCursor // by partition
@@ -29,7 +27,7 @@ type collector struct {
 
 	// seen is the outcome of each event: its first, but for a cancel or fulfil first refused and then,
 	// redelivered, done.
-	seen        map[eventKey]handlers.Result
+	seen        map[eventKey]order.Result
 	poisoned    map[eventKey]bool
 	latencies   []time.Duration // from placed to processed, an event each
 	waits       []float64       // lock wait in milliseconds, an event each
@@ -39,7 +37,7 @@ type collector struct {
 // newCollector returns a collector of the outcomes of the placed events into sum.
 func newCollector(cfg Config, sum *Summary, placed map[eventKey]placedOrder, progress *bar) *collector {
 	return &collector{cfg: cfg, parts: cfg.Partitions(), sum: sum, placed: placed, bar: progress,
-		seen: make(map[eventKey]handlers.Result, len(placed)), poisoned: map[eventKey]bool{}}
+		seen: make(map[eventKey]order.Result, len(placed)), poisoned: map[eventKey]bool{}}
 }
 
 // collect reads events until every event placed has an outcome, then computes the throughput and
@@ -74,7 +72,7 @@ func (c *collector) collect(ctx context.Context, rdb redis.UniversalClient) {
 
 // follow reads partition p's outcome and poison events after cursor into events until ctx ends, moving the
 // cursor past them. It keeps trying through a Redis restart or failover.
-func (c *collector) follow(ctx context.Context, rdb redis.UniversalClient, p stream.Partition, cursor *outcomeCursor, events chan<- []redis.XStream) {
+func (c *collector) follow(ctx context.Context, rdb redis.UniversalClient, p order.Partition, cursor *outcomeCursor, events chan<- []redis.XStream) {
 	for ctx.Err() == nil {
 		streams, err := rdb.XRead(ctx, &redis.XReadArgs{
 			Streams: []string{p.Results, p.Poison, cursor.results, cursor.poison},
@@ -124,7 +122,7 @@ func (c *collector) pending() int {
 // add takes the events read.
 func (c *collector) add(streams []redis.XStream) {
 	for _, s := range streams {
-		poison := slices.ContainsFunc(c.parts, func(p stream.Partition) bool { return p.Poison == s.Stream })
+		poison := slices.ContainsFunc(c.parts, func(p order.Partition) bool { return p.Poison == s.Stream })
 		for _, e := range s.Messages {
 			payload, _ := e.Values["payload"].(string)
 			if poison {
@@ -138,7 +136,7 @@ func (c *collector) add(streams []redis.XStream) {
 
 // addPoison counts a poison entry when it is one of this run's events, once.
 func (c *collector) addPoison(payload string) {
-	var o handlers.Order
+	var o order.Order
 	if json.Unmarshal([]byte(payload), &o) != nil {
 		return
 	}
@@ -152,11 +150,11 @@ func (c *collector) addPoison(payload string) {
 // addResult takes an outcome event of this run: the first of its event, or a further one. Each is checked
 // on its own as it comes.
 func (c *collector) addResult(payload string) {
-	var r handlers.Result
+	var r order.Result
 	if json.Unmarshal([]byte(payload), &r) != nil {
 		return
 	}
-	k := eventKey{cmp.Or(r.Type, handlers.TypeReserve), r.OrderID}
+	k := eventKey{cmp.Or(r.Type, order.TypeReserve), r.OrderID}
 	p, ours := c.placed[k]
 	if !ours {
 		return
@@ -174,11 +172,11 @@ func (c *collector) addResult(payload string) {
 
 // orderOf is the reservation of event k's order.
 func (c *collector) orderOf(k eventKey) placedOrder {
-	return c.placed[eventKey{handlers.TypeReserve, k.orderID}]
+	return c.placed[eventKey{order.TypeReserve, k.orderID}]
 }
 
 // timing records how long an event took and waited for its locks.
-func (c *collector) timing(p placedOrder, r handlers.Result) {
+func (c *collector) timing(p placedOrder, r order.Result) {
 	c.latencies = append(c.latencies, r.ProcessedAt.Sub(p.placedAt))
 	c.waits = append(c.waits, r.LockWaitMs)
 	if c.first.IsZero() || p.placedAt.Before(c.first) {
@@ -191,15 +189,15 @@ func (c *collector) timing(p placedOrder, r handlers.Result) {
 
 // tally counts the first outcome of an event: a reservation's is reserved (or, replayed, since cancelled
 // or fulfilled) or rejected; and the SKUs of its order had it decided.
-func (s *Summary) tally(k eventKey, r handlers.Result, lines []inventory.Line) {
+func (s *Summary) tally(k eventKey, r order.Result, lines []order.Line) {
 	for _, l := range lines {
 		if sku := s.SKUs[l.SKU]; sku != nil {
 			sku.decided(r)
 		}
 	}
 	switch {
-	case k.kind != handlers.TypeReserve:
-	case r.Status == inventory.StatusRejected:
+	case k.kind != order.TypeReserve:
+	case r.Status == order.StatusRejected:
 		s.Rejected++
 	case reservedOnce(r.Status):
 		s.Reserved++
@@ -207,7 +205,7 @@ func (s *Summary) tally(k eventKey, r handlers.Result, lines []inventory.Line) {
 }
 
 // decided counts an event of the SKU decided by r's worker after r's wait for the locks.
-func (k *SKUSummary) decided(r handlers.Result) {
+func (k *SKUSummary) decided(r order.Result) {
 	k.LockWaitMs += r.LockWaitMs
 	if k.DecidedBy == nil {
 		k.DecidedBy = map[string]int{}
@@ -218,12 +216,12 @@ func (k *SKUSummary) decided(r handlers.Result) {
 // again takes a further outcome of an event, a duplicate. One that contradicts the first is a problem. A
 // redelivered reservation may replay its order as since cancelled or fulfilled, and a cancel or fulfil
 // refused (its order not decided yet) may be done by its redelivery: either is then the event's outcome.
-func (c *collector) again(k eventKey, first, r handlers.Result) {
+func (c *collector) again(k eventKey, first, r order.Result) {
 	c.sum.Duplicates++
 	keep, contradicts := againLifecycle(first.Status, r.Status)
-	if k.kind == handlers.TypeReserve {
+	if k.kind == order.TypeReserve {
 		contradicts = !sameReservation(first.Status, r.Status)
-		keep = !contradicts && r.Status != inventory.StatusReserved
+		keep = !contradicts && r.Status != order.StatusReserved
 	}
 	if keep {
 		c.seen[k] = r
@@ -235,8 +233,8 @@ func (c *collector) again(k eventKey, first, r handlers.Result) {
 
 // againLifecycle judges a further outcome of a cancel or fulfil: done after it was refused is kept, refused
 // after it was done contradicts it.
-func againLifecycle(first, again inventory.Status) (keep, contradicts bool) {
-	refused, now := first == inventory.StatusRejected, again == inventory.StatusRejected
+func againLifecycle(first, again order.Status) (keep, contradicts bool) {
+	refused, now := first == order.StatusRejected, again == order.StatusRejected
 	return refused && !now, !refused && now
 }
 

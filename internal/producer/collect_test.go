@@ -9,9 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 func TestPercentile(t *testing.T) {
@@ -84,9 +83,9 @@ func TestCollectorAdd(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	sum := &Summary{SKUs: map[string]*SKUSummary{"SKU-0": {}, "SKU-1": {}}}
 	c := newCollector(Config{Config: stream.DefaultConfig()}, sum, map[eventKey]placedOrder{
-		{handlers.TypeReserve, "r-1"}: {lines: []inventory.Line{{SKU: "SKU-0", Quantity: 2}}, placedAt: t0},
-		{handlers.TypeReserve, "r-2"}: {lines: []inventory.Line{{SKU: "SKU-1", Quantity: 1}}, placedAt: t0.Add(time.Second)},
-		{handlers.TypeReserve, "r-3"}: {lines: []inventory.Line{{SKU: "SKU-0", Quantity: 1}}, placedAt: t0},
+		{order.TypeReserve, "r-1"}: {lines: []order.Line{{SKU: "SKU-0", Quantity: 2}}, placedAt: t0},
+		{order.TypeReserve, "r-2"}: {lines: []order.Line{{SKU: "SKU-1", Quantity: 1}}, placedAt: t0.Add(time.Second)},
+		{order.TypeReserve, "r-3"}: {lines: []order.Line{{SKU: "SKU-0", Quantity: 1}}, placedAt: t0},
 	}, newBar(nil, "", 0))
 	result := func(id, order, sku, status string, qty int, processed time.Duration, waitMs float64) redis.XMessage {
 		return redis.XMessage{ID: id, Values: map[string]any{"payload": fmt.Sprintf(
@@ -156,9 +155,9 @@ func TestAnEventPoisonedAndDecidedLeavesTheOthersPending(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sum := &Summary{SKUs: map[string]*SKUSummary{"SKU-0": {}}}
-			line := []inventory.Line{{SKU: "SKU-0", Quantity: 1}}
+			line := []order.Line{{SKU: "SKU-0", Quantity: 1}}
 			c := newCollector(Config{Config: stream.DefaultConfig()}, sum, map[eventKey]placedOrder{
-				{handlers.TypeReserve, "r-1"}: {lines: line}, {handlers.TypeReserve, "r-2"}: {lines: line},
+				{order.TypeReserve, "r-1"}: {lines: line}, {order.TypeReserve, "r-2"}: {lines: line},
 			}, newBar(nil, "", 0))
 			for _, e := range tc.events {
 				c.add([]redis.XStream{e})

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // Defaults of the settings.
@@ -150,7 +150,7 @@ func (c *Config) validateSKUs() error {
 
 func (c *Config) validateSKUList() error {
 	for _, sku := range c.skus() {
-		if err := inventory.ValidateSKU(sku); err != nil {
+		if err := order.ValidateSKU(sku); err != nil {
 			return fmt.Errorf("invalid --sku-list: %w", err)
 		}
 	}
@@ -158,7 +158,7 @@ func (c *Config) validateSKUList() error {
 }
 
 func (c *Config) validateQuantity() error {
-	if err := inventory.ValidateQuantity(int64(c.Quantity)); err != nil {
+	if err := order.ValidateQuantity(int64(c.Quantity)); err != nil {
 		return fmt.Errorf("invalid --quantity: %w", err)
 	}
 	return nil
@@ -188,8 +188,8 @@ func (c *Config) lineRange() (fewest, most int, err error) {
 	if _, err := fmt.Sscanf(c.Lines, "%d-%d", &fewest, &most); err != nil || fmt.Sprintf("%d-%d", fewest, most) != c.Lines {
 		return 0, 0, fmt.Errorf("invalid --lines %q: want MIN-MAX, as 2-5", c.Lines)
 	}
-	ok := 1 <= fewest && fewest <= most && most <= inventory.MaxLines
-	return fewest, most, config.Check(ok, "--lines", strconv.Quote(c.Lines), fmt.Sprintf("want 1 <= MIN <= MAX <= %d", inventory.MaxLines))
+	ok := 1 <= fewest && fewest <= most && most <= order.MaxLines
+	return fewest, most, config.Check(ok, "--lines", strconv.Quote(c.Lines), fmt.Sprintf("want 1 <= MIN <= MAX <= %d", order.MaxLines))
 }
 
 // validateLifecycle checks --cancel and --fulfil: fractions, and an order is followed by one of them at
@@ -214,7 +214,7 @@ func (c *Config) validateRunID() error {
 	if c.RunID == "" {
 		c.RunID = "r" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	if err := inventory.ValidateOrderID(c.RunID + "-" + strconv.Itoa(c.Orders)); err != nil {
+	if err := order.ValidateOrderID(c.RunID + "-" + strconv.Itoa(c.Orders)); err != nil {
 		return fmt.Errorf("invalid --run-id: %w", err)
 	}
 	return nil

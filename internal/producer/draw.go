@@ -3,8 +3,7 @@ package producer
 import (
 	"math/rand/v2"
 
-	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // draw makes the random choices of one publishing goroutine, from its own random source: the SKUs of each
@@ -28,44 +27,44 @@ func (c *Config) newDraw(skus []string, seed [2]uint64) *draw {
 
 // order is the reservation of order id: one SKU, or a basket of distinct SKUs in random order (the
 // worker sorts them).
-func (d *draw) order(id string) handlers.Order {
+func (d *draw) order(id string) order.Order {
 	if d.most == 0 {
-		return handlers.Order{OrderID: id, SKU: d.skus[d.pick()], Quantity: d.quantity}
+		return order.Order{OrderID: id, SKU: d.skus[d.pick()], Quantity: d.quantity}
 	}
 	n := d.fewest + d.r.IntN(d.most-d.fewest+1)
-	lines := make([]handlers.Line, 0, n)
+	lines := make([]order.Line, 0, n)
 	taken := make(map[string]bool, n)
 	for len(lines) < n { // Validate made sure there are n distinct SKUs
 		if sku := d.skus[d.pick()]; !taken[sku] {
 			taken[sku] = true
-			lines = append(lines, handlers.Line{SKU: sku, Quantity: d.quantity})
+			lines = append(lines, order.Line{SKU: sku, Quantity: d.quantity})
 		}
 	}
 	// The distribution's favourites would come first, and the least SKU often with them.
 	d.r.Shuffle(n, func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
-	return handlers.Order{OrderID: id, Lines: lines}
+	return order.Order{OrderID: id, Lines: lines}
 }
 
 // lifecycle is the cancel or fulfil event that follows order o, naming one of its SKUs at random; false
 // when none does.
-func (d *draw) lifecycle(o handlers.Order) (handlers.Order, bool) {
-	var kind handlers.Type
+func (d *draw) lifecycle(o order.Order) (order.Order, bool) {
+	var kind order.Type
 	switch x := d.r.Float64(); {
 	case x < d.cancel:
-		kind = handlers.TypeCancel
+		kind = order.TypeCancel
 	case x < d.cancel+d.fulfil:
-		kind = handlers.TypeFulfil
+		kind = order.TypeFulfil
 	default:
-		return handlers.Order{}, false
+		return order.Order{}, false
 	}
 	lines := linesOf(o)
-	return handlers.Order{Type: kind, OrderID: o.OrderID, SKU: lines[d.r.IntN(len(lines))].SKU}, true
+	return order.Order{Type: kind, OrderID: o.OrderID, SKU: lines[d.r.IntN(len(lines))].SKU}, true
 }
 
 // linesOf are the lines of a reservation: a basket's, or a single-SKU order's one.
-func linesOf(o handlers.Order) []inventory.Line {
+func linesOf(o order.Order) []order.Line {
 	if o.Lines != nil {
 		return o.Lines
 	}
-	return []inventory.Line{{SKU: o.SKU, Quantity: o.Quantity}}
+	return []order.Line{{SKU: o.SKU, Quantity: o.Quantity}}
 }

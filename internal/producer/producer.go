@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // Run seeds, publishes and (with Wait) waits and checks; with no Orders it only seeds. Progress goes to
@@ -55,7 +55,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 type run struct {
 	cfg      Config
 	rdb      redis.UniversalClient
-	parts    []stream.Partition
+	parts    []order.Partition
 	store    *inventory.Store
 	skus     []string
 	progress io.Writer

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -80,13 +80,13 @@ func TestRunPublishesEveryOrderOnce(t *testing.T) {
 	}
 }
 
-func publishedOrders(t *testing.T, rdb *redis.Client, name string) []handlers.Order {
+func publishedOrders(t *testing.T, rdb *redis.Client, name string) []order.Order {
 	t.Helper()
 	entries, err := rdb.XRange(context.Background(), name, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	orders := make([]handlers.Order, len(entries))
+	orders := make([]order.Order, len(entries))
 	for i, e := range entries {
 		payload, _ := e.Values["payload"].(string)
 		if err := json.Unmarshal([]byte(payload), &orders[i]); err != nil {
@@ -99,19 +99,19 @@ func publishedOrders(t *testing.T, rdb *redis.Client, name string) []handlers.Or
 func TestRunWaitsForOutcomesAndChecksTheStock(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
-		answer       func(o handlers.Order) string // the status a fake worker answers, "" for none
+		answer       func(o order.Order) string // the status a fake worker answers, "" for none
 		wantRejected int
 		wantMissing  int
 		wantProblems []string
 	}{
 		{
 			name:         "every order rejected leaves the stock as it was: the check passes",
-			answer:       func(handlers.Order) string { return "rejected" },
+			answer:       func(order.Order) string { return "rejected" },
 			wantRejected: 6,
 		},
 		{
 			name: "an order said to be reserved without the stock moving fails the check",
-			answer: func(o handlers.Order) string {
+			answer: func(o order.Order) string {
 				if o.OrderID == "t-2" {
 					return "reserved"
 				}
@@ -122,7 +122,7 @@ func TestRunWaitsForOutcomesAndChecksTheStock(t *testing.T) {
 		},
 		{
 			name: "orders without an outcome by the timeout are missing",
-			answer: func(o handlers.Order) string {
+			answer: func(o order.Order) string {
 				if slices.Contains([]string{"t-1", "t-2", "t-3"}, o.OrderID) {
 					return "rejected"
 				}
@@ -142,7 +142,7 @@ func TestRunWaitsForOutcomesAndChecksTheStock(t *testing.T) {
 			cfg.RedisURL, cfg.Orders, cfg.SKUList, cfg.SeedStock, cfg.RunID = s.URL(), 6, "SKU-0", 5, "t"
 			cfg.Wait, cfg.Timeout = true, 2*time.Second
 			// An outcome of an earlier run with the same id: not one of this run's.
-			if err := rdb.XAdd(ctx, resultEntry(cfg.ResultsStream, handlers.Order{OrderID: "t-1", SKU: "SKU-0", Quantity: 1}, "reserved")).Err(); err != nil {
+			if err := rdb.XAdd(ctx, resultEntry(cfg.ResultsStream, order.Order{OrderID: "t-1", SKU: "SKU-0", Quantity: 1}, "reserved")).Err(); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan struct{})
@@ -168,7 +168,7 @@ func TestRunWaitsForOutcomesAndChecksTheStock(t *testing.T) {
 }
 
 // fakeWorker answers each order of the orders stream with the outcome answer gives, without touching the stock.
-func fakeWorker(ctx context.Context, rdb *redis.Client, cfg Config, answer func(handlers.Order) string) {
+func fakeWorker(ctx context.Context, rdb *redis.Client, cfg Config, answer func(order.Order) string) {
 	for ctx.Err() == nil {
 		streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.ConsumerGroup, Consumer: "fake",
 			Streams: []string{cfg.OrdersStream, ">"}, Block: 100 * time.Millisecond}).Result()
@@ -177,7 +177,7 @@ func fakeWorker(ctx context.Context, rdb *redis.Client, cfg Config, answer func(
 			continue
 		}
 		for _, e := range streams[0].Messages {
-			var o handlers.Order
+			var o order.Order
 			payload, _ := e.Values["payload"].(string)
 			if json.Unmarshal([]byte(payload), &o) == nil && answer(o) != "" {
 				_ = rdb.XAdd(ctx, resultEntry(cfg.ResultsStream, o, answer(o))).Err() // a missing outcome fails the test
@@ -187,7 +187,7 @@ func fakeWorker(ctx context.Context, rdb *redis.Client, cfg Config, answer func(
 }
 
 // resultEntry is the outcome event a worker would add for o.
-func resultEntry(name string, o handlers.Order, status string) *redis.XAddArgs {
+func resultEntry(name string, o order.Order, status string) *redis.XAddArgs {
 	payload, _ := json.Marshal(map[string]any{"order_id": o.OrderID, "sku": o.SKU, "quantity": o.Quantity,
 		"status": status, "processed_at": time.Now().UTC()})
 	return &redis.XAddArgs{Stream: name, Values: map[string]any{"payload": payload}}

@@ -14,9 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/redisstream"
 )
 
@@ -28,16 +26,16 @@ const lifecycleLag = 20
 // eventKey names an event of this run: its type and its order. An order's reservation and its cancel or
 // fulfil share the order id, and so do their outcomes.
 type eventKey struct {
-	kind    handlers.Type
+	kind    order.Type
 	orderID string
 }
 
 // keyOf is the key of event o.
-func keyOf(o handlers.Order) eventKey { return eventKey{o.Kind(), o.OrderID} }
+func keyOf(o order.Order) eventKey { return eventKey{o.Kind(), o.OrderID} }
 
 // String names the event in a problem: "order r-1", "cancel of order r-1".
 func (k eventKey) String() string {
-	if k.kind == handlers.TypeReserve {
+	if k.kind == order.TypeReserve {
 		return "order " + k.orderID
 	}
 	return string(k.kind) + " of order " + k.orderID
@@ -45,7 +43,7 @@ func (k eventKey) String() string {
 
 // placedOrder is what the producer remembers of an event it published.
 type placedOrder struct {
-	lines    []inventory.Line // of a reservation: a basket's lines, or a single-SKU order's one
+	lines    []order.Line // of a reservation: a basket's lines, or a single-SKU order's one
 	basket   bool
 	sku      string // the SKU it names (a basket: none)
 	placedAt time.Time
@@ -54,7 +52,7 @@ type placedOrder struct {
 // heldEvent is a cancel or fulfil waiting for the order numbered due to be published.
 type heldEvent struct {
 	due   int64
-	event handlers.Order
+	event order.Order
 }
 
 // publish publishes the run's orders, and the cancel and fulfil events that follow some of them, through
@@ -72,7 +70,7 @@ func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
 		cfg:    r.cfg,
 		parts:  r.parts,
 		skus:   r.skus,
-		pub:    stream.Publisher{Publisher: wpub, Server: stream.ServerAttributes(r.rdb)}, // a trace per order, to the workers
+		pub:    redisstream.TracingPublisher{Publisher: wpub, Server: redisstream.ServerAttributes(r.rdb)}, // a trace per order, to the workers
 		bar:    newBar(r.progress, "published", r.cfg.Orders),
 		placed: make(map[eventKey]placedOrder, r.cfg.Orders),
 	}
@@ -86,7 +84,7 @@ func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
 // publisher publishes the orders of one run, numbered 1 .. Orders, from any number of goroutines.
 type publisher struct {
 	cfg   Config
-	parts []stream.Partition
+	parts []order.Partition
 	skus  []string
 	pub   message.Publisher
 	// With a rate: order i is due at start + (i-1) * interval; interval 0: no rate.
@@ -177,7 +175,7 @@ func (p *publisher) hold(e heldEvent) {
 // release publishes the held events due once order number i is published.
 func (p *publisher) release(ctx context.Context, i int64) error {
 	p.mu.Lock()
-	var due []handlers.Order
+	var due []order.Order
 	p.held = slices.DeleteFunc(p.held, func(e heldEvent) bool {
 		ready := e.due <= i
 		if ready {
@@ -195,14 +193,14 @@ func (p *publisher) release(ctx context.Context, i int64) error {
 }
 
 // place publishes event o to the partition of its routing SKU, and remembers it.
-func (p *publisher) place(ctx context.Context, o handlers.Order) error {
+func (p *publisher) place(ctx context.Context, o order.Order) error {
 	o.PlacedAt = time.Now().UTC()
 	payload, _ := json.Marshal(o)
 	if err := p.send(ctx, p.parts[p.cfg.PartitionOf(o.RouteSKU())].Orders, payload); err != nil {
 		return fmt.Errorf("publish %s: %w", keyOf(o), err)
 	}
 	placed := placedOrder{basket: o.Lines != nil, sku: o.SKU, placedAt: o.PlacedAt}
-	if o.Kind() == handlers.TypeReserve {
+	if o.Kind() == order.TypeReserve {
 		placed.lines = linesOf(o)
 		p.bar.add(1)
 	}

@@ -10,15 +10,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 // published is an entry of an orders stream: the event as sent and as the worker decodes it.
 type published struct {
 	partition int
-	raw       handlers.Order // as published: a basket's lines in the order sent
-	decoded   handlers.Order // by handlers.DecodeOrder
+	raw       order.Order // as published: a basket's lines in the order sent
+	decoded   order.Order // by order.Decode
 }
 
 // publishedEvents reads every partition's orders stream, each in stream order, and decodes the entries
@@ -37,7 +37,7 @@ func publishedEvents(t *testing.T, rdb *redis.Client, cfg Config) []published {
 			if err := json.Unmarshal([]byte(payload), &ev.raw); err != nil {
 				t.Fatalf("entry %v: %v", e, err)
 			}
-			if ev.decoded, err = handlers.DecodeOrder([]byte(payload)); err != nil {
+			if ev.decoded, err = order.Decode([]byte(payload)); err != nil {
 				t.Fatalf("the worker refuses %s: %v", payload, err)
 			}
 			out = append(out, ev)
@@ -123,7 +123,7 @@ func TestRunPublishesCancelsAndFulfilsInProportion(t *testing.T) {
 			if len(reservations) != orders {
 				t.Fatalf("%d orders published, want %d", len(reservations), orders)
 			}
-			cancels, fulfils := count[handlers.TypeCancel], count[handlers.TypeFulfil]
+			cancels, fulfils := count[order.TypeCancel], count[order.TypeFulfil]
 			if cancels < tc.minCancels || cancels > tc.maxCancels || fulfils < tc.minFulfils || fulfils > tc.maxFulfils {
 				t.Errorf("%d cancels and %d fulfils of %d orders; want %d..%d and %d..%d", cancels, fulfils, orders,
 					tc.minCancels, tc.maxCancels, tc.minFulfils, tc.maxFulfils)
@@ -139,18 +139,18 @@ func TestRunPublishesCancelsAndFulfilsInProportion(t *testing.T) {
 // lifecycleEvents checks the cancel and fulfil events among events: each names an order published
 // before it (in its partition or another) and one of that order's SKUs, is routed by that SKU, and an
 // order has one at most. It returns the orders by id and the number of events of each type.
-func lifecycleEvents(t *testing.T, cfg Config, events []published) (map[string]handlers.Order, map[handlers.Type]int) {
+func lifecycleEvents(t *testing.T, cfg Config, events []published) (map[string]order.Order, map[order.Type]int) {
 	t.Helper()
-	orders := map[string]handlers.Order{}
+	orders := map[string]order.Order{}
 	for _, e := range events {
-		if e.decoded.Kind() == handlers.TypeReserve {
+		if e.decoded.Kind() == order.TypeReserve {
 			orders[e.decoded.OrderID] = e.decoded
 		}
 	}
-	count, followed := map[handlers.Type]int{}, map[string]bool{}
+	count, followed := map[order.Type]int{}, map[string]bool{}
 	for _, e := range events {
 		o := e.decoded
-		if o.Kind() == handlers.TypeReserve {
+		if o.Kind() == order.TypeReserve {
 			continue
 		}
 		count[o.Kind()]++
@@ -179,7 +179,7 @@ func TestLifecycleEventsFollowTheirOrderLater(t *testing.T) {
 	lastOrder := 0 // the number of the last order before the event
 	for _, e := range events {
 		n := orderNumber(t, e.decoded.OrderID)
-		if e.decoded.Kind() == handlers.TypeReserve {
+		if e.decoded.Kind() == order.TypeReserve {
 			lastOrder = n
 			continue
 		}

@@ -8,16 +8,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // scenario is a run in miniature: the events placed, the outcomes the workers published, and the stock
 // of each SKU before and after.
 type scenario struct {
 	placed        map[eventKey]placedOrder
-	outcomes      []handlers.Result
+	outcomes      []order.Result
 	before, after map[string]inventory.Stock
 }
 
@@ -45,23 +45,23 @@ func (sc scenario) verdict() *Summary {
 	return sum
 }
 
-func ln(sku string, qty int64) inventory.Line { return inventory.Line{SKU: sku, Quantity: qty} }
+func ln(sku string, qty int64) order.Line { return order.Line{SKU: sku, Quantity: qty} }
 
-func basket(lines ...inventory.Line) placedOrder { return placedOrder{lines: lines, basket: true} }
+func basket(lines ...order.Line) placedOrder { return placedOrder{lines: lines, basket: true} }
 
-func reserveKey(id string) eventKey { return eventKey{handlers.TypeReserve, id} }
-func cancelKey(id string) eventKey  { return eventKey{handlers.TypeCancel, id} }
-func fulfilKey(id string) eventKey  { return eventKey{handlers.TypeFulfil, id} }
+func reserveKey(id string) eventKey { return eventKey{order.TypeReserve, id} }
+func cancelKey(id string) eventKey  { return eventKey{order.TypeCancel, id} }
+func fulfilKey(id string) eventKey  { return eventKey{order.TypeFulfil, id} }
 
 // decided is the outcome of event k with every line in status, as a worker reports a basket's, a
 // cancel's or a fulfil's.
-func decided(k eventKey, status inventory.Status, lines ...inventory.Line) handlers.Result {
-	r := handlers.Result{OrderID: k.orderID, Status: status}
-	if k.kind != handlers.TypeReserve {
+func decided(k eventKey, status order.Status, lines ...order.Line) order.Result {
+	r := order.Result{OrderID: k.orderID, Status: status}
+	if k.kind != order.TypeReserve {
 		r.Type = k.kind
 	}
 	for _, l := range lines {
-		r.Lines = append(r.Lines, handlers.LineResult{SKU: l.SKU, Quantity: l.Quantity, Status: status})
+		r.Lines = append(r.Lines, order.LineResult{SKU: l.SKU, Quantity: l.Quantity, Status: status})
 		r.Quantity += l.Quantity
 	}
 	return r
@@ -75,9 +75,9 @@ func decided(k eventKey, status inventory.Status, lines ...inventory.Line) handl
 //	o-4 basket A×1 B×20, rejected by B
 //	o-5 single B×1, reserved; its cancel came before it was decided: refused as unknown_order
 func baseScenario() scenario {
-	rejected := decided(reserveKey("o-4"), inventory.StatusRejected, ln("A", 1), ln("B", 20))
-	rejected.SKU, rejected.Reason = "B", inventory.ReasonInsufficientStock
-	rejected.Lines[0].Reason, rejected.Lines[1].Reason = inventory.ReasonOtherLine, inventory.ReasonInsufficientStock
+	rejected := decided(reserveKey("o-4"), order.StatusRejected, ln("A", 1), ln("B", 20))
+	rejected.SKU, rejected.Reason = "B", order.ReasonInsufficientStock
+	rejected.Lines[0].Reason, rejected.Lines[1].Reason = order.ReasonOtherLine, order.ReasonInsufficientStock
 	return scenario{
 		placed: map[eventKey]placedOrder{
 			reserveKey("o-1"): basket(ln("B", 1), ln("A", 2)), // published unsorted
@@ -86,18 +86,18 @@ func baseScenario() scenario {
 			reserveKey("o-3"): basket(ln("C", 2), ln("A", 1)),
 			fulfilKey("o-3"):  {sku: "A"},
 			reserveKey("o-4"): basket(ln("A", 1), ln("B", 20)),
-			reserveKey("o-5"): {lines: []inventory.Line{ln("B", 1)}, sku: "B"},
+			reserveKey("o-5"): {lines: []order.Line{ln("B", 1)}, sku: "B"},
 			cancelKey("o-5"):  {sku: "B"},
 		},
-		outcomes: []handlers.Result{
-			decided(reserveKey("o-1"), inventory.StatusReserved, ln("A", 2), ln("B", 1)),
-			decided(reserveKey("o-2"), inventory.StatusReserved, ln("B", 3), ln("C", 1)),
-			decided(cancelKey("o-2"), inventory.StatusCancelled, ln("B", 3), ln("C", 1)),
-			decided(reserveKey("o-3"), inventory.StatusReserved, ln("A", 1), ln("C", 2)),
-			decided(fulfilKey("o-3"), inventory.StatusFulfilled, ln("A", 1), ln("C", 2)),
+		outcomes: []order.Result{
+			decided(reserveKey("o-1"), order.StatusReserved, ln("A", 2), ln("B", 1)),
+			decided(reserveKey("o-2"), order.StatusReserved, ln("B", 3), ln("C", 1)),
+			decided(cancelKey("o-2"), order.StatusCancelled, ln("B", 3), ln("C", 1)),
+			decided(reserveKey("o-3"), order.StatusReserved, ln("A", 1), ln("C", 2)),
+			decided(fulfilKey("o-3"), order.StatusFulfilled, ln("A", 1), ln("C", 2)),
 			rejected,
-			{OrderID: "o-5", SKU: "B", Quantity: 1, Status: inventory.StatusReserved},
-			{Type: handlers.TypeCancel, OrderID: "o-5", SKU: "B", Status: inventory.StatusRejected, Reason: inventory.ReasonUnknownOrder},
+			{OrderID: "o-5", SKU: "B", Quantity: 1, Status: order.StatusReserved},
+			{Type: order.TypeCancel, OrderID: "o-5", SKU: "B", Status: order.StatusRejected, Reason: order.ReasonUnknownOrder},
 		},
 		before: map[string]inventory.Stock{"A": {Available: 10}, "B": {Available: 10}, "C": {Available: 10}},
 		after: map[string]inventory.Stock{
@@ -120,17 +120,17 @@ func TestConsistencyCheckOfBasketsAndLifecycleEvents(t *testing.T) {
 		},
 		{
 			name:         "a reserved basket with a line rejected breaks all-or-nothing",
-			change:       func(sc *scenario) { sc.outcomes[0].Lines[1].Status = inventory.StatusRejected },
+			change:       func(sc *scenario) { sc.outcomes[0].Lines[1].Status = order.StatusRejected },
 			wantProblems: []string{"order o-1 is reserved but its line B is rejected"},
 		},
 		{
 			name:         "a rejected basket with a line reserved breaks all-or-nothing",
-			change:       func(sc *scenario) { sc.outcomes[5].Lines[0].Status = inventory.StatusReserved },
+			change:       func(sc *scenario) { sc.outcomes[5].Lines[0].Status = order.StatusReserved },
 			wantProblems: []string{"order o-4 is rejected but its line A is reserved"},
 		},
 		{
 			name:         "a cancel that left a line reserved breaks all-or-nothing",
-			change:       func(sc *scenario) { sc.outcomes[2].Lines[1].Status = inventory.StatusReserved },
+			change:       func(sc *scenario) { sc.outcomes[2].Lines[1].Status = order.StatusReserved },
 			wantProblems: []string{"cancel of order o-2 is cancelled but its line C is reserved"},
 		},
 		{
@@ -173,35 +173,35 @@ func TestConsistencyCheckOfBasketsAndLifecycleEvents(t *testing.T) {
 		{
 			name: "a reservation redelivered after its cancel replays it as cancelled: a duplicate, not a contradiction",
 			change: func(sc *scenario) {
-				sc.outcomes = append(sc.outcomes, decided(reserveKey("o-2"), inventory.StatusCancelled, ln("B", 3), ln("C", 1)))
+				sc.outcomes = append(sc.outcomes, decided(reserveKey("o-2"), order.StatusCancelled, ln("B", 3), ln("C", 1)))
 			},
 		},
 		{
 			name: "a reservation replayed as fulfilled that no fulfil did is reported",
 			change: func(sc *scenario) {
-				sc.outcomes = append(sc.outcomes, decided(reserveKey("o-1"), inventory.StatusFulfilled, ln("A", 2), ln("B", 1)))
+				sc.outcomes = append(sc.outcomes, decided(reserveKey("o-1"), order.StatusFulfilled, ln("A", 2), ln("B", 1)))
 			},
 			wantProblems: []string{"order o-1 came back fulfilled, but no event of it did"},
 		},
 		{
 			name: "a cancel refused before its order was decided and done by its redelivery counts as done",
 			change: func(sc *scenario) {
-				sc.outcomes = append(sc.outcomes, decided(cancelKey("o-5"), inventory.StatusCancelled, ln("B", 1)))
+				sc.outcomes = append(sc.outcomes, decided(cancelKey("o-5"), order.StatusCancelled, ln("B", 1)))
 				sc.after["B"] = inventory.Stock{Available: 9, Reserved: 1}
 			},
 		},
 		{
 			name: "a cancel done and then refused is reported",
 			change: func(sc *scenario) {
-				sc.outcomes = append(sc.outcomes, handlers.Result{Type: handlers.TypeCancel, OrderID: "o-2", SKU: "C",
-					Status: inventory.StatusRejected, Reason: inventory.ReasonUnknownOrder})
+				sc.outcomes = append(sc.outcomes, order.Result{Type: order.TypeCancel, OrderID: "o-2", SKU: "C",
+					Status: order.StatusRejected, Reason: order.ReasonUnknownOrder})
 			},
 			wantProblems: []string{"cancel of order o-2 has outcomes cancelled and rejected"},
 		},
 		{
 			name: "a reservation whose outcomes disagree is reported",
 			change: func(sc *scenario) {
-				sc.outcomes = append(sc.outcomes, decided(reserveKey("o-4"), inventory.StatusReserved, ln("A", 1), ln("B", 20)))
+				sc.outcomes = append(sc.outcomes, decided(reserveKey("o-4"), order.StatusReserved, ln("A", 1), ln("B", 20)))
 			},
 			wantProblems: []string{"order o-4 has outcomes rejected and reserved"},
 		},
@@ -209,13 +209,13 @@ func TestConsistencyCheckOfBasketsAndLifecycleEvents(t *testing.T) {
 			name: "a rejected order that a cancel says it cancelled is reported",
 			change: func(sc *scenario) {
 				sc.placed[cancelKey("o-4")] = placedOrder{sku: "A"}
-				sc.outcomes = append(sc.outcomes, decided(cancelKey("o-4"), inventory.StatusCancelled, ln("A", 1), ln("B", 20)))
+				sc.outcomes = append(sc.outcomes, decided(cancelKey("o-4"), order.StatusCancelled, ln("A", 1), ln("B", 20)))
 			},
 			wantProblems: []string{"order o-4 was rejected, yet an event of it came back cancelled"},
 		},
 		{
 			name:         "a cancel that came back fulfilled is reported",
-			change:       func(sc *scenario) { sc.outcomes[2].Status = inventory.StatusFulfilled },
+			change:       func(sc *scenario) { sc.outcomes[2].Status = order.StatusFulfilled },
 			wantProblems: []string{`cancel of order o-2 came back "fulfilled"`, "B: available fell by 2 but outcomes took 5", "B: reserved grew by 2 but outcomes reserved 5", "C: available fell by 2 but outcomes took 3", "C: reserved grew by 0 but outcomes reserved 1"},
 		},
 		{
@@ -250,7 +250,7 @@ func TestSettleCountsBasketsAndLifecycleEvents(t *testing.T) {
 	if !equalSummaries(got, want) {
 		t.Errorf("counted %+v\nwant %+v", got, want)
 	}
-	if want := map[inventory.Reason]int{inventory.ReasonUnknownOrder: 1}; !maps.Equal(sum.RefusedBy, want) {
+	if want := map[order.Reason]int{order.ReasonUnknownOrder: 1}; !maps.Equal(sum.RefusedBy, want) {
 		t.Errorf("refused by %v, want %v", sum.RefusedBy, want)
 	}
 	wantHeld := map[string][3]int64{"A": {2, 1, 1}, "B": {2, 0, 1}, "C": {0, 2, 0}} // reserved, fulfilled, rejected

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // Summary is what a producer run with --wait observed.
@@ -31,11 +31,11 @@ type Summary struct {
 	Poisoned  int `json:"poisoned"`          // events sent to a poison stream
 	Outcomes  int `json:"distinct_outcomes"` // events with at least one outcome event
 	// Duplicates counts the outcome events after the first of an event.
-	Duplicates int                      `json:"duplicate_outcomes"`
-	Missing    int                      `json:"missing"` // events with neither an outcome nor a poison entry
-	RefusedBy  map[inventory.Reason]int `json:"refused_by,omitempty"`
-	LatencyP50 time.Duration            `json:"latency_p50_ns"`
-	LatencyP99 time.Duration            `json:"latency_p99_ns"`
+	Duplicates int                  `json:"duplicate_outcomes"`
+	Missing    int                  `json:"missing"` // events with neither an outcome nor a poison entry
+	RefusedBy  map[order.Reason]int `json:"refused_by,omitempty"`
+	LatencyP50 time.Duration        `json:"latency_p50_ns"`
+	LatencyP99 time.Duration        `json:"latency_p99_ns"`
 	// Throughput is outcomes per second, from the first event placed to the last outcome.
 	Throughput float64                `json:"orders_per_second"`
 	LockWait   LockWait               `json:"lock_wait"`

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 func TestCheck(t *testing.T) {
@@ -170,7 +170,7 @@ func TestPrint(t *testing.T) {
 func TestPrintBasketsAndLifecycleEvents(t *testing.T) {
 	s := &Summary{RunID: "r2", Orders: 10, Published: 14, Baskets: 10, Lines: 25, Cancels: 3, Fulfils: 1, Reserved: 8,
 		Rejected: 2, Cancelled: 2, Fulfilled: 1, Refused: 1, Outcomes: 14, Consistent: true,
-		RefusedBy: map[inventory.Reason]int{inventory.ReasonUnknownOrder: 1},
+		RefusedBy: map[order.Reason]int{order.ReasonUnknownOrder: 1},
 		SKUs:      map[string]*SKUSummary{"SKU-0": {Initial: 9, Available: 1, Reserved: 6, Fulfilled: 2, OrdersReserved: 6, OrdersFulfilled: 2, OrdersRejected: 2}}}
 	var b strings.Builder
 	s.Print(&b)

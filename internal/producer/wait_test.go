@@ -9,8 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -77,7 +78,7 @@ func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Con
 		}
 		for _, e := range streams[0].Messages {
 			payload, _ := e.Values["payload"].(string)
-			msg := stream.Entry{ID: e.ID, Deliveries: 1, Values: map[string]any{"payload": payload}}.Message()
+			msg := redisstream.Entry{ID: e.ID, Deliveries: 1, Values: map[string]any{"payload": payload}}.Message()
 			msg.SetContext(ctx)
 			if _, err := decide(msg); err != nil {
 				t.Errorf("decide %s: %v", payload, err)
@@ -93,10 +94,10 @@ type cancelsAsFulfils struct{ *inventory.Store }
 
 func (s cancelsAsFulfils) Cancel(ctx context.Context, orderID, sku string, fences inventory.Fences) (inventory.OrderOutcome, error) {
 	out, err := s.Fulfil(ctx, orderID, sku, fences)
-	if out.Status == inventory.StatusFulfilled {
-		out.Status = inventory.StatusCancelled
+	if out.Status == order.StatusFulfilled {
+		out.Status = order.StatusCancelled
 		for i := range out.Lines {
-			out.Lines[i].Status = inventory.StatusCancelled
+			out.Lines[i].Status = order.StatusCancelled
 		}
 	}
 	return out, err

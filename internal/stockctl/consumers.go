@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // Actions of consumers prune.
@@ -125,10 +125,10 @@ func pendingReason(n int64) string { return fmt.Sprintf("%d pending entries", n)
 
 func activeReason(idleMS int64) string { return "active " + human(idleMS) + " ago" }
 
-// pruneConsumer prunes one consumer (stream.Group.PruneConsumer): its outcome, and the idle time or
+// pruneConsumer prunes one consumer (redisstream.Group.PruneConsumer): its outcome, and the idle time or
 // pending count it decided on.
 func (a *app) pruneConsumer(ctx context.Context, name string) (string, int64, error) {
-	return stream.Group{Stream: a.opts.OrdersStream, Name: a.opts.ConsumerGroup}.PruneConsumer(ctx, a.rdb, name, a.opts.idle)
+	return redisstream.Group{Stream: a.opts.OrdersStream, Name: a.opts.ConsumerGroup}.PruneConsumer(ctx, a.rdb, name, a.opts.idle)
 }
 
 // withOutcome is res after the script's outcome: deleted, or kept and why.

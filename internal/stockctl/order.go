@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // orderReport is what happened to one order, as recorded on one of its SKUs.
@@ -51,7 +52,7 @@ func runOrder(ctx context.Context, a *app, args []string) (report, error) {
 	}
 	rec, err := a.store.Record(ctx, args[0], a.opts.sku)
 	switch {
-	case errors.Is(err, inventory.ErrInvalid):
+	case errors.Is(err, order.ErrInvalid):
 		return nil, usageError(err.Error())
 	case errors.Is(err, inventory.ErrUnknownOrder):
 		return nil, notFound(fmt.Sprintf("no order %q is recorded for SKU %q (never decided, or its record expired after OUTCOME_TTL)", args[0], a.opts.sku))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/stockctl"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // stockctl order answers "what happened to order X?" from its outcome record: a reserved order's status
@@ -23,7 +24,7 @@ func TestOrderShowsTheRecordedOutcome(t *testing.T) {
 	if _, err := store.Reserve(ctx, inventory.Order{ID: "ord-42", SKU: "SKU-1", Quantity: 2}, 7); err != nil {
 		t.Fatal(err)
 	}
-	lines := []inventory.Line{{SKU: "A", Quantity: 1}, {SKU: "B", Quantity: 3}}
+	lines := []order.Line{{SKU: "A", Quantity: 1}, {SKU: "B", Quantity: 3}}
 	if _, err := store.ReserveLines(ctx, "b-1", lines, nil); err != nil {
 		t.Fatal(err)
 	}

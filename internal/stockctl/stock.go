@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/config"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // skuStock is the stock of one SKU (stock:{SKU}); Found is false for a SKU that was never stocked.
@@ -131,7 +132,7 @@ func skuList(args []string) error {
 // checkSKUs refuses an invalid SKU as a usage error.
 func checkSKUs(skus ...string) error {
 	for _, sku := range skus {
-		if err := inventory.ValidateSKU(sku); err != nil {
+		if err := order.ValidateSKU(sku); err != nil {
 			return config.Usage(err)
 		}
 	}
@@ -199,7 +200,7 @@ func skuAndNumber(cmd string, args []string) (string, int64, error) {
 // invalidAsUsage makes an inventory input error (a number out of range, stock over the maximum) a usage
 // error; the store checks these before it writes.
 func invalidAsUsage(cmd string, err error) error {
-	if errors.Is(err, inventory.ErrInvalid) {
+	if errors.Is(err, order.ErrInvalid) {
 		return config.Usage(fmt.Errorf("%s: %w", cmd, err))
 	}
 	return err

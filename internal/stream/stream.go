@@ -1,21 +1,20 @@
-// Package stream is the contract of the order streams, shared by the producer, the worker, stockctl and the
-// bench: the stream and group names and their settings, the worker's consumers (Subscriber, a Watermill
-// message.Subscriber that reads, claims and prunes with its own scripts) and how an entry becomes a
-// message (Entry), and how a trace travels with a message (Publisher, Consumer, Inject, Extract). It holds
-// no lock and no Router, so a producer links neither.
+// Package stream holds the settings of the order streams that the worker, the producer, stockctl and the
+// demo share (REDIS_URL, the stream and group names, ORDERS_PARTITIONS, REDIS_CLUSTER, REPLICA_ACKS): their
+// flags and checks, the Redis client they name, the partitions' stream names (order.Partitions) and the
+// check that every process lays the streams out alike. Reading and publishing are package redisstream's.
 package stream
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/config"
+	"github.com/stockflow/stockflow/order"
 )
 
 // DefaultRedisURL is the Redis of the streams and the stock when REDIS_URL is not set.
@@ -119,36 +118,14 @@ func (c Config) Client(poolSize int) (redis.UniversalClient, error) {
 	return redis.NewClusterClient(opts), nil
 }
 
-// Partition names the streams of one partition of the orders.
-type Partition struct {
-	Index                   int
-	Orders, Results, Poison string
+// Partitions lists the streams of every partition (order.Partitions): with one partition on one Redis
+// the names as set (ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM), otherwise <name>:{i}.
+func (c Config) Partitions() []order.Partition {
+	return order.Partitions(c.OrdersPartitions, c.Cluster, c.OrdersStream, c.ResultsStream, c.PoisonStream)
 }
 
-// Partitions lists the streams of every partition. With one partition on one Redis they are the names as
-// set (ORDERS_STREAM, RESULTS_STREAM, POISON_STREAM); otherwise partition i's are <name>:{i}, whose hash
-// tag keeps the three in one cluster slot (the worker's scripts and transactions touch an orders stream
-// with its poison or results stream) and spreads the partitions over the cluster's masters.
-func (c Config) Partitions() []Partition {
-	n := max(c.OrdersPartitions, 1)
-	parts := make([]Partition, n)
-	for i := range parts {
-		parts[i] = Partition{Index: i, Orders: c.OrdersStream, Results: c.ResultsStream, Poison: c.PoisonStream}
-		if n > 1 || c.Cluster {
-			tag := ":{" + strconv.Itoa(i) + "}"
-			parts[i].Orders += tag
-			parts[i].Results += tag
-			parts[i].Poison += tag
-		}
-	}
-	return parts
-}
-
-// PartitionOf is the partition of sku's orders: crc32.ChecksumIEEE(sku) % ORDERS_PARTITIONS (IEEE CRC-32,
-// which every language has, so any producer routes the same way).
-func (c Config) PartitionOf(sku string) int {
-	return int(crc32.ChecksumIEEE([]byte(sku)) % uint32(max(c.OrdersPartitions, 1)))
-}
+// PartitionOf is the partition of sku's orders (order.PartitionOf over ORDERS_PARTITIONS).
+func (c Config) PartitionOf(sku string) int { return order.PartitionOf(sku, c.OrdersPartitions) }
 
 // ErrLayout: the streams were laid out with another ORDERS_PARTITIONS than this process's.
 var ErrLayout = errors.New("stream: partitions differ")

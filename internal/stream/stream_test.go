@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
 func TestPartitionNames(t *testing.T) {
 	c := DefaultConfig()
-	if got := c.Partitions(); len(got) != 1 || got[0] != (Partition{Orders: "orders", Results: "order-results", Poison: "orders-poison"}) {
+	if got := c.Partitions(); len(got) != 1 || got[0] != (order.Partition{Orders: "orders", Results: "order-results", Poison: "orders-poison"}) {
 		t.Errorf("one partition on one Redis: %+v, want the names as set", got)
 	}
 	c.Cluster = true
@@ -21,7 +22,7 @@ func TestPartitionNames(t *testing.T) {
 	}
 	c.Cluster, c.OrdersPartitions = false, 16
 	got := c.Partitions()
-	if len(got) != 16 || got[7] != (Partition{Index: 7, Orders: "orders:{7}", Results: "order-results:{7}", Poison: "orders-poison:{7}"}) {
+	if len(got) != 16 || got[7] != (order.Partition{Index: 7, Orders: "orders:{7}", Results: "order-results:{7}", Poison: "orders-poison:{7}"}) {
 		t.Errorf("16 partitions: %+v", got[7])
 	}
 	for _, sku := range []string{"SKU-0", "SKU-1", "a", "日本"} {

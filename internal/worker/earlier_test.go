@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -73,5 +74,5 @@ func TestAnEventWithAFutureIDWaitsForNoEarlierEntry(t *testing.T) {
 
 // entryMessage is the message of entry id as the subscriber hands it over.
 func entryMessage(id string) *message.Message {
-	return stream.Entry{ID: id, Values: map[string]any{"payload": "p"}}.Message()
+	return redisstream.Entry{ID: id, Values: map[string]any{"payload": "p"}}.Message()
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/redisproc"
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 	"github.com/stockflow/stockflow/testkit/streamtest"
 )
@@ -44,15 +45,15 @@ func TestLifetimeSettingsValidate(t *testing.T) {
 }
 
 // testParts is one partition with the default stream names.
-var testParts = []stream.Partition{{Orders: "orders", Results: "order-results", Poison: "orders-poison"}}
+var testParts = []order.Partition{{Orders: "orders", Results: "order-results", Poison: "orders-poison"}}
 
 // subscribe starts consumer name of group g on testParts (cfg's CLAIM_IDLE and OUTCOME_TTL, claim rounds
 // every 10 ms); it stops with the test.
-func subscribe(t *testing.T, rdb redis.UniversalClient, cfg Config, name string) (*stream.Subscriber, <-chan *message.Message) {
+func subscribe(t *testing.T, rdb redis.UniversalClient, cfg Config, name string) (*redisstream.Subscriber, <-chan *message.Message) {
 	t.Helper()
-	return streamtest.Subscribe(t, rdb, stream.SubscriberConfig{Partitions: testParts, Group: "g", Consumer: name,
-		PoisonMaxLen: 1000, ClaimIdle: cfg.ClaimIdle, ClaimInterval: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ReplayFrom: cfg.replayFrom})
+	return streamtest.Subscribe(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: name,
+		PoisonTopic: testParts[0].Poison, PoisonMaxLen: 1000, MaxIdleTime: cfg.ClaimIdle, ClaimInterval: 10 * time.Millisecond,
+		NackLeavesPending: true, RecreateFrom: cfg.replayFrom})
 }
 
 func TestTrimKeepsWhatAGroupNeeds(t *testing.T) {
@@ -109,7 +110,9 @@ func TestLostGroupIsNotRecreatedPastTheOutcomeTTL(t *testing.T) {
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old), Values: []string{"payload", "expired"}})
 	recent := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-0", old+2*time.Minute.Milliseconds()),
 		Values: []string{"payload", "recent"}}).Val()
-	_, msgs := subscribe(t, rdb, cfg, "c1") // its first read finds no group and creates it
+	rdb.XGroupCreate(ctx, "orders", "g", "$")
+	_, msgs := subscribe(t, rdb, cfg, "c1")
+	rdb.XGroupDestroy(ctx, "orders", "g") // lost: a read finds no group and creates it again
 	if got := streamtest.Receive(t, msgs, 5*time.Second); got == nil || got.UUID != recent {
 		t.Fatalf("first entry after the group was recreated: %v, want %s (the one older than OUTCOME_TTL skipped)", got, recent)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/hot"
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // errPermission stops a worker whose Redis user lacks a permission it needs: without the check it would
@@ -106,7 +106,7 @@ func (w *Worker) streamCommands() [][]string {
 		{"GET", probeRecord}, {"SET", probeRecord, "probe"}, {"GET", rlock.TokenKey("probe")},
 		{"SET", w.cfg.LayoutKey(), "1", "NX", "GET"},
 		// What a read or claim handed over, for the call made again (fetch.lua); trimming's notes (trim.lua).
-		{"GET", stream.FetchedKey(o, g, "read", "probe")}, {"SET", stream.FetchedKey(o, g, "read", "probe"), "probe"},
+		{"GET", redisstream.FetchedKey(o, g, "read", "probe")}, {"SET", redisstream.FetchedKey(o, g, "read", "probe"), "probe"},
 		{"ZADD", DeliveredTimesKey(o), "NX", "0", "0-1"}, {"ZRANGE", DeliveredTimesKey(o), "0", "-1"},
 		{"ZREMRANGEBYSCORE", DeliveredTimesKey(o), "-inf", "0"}, {"PEXPIRE", DeliveredTimesKey(o), "1"},
 		// The hot-SKU windows (internal/hot's publish.lua).
@@ -117,10 +117,10 @@ func (w *Worker) streamCommands() [][]string {
 	if w.cfg.KeyspaceEvents != "off" {
 		// The live consumers, of which an idle worker hears its own partitions' events (live.lua), and the
 		// backlog channel on which a busy worker asks the idle ones for help.
-		live := stream.ConsumersKey(o, g)
+		live := redisstream.ConsumersKey(o, g)
 		commands = append(commands, []string{"TIME"}, []string{"ZADD", live, "0", "probe"}, []string{"ZREM", live, "probe"},
 			[]string{"ZREMRANGEBYSCORE", live, "-inf", "0"}, []string{"ZRANGE", live, "0", "-1"}, []string{"PEXPIRE", live, "1"},
-			[]string{"SUBSCRIBE", stream.BacklogChannel(o, g)}, []string{"PUBLISH", stream.BacklogChannel(o, g), "backlog"})
+			[]string{"SUBSCRIBE", redisstream.BacklogChannel(o, g)}, []string{"PUBLISH", redisstream.BacklogChannel(o, g), "backlog"})
 	}
 	if w.cfg.Cluster {
 		// The cluster client's map of the slots, and its table of commands (to route them).

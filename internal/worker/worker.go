@@ -22,10 +22,10 @@ import (
 	"github.com/stockflow/stockflow/handlers"
 	"github.com/stockflow/stockflow/internal/delivery"
 	"github.com/stockflow/stockflow/internal/hot"
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/redisstream"
 )
 
@@ -39,7 +39,7 @@ type Worker struct {
 	rdb     redis.UniversalClient   // stock, locks, outcomes, poison, acks
 	subRDB  redis.UniversalClient   // the subscribers' reads
 	lockRDB []*redis.Client         // Redlock masters
-	parts   []stream.Partition      // the streams of the orders' partitions
+	parts   []order.Partition       // the streams of the orders' partitions
 	sub     *redisstream.Subscriber // the worker's consumer's; its owners say whether it housekeeps
 	locker  interface {
 		rlock.Locker
@@ -228,7 +228,7 @@ func (w *Worker) setHandler(faults *Faults) error {
 // every later entry of the partition then has its time too) says nothing of when the entry was published,
 // so the event waits for none either: the bound holds, and the decision is the one a wait would end in.
 func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
-	id := stream.EntryID(msg)
+	id := redisstream.EntryID(msg)
 	if ms, _, ok := strings.Cut(id, "-"); ok {
 		if t, err := strconv.ParseInt(ms, 10, 64); err == nil {
 			if age := time.Since(time.UnixMilli(t)); age > 2*w.cfg.ClaimIdle || age < -w.cfg.ClaimIdle {
@@ -236,7 +236,7 @@ func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool
 			}
 		}
 	}
-	part := w.parts[stream.EntryPartition(msg)]
+	part := w.parts[redisstream.EntryPartition(msg)]
 	p, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: part.Orders, Group: w.cfg.ConsumerGroup,
 		Start: "-", End: id, Count: 1}).Result()
 	return len(p) > 0 && p[0].ID != id, err
@@ -279,7 +279,7 @@ func (w *Worker) addConsumer(faults *Faults) error {
 		partitions = len(w.parts)
 	}
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: w.subRDB, ConsumerGroup: cfg.ConsumerGroup,
-		Consumer: cfg.Name, Partitions: partitions, MaxInFlight: cfg.Concurrency, MaxEntryBytes: stream.MaxEntryBytes,
+		Consumer: cfg.Name, Partitions: partitions, MaxInFlight: cfg.Concurrency, MaxEntryBytes: redisstream.MaxEntryBytes,
 		PoisonTopic: cfg.PoisonStream, PoisonMaxLen: cfg.PoisonMaxLen, KeyspaceEvents: keyspaceEvents[cfg.KeyspaceEvents],
 		MaxIdleTime: cfg.ClaimIdle,
 		// Failed attempts are handed back to be claimed after about a second (attempts).
@@ -347,7 +347,7 @@ func (q quietLogger) Debug(msg string, fields watermill.LogFields) {
 // Error leaves out the router's line for a message whose entry was left pending on purpose (handed back for
 // a retry, or claimed by another consumer): the delivery steps log those already.
 func (q quietLogger) Error(msg string, err error, fields watermill.LogFields) {
-	if !errors.Is(err, stream.ErrLeftPending) {
+	if !errors.Is(err, redisstream.ErrLeftPending) {
 		q.LoggerAdapter.Error(msg, err, fields)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // skuResult returns the linearizability result of sku in r.
@@ -159,14 +160,14 @@ func TestAnOrderIsDecidedOnce(t *testing.T) {
 }
 
 func TestReleaseGivesBackOnce(t *testing.T) {
-	released := outcome(inventory.StatusReleased, "", 2, 5, false)
+	released := outcome(order.StatusReleased, "", 2, 5, false)
 	for _, tc := range []struct {
 		name   string
 		second inventory.Outcome
 		want   porcupine.CheckResult
 	}{
 		{"a second release is a replay", replay(released), porcupine.Ok},
-		{"a second release gives the stock back again", outcome(inventory.StatusReleased, "", 2, 7, false), porcupine.Illegal},
+		{"a second release gives the stock back again", outcome(order.StatusReleased, "", 2, 7, false), porcupine.Illegal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newScript(t)
@@ -183,7 +184,7 @@ func TestReleaseGivesBackOnce(t *testing.T) {
 }
 
 func TestAnUnknownSKUIsRejected(t *testing.T) {
-	unknownSKU := outcome(inventory.StatusRejected, inventory.ReasonUnknownSKU, 1, 0, false)
+	unknownSKU := outcome(order.StatusRejected, order.ReasonUnknownSKU, 1, 0, false)
 	for _, tc := range []struct {
 		name string
 		out  inventory.Outcome

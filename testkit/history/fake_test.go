@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // fakeStore is an in-memory stock with the semantics of reserve.lua and release.lua and of a lock whose
@@ -61,14 +62,14 @@ func (s *fakeStore) reserve(o inventory.Order, token int64) (inventory.Outcome, 
 	if err := s.stale(o.SKU, token); err != nil {
 		return inventory.Outcome{}, err
 	}
-	out := inventory.Outcome{OrderID: o.ID, SKU: o.SKU, Quantity: o.Quantity, Status: inventory.StatusRejected,
-		Reason: inventory.ReasonUnknownSKU, Fence: token}
+	out := inventory.Outcome{OrderID: o.ID, SKU: o.SKU, Quantity: o.Quantity, Status: order.StatusRejected,
+		Reason: order.ReasonUnknownSKU, Fence: token}
 	if st := s.stock[o.SKU]; st != nil {
-		out.Reason, out.AvailableAfter = inventory.ReasonInsufficientStock, st.available
+		out.Reason, out.AvailableAfter = order.ReasonInsufficientStock, st.available
 		if st.available >= o.Quantity {
 			st.available -= o.Quantity
 			st.reserved += o.Quantity
-			out.Status, out.Reason, out.AvailableAfter = inventory.StatusReserved, "", st.available
+			out.Status, out.Reason, out.AvailableAfter = order.StatusReserved, "", st.available
 		}
 		st.fence = max(st.fence, token)
 	}
@@ -81,10 +82,10 @@ func (s *fakeStore) release(orderID, sku string, token int64) (inventory.Outcome
 	defer s.mu.Unlock()
 	out, ok := s.outcomes[[2]string{sku, orderID}]
 	switch {
-	case ok && out.Status == inventory.StatusReleased:
+	case ok && out.Status == order.StatusReleased:
 		out.Replayed = true
 		return out, nil
-	case !ok || out.Status != inventory.StatusReserved:
+	case !ok || out.Status != order.StatusReserved:
 		return inventory.Outcome{}, inventory.ErrNotReserved
 	}
 	if err := s.stale(sku, token); err != nil {
@@ -94,7 +95,7 @@ func (s *fakeStore) release(orderID, sku string, token int64) (inventory.Outcome
 	st.available += out.Quantity
 	st.reserved -= out.Quantity
 	st.fence = max(st.fence, token)
-	out.Status, out.AvailableAfter, out.Fence = inventory.StatusReleased, st.available, token
+	out.Status, out.AvailableAfter, out.Fence = order.StatusReleased, st.available, token
 	s.outcomes[[2]string{sku, orderID}] = out
 	return out, nil
 }
@@ -190,16 +191,16 @@ func (s *script) check(initial map[string]int64) Report {
 }
 
 // outcome is a store answer typed out in a test.
-func outcome(status inventory.Status, reason inventory.Reason, quantity, after int64, replayed bool) inventory.Outcome {
+func outcome(status order.Status, reason order.Reason, quantity, after int64, replayed bool) inventory.Outcome {
 	return inventory.Outcome{Status: status, Reason: reason, Quantity: quantity, AvailableAfter: after, Replayed: replayed}
 }
 
 func reserved(quantity, after int64) inventory.Outcome {
-	return outcome(inventory.StatusReserved, "", quantity, after, false)
+	return outcome(order.StatusReserved, "", quantity, after, false)
 }
 
 func rejected(quantity, after int64) inventory.Outcome {
-	return outcome(inventory.StatusRejected, inventory.ReasonInsufficientStock, quantity, after, false)
+	return outcome(order.StatusRejected, order.ReasonInsufficientStock, quantity, after, false)
 }
 
 func replay(o inventory.Outcome) inventory.Outcome {

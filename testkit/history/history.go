@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // Kind is a stock operation.
@@ -41,9 +41,9 @@ type History struct {
 // Result is what a stock operation that returned answered: the fields of inventory.Outcome that the
 // checks compare.
 type Result struct {
-	Status   inventory.Status `json:"status"`
-	Reason   inventory.Reason `json:"reason"`
-	Quantity int64            `json:"quantity"`
+	Status   order.Status `json:"status"`
+	Reason   order.Reason `json:"reason"`
+	Quantity int64        `json:"quantity"`
 	// AvailableAfter is the available stock right after the operation (for a replay: after the
 	// operation that decided the order).
 	AvailableAfter int64 `json:"available_after"`
@@ -72,7 +72,7 @@ type Op struct {
 // fencing check holds to token order.
 func (op *Op) Write() bool {
 	return op.Failure == "" && !op.Result.Replayed && op.Token > 0 &&
-		op.Result.Reason != inventory.ReasonUnknownSKU
+		op.Result.Reason != order.ReasonUnknownSKU
 }
 
 // String describes op for a report: who, what, when and how it ended.

@@ -11,29 +11,29 @@ import (
 	"os"
 	"time"
 
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // record is any line of a history file: the union of the events' fields.
 type record struct {
-	Event          string           `json:"event"`
-	Worker         string           `json:"worker"`
-	Time           time.Time        `json:"time"`
-	Invoked        time.Time        `json:"invoked"`
-	Key            string           `json:"key"`
-	Owner          string           `json:"owner"`
-	Token          int64            `json:"token"`
-	Op             string           `json:"op"`
-	Kind           Kind             `json:"kind"`
-	SKU            string           `json:"sku"`
-	Order          string           `json:"order"`
-	Quantity       int64            `json:"quantity"`
-	Status         inventory.Status `json:"status"`
-	Reason         inventory.Reason `json:"reason"`
-	AvailableAfter int64            `json:"available_after"`
-	Replayed       bool             `json:"replayed"`
-	Failure        Failure          `json:"failure"`
-	Error          string           `json:"error"`
+	Event          string       `json:"event"`
+	Worker         string       `json:"worker"`
+	Time           time.Time    `json:"time"`
+	Invoked        time.Time    `json:"invoked"`
+	Key            string       `json:"key"`
+	Owner          string       `json:"owner"`
+	Token          int64        `json:"token"`
+	Op             string       `json:"op"`
+	Kind           Kind         `json:"kind"`
+	SKU            string       `json:"sku"`
+	Order          string       `json:"order"`
+	Quantity       int64        `json:"quantity"`
+	Status         order.Status `json:"status"`
+	Reason         order.Reason `json:"reason"`
+	AvailableAfter int64        `json:"available_after"`
+	Replayed       bool         `json:"replayed"`
+	Failure        Failure      `json:"failure"`
+	Error          string       `json:"error"`
 }
 
 // located is a record and the file:line it came from.

@@ -20,6 +20,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 func TestEventsAreOneJSONLineEach(t *testing.T) {
@@ -79,7 +80,7 @@ func TestLoadPairsEventsAcrossFiles(t *testing.T) {
 		t.Fatalf("want 3 operations and 1 hold, got %+v", h)
 	}
 	first, refused, killed := h.Ops[0], h.Ops[1], h.Ops[2]
-	if first.Worker != "A" || first.Token != 1 || first.Result != (Result{Status: inventory.StatusReserved, Quantity: 2, AvailableAfter: 3}) ||
+	if first.Worker != "A" || first.Token != 1 || first.Result != (Result{Status: order.StatusReserved, Quantity: 2, AvailableAfter: 3}) ||
 		!first.Returned.After(refused.Returned) || first.Source != s.paths[0]+":2" {
 		t.Errorf("first op: %+v", first)
 	}
@@ -266,7 +267,7 @@ func TestClassify(t *testing.T) {
 		want Failure
 	}{
 		{&inventory.StaleFenceError{Op: "reserve", SKU: "S", Token: 1, Stored: 2}, Refused},
-		{fmt.Errorf("%w: quantity 0", inventory.ErrInvalid), Refused},
+		{fmt.Errorf("%w: quantity 0", order.ErrInvalid), Refused},
 		{fmt.Errorf("release: %w", inventory.ErrNotReserved), Refused},
 		{inventory.ErrUnknownSKU, Refused},
 		{inventory.ErrCorrupt, Refused},

@@ -6,7 +6,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // state is the model's view of one SKU: its available stock and the decisions recorded for the orders
@@ -83,13 +83,13 @@ func matches(want, got Result) bool {
 func (m skuModel) apply(s state, op *Op) (_ Result, _ state, ok bool) {
 	d, decided := s.orders.get(op.OrderID)
 	switch {
-	case decided && (op.Kind == Reserve || d.status == inventory.StatusReleased):
+	case decided && (op.Kind == Reserve || d.status == order.StatusReleased):
 		return d.result(true), s, true // a redelivery: the first decision stands
 	case op.Kind == Reserve:
 		return m.reserve(s, op)
-	case decided && d.status == inventory.StatusReserved:
+	case decided && d.status == order.StatusReserved:
 		s.available += d.quantity
-		d = decision{status: inventory.StatusReleased, quantity: d.quantity, after: s.available}
+		d = decision{status: order.StatusReleased, quantity: d.quantity, after: s.available}
 		return d.result(false), m.record(s, op.OrderID, d), true
 	}
 	return Result{}, s, false
@@ -97,12 +97,12 @@ func (m skuModel) apply(s state, op *Op) (_ Result, _ state, ok bool) {
 
 // reserve decides an order seen for the first time: reserve-if-enough.
 func (m skuModel) reserve(s state, op *Op) (Result, state, bool) {
-	d := decision{status: inventory.StatusRejected, reason: inventory.ReasonUnknownSKU, quantity: op.Quantity}
+	d := decision{status: order.StatusRejected, reason: order.ReasonUnknownSKU, quantity: op.Quantity}
 	if m.stocked {
-		d.reason, d.after = inventory.ReasonInsufficientStock, s.available
+		d.reason, d.after = order.ReasonInsufficientStock, s.available
 		if s.available >= op.Quantity {
 			s.available -= op.Quantity
-			d.status, d.reason, d.after = inventory.StatusReserved, "", s.available
+			d.status, d.reason, d.after = order.StatusReserved, "", s.available
 		}
 	}
 	return d.result(false), m.record(s, op.OrderID, d), true

@@ -5,13 +5,13 @@ import (
 	"hash/maphash"
 	"strings"
 
-	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // decision is what the store recorded for an order: what a redelivery gets back.
 type decision struct {
-	status   inventory.Status
-	reason   inventory.Reason
+	status   order.Status
+	reason   order.Reason
 	quantity int64
 	after    int64 // available stock right after the deciding operation
 }

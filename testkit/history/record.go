@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // Recorder appends events to a history file. It is safe for concurrent use, and every method of a nil
@@ -158,7 +159,7 @@ func (c *Call) Fail(err error) {
 // to release, a corrupt stock hash, a held lock an elided batch would have taken. Everything else is Unknown, even a refused connection: go-redis
 // retries a command whose reply was lost, so the last attempt's error says nothing about the first.
 func Classify(err error) Failure {
-	for _, definite := range []error{inventory.ErrStaleFence, inventory.ErrInvalid, inventory.ErrNotReserved,
+	for _, definite := range []error{inventory.ErrStaleFence, order.ErrInvalid, inventory.ErrNotReserved,
 		inventory.ErrUnknownSKU, inventory.ErrCorrupt, inventory.ErrLocked} {
 		if errors.Is(err, definite) {
 			return Refused

@@ -12,6 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/order"
 )
 
 // recordingTB captures what Verify reports instead of failing the test.
@@ -141,7 +142,7 @@ func TestALargeSimulatedHistory(t *testing.T) {
 	}
 	// One reserve in the middle reports one unit more than there was.
 	for i := len(h.Ops) / 4; ; i++ {
-		if op := &h.Ops[i]; op.Failure == "" && op.Result.Status == inventory.StatusReserved && !op.Result.Replayed {
+		if op := &h.Ops[i]; op.Failure == "" && op.Result.Status == order.StatusReserved && !op.Result.Replayed {
 			op.Result.AvailableAfter++
 			break
 		}
@@ -167,7 +168,7 @@ func BenchmarkCheck5000(b *testing.B) {
 func BenchmarkCheck5000Illegal(b *testing.B) {
 	h, initial := simulate([]string{"SKU-0"}, 5000, 1)
 	for i := 1500; ; i++ {
-		if op := &h.Ops[i]; op.Failure == "" && op.Result.Status == inventory.StatusRejected && !op.Result.Replayed {
+		if op := &h.Ops[i]; op.Failure == "" && op.Result.Status == order.StatusRejected && !op.Result.Replayed {
 			op.Result.AvailableAfter++
 			break
 		}
@@ -184,20 +185,20 @@ func TestOrdersAreImmutableAndCompareByContent(t *testing.T) {
 	ids := make([]string, 500)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("o-%d", i)
-		a = a.put(ids[i], decision{status: inventory.StatusReserved, quantity: int64(i)})
+		a = a.put(ids[i], decision{status: order.StatusReserved, quantity: int64(i)})
 	}
 	before := a
 	for _, i := range rand.New(rand.NewPCG(1, 2)).Perm(len(ids)) {
-		b = b.put(ids[i], decision{status: inventory.StatusReserved, quantity: int64(i)})
+		b = b.put(ids[i], decision{status: order.StatusReserved, quantity: int64(i)})
 	}
 	if !a.equal(b) || a.root == b.root {
 		t.Fatal("the same entries inserted in another order must be equal")
 	}
-	changed := a.put("o-7", decision{status: inventory.StatusReleased, quantity: 7})
-	if d, _ := before.get("o-7"); d.status != inventory.StatusReserved || a.equal(changed) || changed.n != a.n {
+	changed := a.put("o-7", decision{status: order.StatusReleased, quantity: 7})
+	if d, _ := before.get("o-7"); d.status != order.StatusReserved || a.equal(changed) || changed.n != a.n {
 		t.Fatalf("put changed the original or the change was not seen: %+v", d)
 	}
-	if d, ok := changed.get("o-7"); !ok || d.status != inventory.StatusReleased {
+	if d, ok := changed.get("o-7"); !ok || d.status != order.StatusReleased {
 		t.Fatalf("want the change in the new map, got %+v %v", d, ok)
 	}
 	forged := changed

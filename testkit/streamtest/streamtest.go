@@ -1,4 +1,4 @@
-// Package streamtest runs stream.Subscribers in tests.
+// Package streamtest runs redisstream.Subscribers in tests.
 package streamtest
 
 import (
@@ -7,15 +7,14 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
-// Subscribe starts the subscriber of cfg on rdb and subscribes; it stops with the test.
-func Subscribe(t testing.TB, rdb redis.UniversalClient, cfg stream.SubscriberConfig) (*stream.Subscriber, <-chan *message.Message) {
+// Subscribe starts the subscriber of cfg and subscribes to "orders"; it stops with the test.
+func Subscribe(t testing.TB, cfg redisstream.SubscriberConfig) (*redisstream.Subscriber, <-chan *message.Message) {
 	t.Helper()
-	sub, err := stream.NewSubscriber(rdb, cfg)
+	sub, err := redisstream.NewSubscriber(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

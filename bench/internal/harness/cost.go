@@ -18,7 +18,7 @@ import (
 
 	"github.com/stockflow/stockflow/internal/childproc"
 	"github.com/stockflow/stockflow/internal/producer"
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // Comparison 8, the cost of an order (issue 29): what deciding one order costs Redis and the consumer, and
@@ -214,7 +214,7 @@ func (b *bench) publishStaged(ctx context.Context, wl e2eWorkload) error {
 	if err := b.main.Rename(ctx, staging, "orders").Err(); err != nil {
 		return err
 	}
-	return b.main.Publish(ctx, stream.KeyspaceChannel(0, "orders"), "xadd").Err()
+	return b.main.Publish(ctx, redisstream.KeyspaceChannel(0, "orders"), "xadd").Err()
 }
 
 // waitDrained waits until the group of the orders has read every one of the orders and has none pending.

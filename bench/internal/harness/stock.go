@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/order"
 )
 
 // stockSKU is the one SKU every strategy sells.
@@ -167,7 +168,7 @@ func (a *appServers) atomicScript() stockStrategy {
 		},
 		order: func(ctx context.Context, s, i int) (bool, int, error) {
 			o, err := stores[s].Reserve(ctx, inventory.Order{ID: "o-" + strconv.Itoa(i), SKU: stockSKU, Quantity: 1}, 0)
-			return o.Status == inventory.StatusReserved, 0, err
+			return o.Status == order.StatusReserved, 0, err
 		}}
 }
 

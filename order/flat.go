@@ -1,4 +1,4 @@
-package handlers
+package order
 
 import (
 	"strconv"
@@ -13,7 +13,7 @@ import (
 // strings printable ASCII without escapes, quantity an integer of at most 18 digits, nothing else around
 // the object but JSON whitespace. It reads exactly what encoding/json would read (the fuzz test compares
 // them) without its scanner, whose state and stack growth cost a worker more than the rest of the decoding;
-// ok is false for any other payload, which DecodeOrder reads the general way.
+// ok is false for any other payload, which Decode reads the general way.
 func decodeFlat(payload []byte) (o Order, ok bool) {
 	s := flatScan{data: payload}
 	if !s.byte('{') {
@@ -136,10 +136,10 @@ func (s *flatScan) int() (int64, bool) {
 	return n, digits > 0 && digits <= 18 && (digits == 1 || s.data[start] != '0')
 }
 
-// appendFlat appends the JSON of r, a single-SKU order's outcome (no type, no lines), exactly as
+// AppendJSON appends the JSON of r, a single-SKU order's outcome (no type, no lines), exactly as
 // encoding/json writes it (the test compares them) without its reflection; ok is false for any other
 // result, and for strings encoding/json would escape, which resultMessage marshals the general way.
-func (r *Result) appendFlat(b []byte) (_ []byte, ok bool) {
+func (r *Result) AppendJSON(b []byte) (_ []byte, ok bool) {
 	if r.Type != "" || r.Lines != nil || !plain(r.OrderID) || !plain(r.SKU) || !plain(string(r.Status)) ||
 		!plain(string(r.Reason)) || !plain(r.Worker) || r.ProcessedAt.Year() < 0 || r.ProcessedAt.Year() > 9999 ||
 		r.LockWaitMs != 0 && !(r.LockWaitMs >= 1e-6 && r.LockWaitMs < 1e21) { // else json writes an exponent

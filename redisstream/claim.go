@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"cmp"
@@ -34,7 +34,7 @@ func newClaims(partitions int) claims {
 // partitions, one each from the next count of them, and the round goes on at the next call. A
 // partition's scan goes on from where its last round stopped. Entries found deleted while pending are
 // reported. It returns nothing when no round is under way or due, or none was idle.
-func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
+func (s *reader) claim(ctx context.Context, count int) []*message.Message {
 	c := &s.claims
 	if c.next == 0 {
 		if time.Now().Before(c.due) {
@@ -42,7 +42,7 @@ func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 		}
 		c.due = time.Now().Add(s.cfg.ClaimInterval)
 	}
-	var parts []Partition
+	var parts []partition
 	for _, p := range s.cfg.Partitions[c.next:] {
 		if !s.skipped(p) && len(parts) < count && (s.bell == nil || s.bell.owns(p.Index)) {
 			parts = append(parts, p)
@@ -70,8 +70,8 @@ func (s *Subscriber) claim(ctx context.Context, count int) []*message.Message {
 
 // claimReply reads the reply of one partition's claim: its entries, its next cursor, and the entries it
 // found deleted.
-func (s *Subscriber) claimReply(ctx context.Context, r fetchCall) []*message.Message {
-	p := r.Partition
+func (s *reader) claimReply(ctx context.Context, r fetchCall) []*message.Message {
+	p := r.partition
 	msgs, reply, err := s.reply(ctx, &r)
 	if len(reply.deleted) > 0 { // even when the entries could not be read: the claim dropped these for good
 		s.cfg.Logger.Error("entries were deleted from the stream before they were decided: their orders are lost",
@@ -86,7 +86,7 @@ func (s *Subscriber) claimReply(ctx context.Context, r fetchCall) []*message.Mes
 	return msgs
 }
 
-func (s *Subscriber) logClaimFailure(ctx context.Context, p Partition, err error) {
+func (s *reader) logClaimFailure(ctx context.Context, p partition, err error) {
 	if ctx.Err() == nil && !redis.HasErrorPrefix(err, "NOGROUP") { // a read creates a lost group again
 		s.cfg.Logger.Warn("claiming idle entries failed", "stream", p.Orders, "err", err)
 	}
@@ -94,7 +94,7 @@ func (s *Subscriber) logClaimFailure(ctx context.Context, p Partition, err error
 
 // prune deletes idle consumers of the group every PruneInterval, looking at one partition per round, in
 // turn from a random one, until ctx ends.
-func (s *Subscriber) prune(ctx context.Context) {
+func (s *reader) prune(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.PruneInterval)
 	defer tick.Stop()
 	next := rand.IntN(len(s.cfg.Partitions))
@@ -111,7 +111,7 @@ func (s *Subscriber) prune(ctx context.Context) {
 
 // pruneConsumers deletes the consumers of partition p's group that have nothing pending and have been idle
 // longer than ConsumerTimeout.
-func (s *Subscriber) pruneConsumers(ctx context.Context, p Partition) {
+func (s *reader) pruneConsumers(ctx context.Context, p partition) {
 	consumers, err := s.rdb.XInfoConsumers(ctx, p.Orders, s.cfg.Group).Result()
 	if err != nil {
 		if ctx.Err() == nil {

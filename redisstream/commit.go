@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -23,7 +23,7 @@ var CommitScript = redis.NewScript(commitLua)
 // entries still pending to Consumer only: a round that stalled past the claim idle time, its entries claimed
 // by another consumer meanwhile, publishes nothing for them, so that what it decided cannot come after (and
 // contradict) what the claimer published since, a cancel's outcome say. The entries are acked afterwards,
-// by the router's ack of their messages (Subscriber: one XACK per partition for many). A resend of the call
+// by the router's ack of their messages (reader: one XACK per partition for many). A resend of the call
 // after a lost reply finds its note (CommittedKey) and writes nothing again. Each event gets the producer
 // span and trace context Publisher would give it.
 type Commit struct {

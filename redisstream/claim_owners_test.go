@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -29,12 +29,12 @@ func TestIdleWorkersClaimOnlyThePartitionsTheyOwn(t *testing.T) {
 	const claimIdle = 8 * time.Second // longer than the workers take to learn of each other (settle)
 	claimable := time.Now().Add(claimIdle)
 	all := make(chan *message.Message, len(parts))
-	subs := map[string]*Subscriber{}
+	subs := map[string]*reader{}
 	var names []string
 	for i := range 4 {
 		name := fmt.Sprintf("w%d", i+1)
 		names = append(names, name)
-		subs[name] = newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		subs[name] = newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 			c.Consumer, c.Events, c.ClaimIdle, c.ClaimInterval = name, EventsAuto, claimIdle, 50*time.Millisecond
 		})
 		msgs := subscribe(t, subs[name])

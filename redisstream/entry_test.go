@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func TestEntryMessage(t *testing.T) {
 			if want := cmp.Or(tc.uuid, "1-1"); msg.UUID != want || EntryID(msg) != "1-1" {
 				t.Fatalf("UUID %q, entry id %q; want %q (the publisher's, or the entry id of a plain entry) and 1-1", msg.UUID, EntryID(msg), want)
 			}
-			bad := msg.Metadata.Get(MetaBadEntry)
+			bad := msg.Metadata.Get(UnmarshalError)
 			if tc.badReason == "" {
 				if bad != "" || string(msg.Payload) != tc.payload || msg.Metadata.Get("traceparent") != tc.meta {
 					t.Fatalf("got payload %q meta %v bad %q", msg.Payload, msg.Metadata, bad)
@@ -65,7 +65,7 @@ func TestEntryMessage(t *testing.T) {
 
 func TestEntryMessageDropsWhatProducersMustNotSet(t *testing.T) {
 	m := message.NewMessage("u", []byte(`{}`))
-	m.Metadata.Set(MetaBadEntry, strings.Repeat("x", 4<<20)) // would become a 4 MiB poison reason
+	m.Metadata.Set(UnmarshalError, strings.Repeat("x", 4<<20)) // would become a 4 MiB poison reason
 	m.Metadata.Set("redisstream_deliveries", "999")
 	m.Metadata.Set("redisstream_entry_id", "0-1") // forged: an ack of it would ack another entry
 	m.Metadata.Set("baggage", "user=alice")
@@ -78,7 +78,7 @@ func TestEntryMessageDropsWhatProducersMustNotSet(t *testing.T) {
 	}
 	got := Entry{ID: "1-1", Deliveries: 2, Values: asRedisReturnsThem(values)}.Message()
 	md := got.Metadata
-	if md.Get(MetaBadEntry) != "" || md.Get("baggage") != "" || md.Get("tracestate") != "" {
+	if md.Get(UnmarshalError) != "" || md.Get("baggage") != "" || md.Get("tracestate") != "" {
 		t.Errorf("metadata %v: the worker's mark, baggage and an oversized tracestate must be dropped", md)
 	}
 	if Deliveries(got) != 2 || EntryID(got) != "1-1" || got.UUID != "u" || md.Get("team") != "kept" || md.Get("traceparent") == "" {
@@ -90,7 +90,7 @@ func TestEntryMessageDropsWhatProducersMustNotSet(t *testing.T) {
 // down); every message keeps its entry id, delivery count and partition and carries no worker mark the
 // producer set.
 //
-//	go test -run '^$' -fuzz FuzzUnmarshaller -fuzztime 5m ./internal/stream/
+//	go test -run '^$' -fuzz FuzzUnmarshaller -fuzztime 5m ./redisstream/
 func FuzzUnmarshaller(f *testing.F) {
 	good, _ := redisstream.DefaultMarshallerUnmarshaller{}.Marshal("orders", message.NewMessage("u", []byte(`{"order_id":"o"}`)))
 	f.Add("payload", []byte(`{"order_id":"o"}`), good["metadata"].([]byte), "u")
@@ -117,7 +117,7 @@ func FuzzUnmarshaller(f *testing.F) {
 			t.Fatalf("message %s of entry %s with %d deliveries from partition %d, want a UUID and the entry's 7-1, 3 and 5", msg.UUID,
 				EntryID(msg), Deliveries(msg), EntryPartition(msg))
 		}
-		if bad := msg.Metadata.Get(MetaBadEntry); bad != "" && len(bad) > 1024 {
+		if bad := msg.Metadata.Get(UnmarshalError); bad != "" && len(bad) > 1024 {
 			t.Fatalf("bad-entry mark of %d bytes", len(bad))
 		}
 	})

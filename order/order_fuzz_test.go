@@ -1,4 +1,4 @@
-package handlers
+package order
 
 import (
 	"encoding/json"
@@ -6,16 +6,14 @@ import (
 	"reflect"
 	"testing"
 	"time"
-
-	"github.com/stockflow/stockflow/inventory"
 )
 
-// FuzzDecodeOrder: any payload is either refused as bad input or decoded into a valid order that the
+// FuzzDecode: any payload is either refused as bad input or decoded into a valid order that the
 // standard decoder reads the same way (no key smuggling) and that survives a round trip. The corpus under
 // testdata/fuzz runs as regression cases with every go test.
 //
-//	go test -run '^$' -fuzz FuzzDecodeOrder -fuzztime 5m ./handlers/
-func FuzzDecodeOrder(f *testing.F) {
+//	go test -run '^$' -fuzz FuzzDecode -fuzztime 5m ./order/
+func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
 		`{"order_id":"o-1","sku":"SKU-1","quantity":2,"placed_at":"2026-11-21T10:00:00Z"}`,
 		`{"order_id":"o-1","sku":"SKU-1","quantity":1,"Quantity":900000}`,
@@ -45,7 +43,7 @@ func FuzzDecodeOrder(f *testing.F) {
 		if flat, ok := decodeFlat(payload); ok && (slowErr != nil || !reflect.DeepEqual(flat, slow)) {
 			t.Fatalf("%q: the flat way reads %+v, key by key %+v (%v)", payload, flat, slow, slowErr)
 		}
-		o, err := DecodeOrder(payload)
+		o, err := Decode(payload)
 		if err != nil {
 			if !errors.Is(err, ErrBadInput) {
 				t.Fatalf("error %v does not wrap ErrBadInput", err)
@@ -61,18 +59,18 @@ func FuzzDecodeOrder(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o2, err := DecodeOrder(again)
+		o2, err := Decode(again)
 		if err != nil || o2.OrderID != o.OrderID || o2.SKU != o.SKU || o2.Quantity != o.Quantity || !o2.PlacedAt.Equal(o.PlacedAt) {
 			t.Fatalf("round trip of %+v: %+v, %v", o, o2, err)
 		}
 	})
 }
 
-// FuzzFlatOutcome: the outcome of a single-SKU order written by appendFlat is byte for byte what
-// encoding/json writes; appendFlat leaves to encoding/json what it would write otherwise (escaped strings,
+// FuzzFlatOutcome: the outcome of a single-SKU order written by AppendJSON is byte for byte what
+// encoding/json writes; AppendJSON leaves to encoding/json what it would write otherwise (escaped strings,
 // exponents, years it refuses).
 //
-//	go test -run '^$' -fuzz FuzzFlatOutcome -fuzztime 2m ./handlers/
+//	go test -run '^$' -fuzz FuzzFlatOutcome -fuzztime 2m ./order/
 func FuzzFlatOutcome(f *testing.F) {
 	f.Add("o-1", "SKU-1", "worker-1", "reserved", "", int64(2), int64(4998), int64(7), true, int64(1795833230), int64(899351403), 1.234)
 	f.Add("o-<1>", "SKU&1", "w\"1", "rejected", "insufficient_stock", int64(-1), int64(-5), int64(-1), false, int64(0), int64(0), 0.0)
@@ -88,26 +86,13 @@ func FuzzFlatOutcome(f *testing.F) {
 		f.Add("o", "S", "w", "reserved", "", int64(1), int64(0), int64(0), false, int64(0), int64(0), wait)
 	}
 	f.Fuzz(func(t *testing.T, id, sku, worker, status, reason string, qty, avail, fence int64, replayed bool, sec, nsec int64, waitMs float64) {
-		r := Result{OrderID: id, SKU: sku, Quantity: qty, Status: inventory.Status(status), Reason: inventory.Reason(reason),
+		r := Result{OrderID: id, SKU: sku, Quantity: qty, Status: Status(status), Reason: Reason(reason),
 			AvailableAfter: avail, Fence: fence, Replayed: replayed, Worker: worker,
 			ProcessedAt: time.Unix(sec, nsec).UTC(), LockWaitMs: waitMs}
-		got, ok := r.appendFlat(nil)
+		got, ok := r.AppendJSON(nil)
 		want, err := json.Marshal(r)
 		if ok && (err != nil || string(got) != string(want)) {
-			t.Fatalf("appendFlat wrote\n %s\nencoding/json\n %s (%v)", got, want, err)
+			t.Fatalf("AppendJSON wrote\n %s\nencoding/json\n %s (%v)", got, want, err)
 		}
 	})
-}
-
-// The outcomes a worker writes take the flat way (else they would be right, and slow).
-func TestTheFlatWayWritesAWorkersOutcomes(t *testing.T) {
-	for _, out := range []inventory.Outcome{
-		{OrderID: "o-1", SKU: "SKU-1", Quantity: 2, Status: inventory.StatusReserved, AvailableAfter: 3, Fence: -1},
-		{OrderID: "order-7f3a", SKU: "SKU-0", Quantity: 9, Status: inventory.StatusRejected, Reason: inventory.ReasonInsufficientStock, Replayed: true},
-	} {
-		r := newResult(out, "worker-1", 1500*time.Microsecond)
-		if _, ok := r.appendFlat(nil); !ok {
-			t.Errorf("%+v went the general way", r)
-		}
-	}
 }

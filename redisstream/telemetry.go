@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 // Traces and metrics of the streams, on the OpenTelemetry API alone (no SDK, no exporters: see
 // internal/otelsetup for those). The spans follow the OpenTelemetry messaging conventions (semconv
@@ -24,7 +24,7 @@ import (
 )
 
 var (
-	meter = otel.Meter("github.com/stockflow/stockflow/internal/stream")
+	meter = otel.Meter("github.com/stockflow/stockflow/redisstream")
 	// Poisoned counts the entries sent to the poison stream, by poison.reason (PoisonReason).
 	Poisoned, _ = meter.Int64Counter("stockflow.messages.poisoned",
 		metric.WithDescription("Entries sent to the poison stream, by poison.reason."))
@@ -163,15 +163,15 @@ func (p ProcessSpans) Start(ctx context.Context, msg *message.Message) (context.
 	return ctx, span
 }
 
-// Publisher traces every publish with a producer span, "send <topic>", and passes the trace context on in
+// TracingPublisher traces every publish with a producer span, "send <topic>", and passes the trace context on in
 // the metadata.
-type Publisher struct {
+type TracingPublisher struct {
 	message.Publisher
 	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
 	Server []attribute.KeyValue
 }
 
-func (p Publisher) Publish(topic string, msgs ...*message.Message) error {
+func (p TracingPublisher) Publish(topic string, msgs ...*message.Message) error {
 	for _, msg := range msgs {
 		if err := p.publish(topic, msg); err != nil {
 			return err
@@ -180,7 +180,7 @@ func (p Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-func (p Publisher) publish(topic string, msg *message.Message) error {
+func (p TracingPublisher) publish(topic string, msg *message.Message) error {
 	_, span := newSendSpans(topic, p.Server).start(msg)
 	defer span.End()
 	err := p.Publisher.Publish(topic, msg)

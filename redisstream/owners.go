@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -36,7 +36,7 @@ var liveScript = redis.NewScript(liveLua)
 type owners struct {
 	rdb      redis.UniversalClient
 	self     string
-	parts    []Partition
+	parts    []partition
 	key      string // ConsumersKey
 	logger   *slog.Logger
 	owned    []atomic.Bool // by partition index
@@ -45,7 +45,7 @@ type owners struct {
 	onChange func()        // owned changed
 }
 
-func newOwners(rdb redis.UniversalClient, cfg SubscriberConfig, onChange func()) *owners {
+func newOwners(rdb redis.UniversalClient, cfg readerConfig, onChange func()) *owners {
 	o := &owners{rdb: rdb, self: cfg.Consumer, parts: cfg.Partitions, key: ConsumersKey(cfg.Partitions[0].Orders, cfg.Group),
 		logger: cfg.Logger, owned: make([]atomic.Bool, len(cfg.Partitions)), onChange: func() {}}
 	o.see(nil)

@@ -1,4 +1,4 @@
-package stream_test
+package redisstream_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
@@ -21,7 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -47,7 +46,7 @@ func TestMessagingSpansFollowTheConventions(t *testing.T) {
 	host, port, _ := net.SplitHostPort(rdb.Options().Addr)
 	p, _ := strconv.Atoi(port)
 	server := []attribute.KeyValue{semconv.ServerAddress(host), semconv.ServerPort(p)}
-	if got := stream.ServerAttributes(rdb); !slices.Equal(got, server) {
+	if got := redisstream.ServerAttributes(rdb); !slices.Equal(got, server) {
 		t.Fatalf("ServerAttributes %v, want %v", got, server)
 	}
 
@@ -55,12 +54,12 @@ func TestMessagingSpansFollowTheConventions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := stream.Publisher{Publisher: wpub, Server: stream.ServerAttributes(rdb)}
+	pub := redisstream.TracingPublisher{Publisher: wpub, Server: redisstream.ServerAttributes(rdb)}
 	if err := pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
 		t.Fatal(err)
 	}
 	msg := readBack(t, rdb, "orders")
-	consumer := stream.Consumer{Stream: "orders", Group: "inventory", Name: "w-0", Server: server}
+	consumer := redisstream.Consumer{Stream: "orders", Group: "inventory", Name: "w-0", Server: server}
 	_, span := consumer.StartProcess(context.Background(), msg)
 	span.End()
 
@@ -76,7 +75,7 @@ func TestMessagingSpansFollowTheConventions(t *testing.T) {
 		semconv.MessagingSystemKey.String("redis"), semconv.MessagingOperationName("process"),
 		semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName("orders"),
 		semconv.MessagingConsumerGroupName("inventory"), semconv.MessagingClientID("w-0"),
-		semconv.MessagingMessageID(stream.EntryID(msg))}, server...))
+		semconv.MessagingMessageID(redisstream.EntryID(msg))}, server...))
 	if process.Parent().SpanID() != send.SpanContext().SpanID() || process.SpanContext().TraceID() != send.SpanContext().TraceID() {
 		t.Errorf("process span's parent %v, want the send span %v in its trace", process.Parent(), send.SpanContext())
 	}
@@ -97,9 +96,9 @@ func TestTheNoopTracerPassesTheProducersTraceContextOn(t *testing.T) {
 		otel.SetTextMapPropagator(prop)
 	})
 	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	msg := stream.Entry{ID: "1-1", Values: map[string]any{"payload": `{}`}}.Message()
+	msg := redisstream.Entry{ID: "1-1", Values: map[string]any{"payload": `{}`}}.Message()
 	msg.Metadata.Set("traceparent", traceparent)
-	ctx, span := stream.Consumer{Stream: "orders", Group: "g", Name: "c"}.StartProcess(context.Background(), msg)
+	ctx, span := redisstream.Consumer{Stream: "orders", Group: "g", Name: "c"}.StartProcess(context.Background(), msg)
 	if sc := span.SpanContext(); !sc.IsRemote() || sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" ||
 		!trace.SpanContextFromContext(ctx).Equal(sc) {
 		t.Fatalf("process span %v (context %v), want the producer's", sc, trace.SpanContextFromContext(ctx))
@@ -107,15 +106,11 @@ func TestTheNoopTracerPassesTheProducersTraceContextOn(t *testing.T) {
 	out := message.NewMessage("o", []byte(`{}`))
 	out.SetContext(ctx)
 	rdb := redistest.Start(t).Client()
-	batch := stream.Batch{Topic: "results"}
-	pipe := rdb.Pipeline()
-	if err := batch.Add(pipe, out); err != nil {
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb}, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pipe.Exec(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := batch.End(); err != nil {
+	if err := (redisstream.TracingPublisher{Publisher: pub}).Publish("results", out); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.Metadata.Get("traceparent"); got != traceparent {
@@ -130,14 +125,14 @@ func readBack(t *testing.T, rdb *redis.Client, name string) *message.Message {
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("stream %s: %v, %v; want one entry", name, entries, err)
 	}
-	return stream.Entry{ID: entries[0].ID, Values: entries[0].Values}.Message()
+	return redisstream.Entry{ID: entries[0].ID, Values: entries[0].Values}.Message()
 }
 
 // A message without trace context starts a trace of its own, linked to nothing.
 func TestProcessSpanOfAPlainEntryIsARoot(t *testing.T) {
 	spans := recordSpans(t)
-	msg := stream.Entry{ID: "1-1", Values: map[string]any{"payload": `{}`}}.Message()
-	_, span := stream.Consumer{Stream: "orders", Group: "g", Name: "c"}.StartProcess(context.Background(), msg)
+	msg := redisstream.Entry{ID: "1-1", Values: map[string]any{"payload": `{}`}}.Message()
+	_, span := redisstream.Consumer{Stream: "orders", Group: "g", Name: "c"}.StartProcess(context.Background(), msg)
 	span.End()
 	sp := spans.Ended()[0]
 	if sp.Parent().IsValid() || len(sp.Links()) != 0 {
@@ -155,7 +150,7 @@ func TestFailedSendRecordsItsErrorType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perr := stream.Publisher{Publisher: wpub}.Publish("order-results", message.NewMessage("1", nil))
+	perr := redisstream.TracingPublisher{Publisher: wpub}.Publish("order-results", message.NewMessage("1", nil))
 	if perr == nil {
 		t.Fatal("publishing with a closed client succeeded")
 	}
@@ -169,12 +164,12 @@ func TestFailedSendRecordsItsErrorType(t *testing.T) {
 func TestServerAttributesOfOtherClients(t *testing.T) {
 	unix := redis.NewClient(&redis.Options{Network: "unix", Addr: "/run/redis.sock"})
 	defer unix.Close()
-	if got := stream.ServerAttributes(unix); !slices.Equal(got, []attribute.KeyValue{semconv.ServerAddress("/run/redis.sock")}) {
+	if got := redisstream.ServerAttributes(unix); !slices.Equal(got, []attribute.KeyValue{semconv.ServerAddress("/run/redis.sock")}) {
 		t.Errorf("unix socket client: %v", got)
 	}
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"a:1", "b:2"}})
 	defer cluster.Close()
-	if got := stream.ServerAttributes(cluster); got != nil {
+	if got := redisstream.ServerAttributes(cluster); got != nil {
 		t.Errorf("cluster client: %v, want none", got)
 	}
 }

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 	names := []string{"w1", "w2", "w3", "w4", "w5", "w6", "w7"}
 	owned := map[int][]string{}
 	for _, self := range names {
-		o := newOwners(nil, SubscriberConfig{Consumer: self, Group: "g", Partitions: sixteenParts}, func() {})
+		o := newOwners(nil, readerConfig{Consumer: self, Group: "g", Partitions: sixteenParts}, func() {})
 		o.see(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == self }))
 		for _, p := range sixteenParts {
 			if o.owned[p.Index].Load() {
@@ -42,7 +42,7 @@ func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 		t.Errorf("16 partitions owned by %d of 7 consumers, want them spread", len(spread))
 	}
 	changed := 0
-	alone := newOwners(nil, SubscriberConfig{Consumer: "w1", Group: "g", Partitions: sixteenParts}, func() { changed++ })
+	alone := newOwners(nil, readerConfig{Consumer: "w1", Group: "g", Partitions: sixteenParts}, func() { changed++ })
 	for _, p := range sixteenParts {
 		if !alone.owned[p.Index].Load() {
 			t.Fatalf("a consumer that knows of no other does not own partition %d", p.Index)
@@ -54,20 +54,20 @@ func TestEachPartitionHasBellOwnersOwners(t *testing.T) {
 }
 
 // onePart is the streams of one Redis with one partition.
-var onePart = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+var onePart = testParts(1, false)
 
 // idleWorkers starts n subscribers w1..wn on parts with keyspace events, each holding at most inFlight
 // messages, and returns them by name with one channel of all their messages.
-func idleWorkers(t *testing.T, rdb redis.UniversalClient, parts []Partition, n, inFlight int) (map[string]*Subscriber, []string, chan *message.Message) {
+func idleWorkers(t *testing.T, rdb redis.UniversalClient, parts []partition, n, inFlight int) (map[string]*reader, []string, chan *message.Message) {
 	t.Helper()
 	createGroups(t, rdb, parts...)
 	all := make(chan *message.Message, 100)
-	subs := map[string]*Subscriber{}
+	subs := map[string]*reader{}
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("w%d", i+1)
 		names = append(names, name)
-		subs[name] = newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+		subs[name] = newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 			c.Consumer, c.Events, c.ClaimInterval, c.MaxInFlight = name, EventsAuto, time.Minute, inFlight
 		})
 		msgs := subscribe(t, subs[name])
@@ -83,7 +83,7 @@ func idleWorkers(t *testing.T, rdb redis.UniversalClient, parts []Partition, n, 
 
 // settle waits until each of names knows of the others, and only the owners of partition p are subscribed
 // to its events (on rdb, the node of p's stream); it returns the owners.
-func settle(t *testing.T, rdb *redis.Client, subs map[string]*Subscriber, names []string, p Partition) (owners []string) {
+func settle(t *testing.T, rdb *redis.Client, subs map[string]*reader, names []string, p partition) (owners []string) {
 	t.Helper()
 	channel := KeyspaceChannel(0, p.Orders)
 	for deadline := time.Now().Add(2*liveEvery + idlePoll); ; time.Sleep(50 * time.Millisecond) {
@@ -165,7 +165,7 @@ func TestABusyWorkerAsksTheIdleOnesForHelp(t *testing.T) {
 // bus.
 func TestABusyWorkerAsksForHelpOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.WithShards(3, 0))
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1, Cluster: true}.Partitions()
+	parts := testParts(1, true)
 	opts, err := c.MasterOf(parts[0].Orders).ClientOptions()
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestABusyWorkerAsksForHelpOnACluster(t *testing.T) {
 }
 
 // asksForHelp runs TestABusyWorkerAsksTheIdleOnesForHelp on rdb, whose node holds parts (one partition).
-func asksForHelp(t *testing.T, rdb redis.UniversalClient, node *redis.Client, parts []Partition) {
+func asksForHelp(t *testing.T, rdb redis.UniversalClient, node *redis.Client, parts []partition) {
 	ctx := context.Background()
 	subs, names, all := idleWorkers(t, rdb, parts, 4, 1)
 	owners := settle(t, node, subs, names, parts[0])
@@ -226,7 +226,7 @@ func TestOwnersOnAClusterAreHeardOnEachPartitionsNode(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.WithShards(3, 0))
 	rdb := c.Client()
 	ctx := context.Background()
-	parts := Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3, Cluster: true}.Partitions()
+	parts := testParts(3, true)
 	subs, names, all := idleWorkers(t, rdb, parts, 5, 128)
 	nodes := map[string]bool{}
 	for _, p := range parts {

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -69,7 +69,7 @@ func addOrders(b *testing.B, rdb *redis.Client, n int) {
 }
 
 // chanSubscriber hands out n messages, at most inFlight unacked at once, each waited for by a goroutine of
-// its own until acked (as Subscriber does), and closes done once all are acked.
+// its own until acked (as reader does), and closes done once all are acked.
 type chanSubscriber struct {
 	n, inFlight int
 	done        chan struct{}
@@ -110,7 +110,7 @@ func BenchmarkRouterFloor(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sub := &chanSubscriber{n: b.N, inFlight: DefaultMaxInFlight, done: make(chan struct{})}
+	sub := &chanSubscriber{n: b.N, inFlight: readerMaxInFlight, done: make(chan struct{})}
 	router.AddConsumerHandler("h", "orders", sub, func(*message.Message) error { return nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -93,7 +93,7 @@ type bellSub struct {
 // KeyspaceChannel is the channel of the keyspace events of key in database db.
 func KeyspaceChannel(db int, key string) string { return fmt.Sprintf("__keyspace@%d__:%s", db, key) }
 
-func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg SubscriberConfig) *doorbell {
+func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg readerConfig) *doorbell {
 	ctx, stop := context.WithCancel(ctx)
 	parts := cfg.Partitions
 	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: cfg.Logger, stop: stop, manage: cfg.Events == EventsAuto,
@@ -220,12 +220,12 @@ func (b *doorbell) untilAll() time.Duration {
 // wantedOf returns the partitions of parts to be read while subscribed, every one of them idlePoll after
 // the last time, and takes their marks off (a mark set again meanwhile stays: an event that comes during
 // their read is read next).
-func (b *doorbell) wantedOf(parts []Partition, count int) []Partition {
+func (b *doorbell) wantedOf(parts []partition, count int) []partition {
 	if time.Since(time.Unix(0, b.all.Load())) >= idlePoll {
 		b.wantOwned()
 		b.sweeping = true
 	}
-	var wanted []Partition
+	var wanted []partition
 	for _, p := range parts {
 		if len(wanted) < count && b.wanted[p.Index].Swap(false) {
 			wanted = append(wanted, p)

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"cmp"
@@ -14,33 +14,33 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Defaults of SubscriberConfig.
+// Defaults of readerConfig.
 const (
-	// DefaultMaxInFlight is how many messages a subscriber has out to the router at once: 128.
-	DefaultMaxInFlight = 128
-	// DefaultReadCount is the most entries one read takes from the partitions: 100.
-	DefaultReadCount = 100
-	// DefaultClaimInterval is how often a subscriber looks for idle entries to claim: 1 s.
-	DefaultClaimInterval = time.Second
-	// DefaultPruneInterval is how often a subscriber looks for consumers of the group to delete: 5 min.
-	DefaultPruneInterval = 5 * time.Minute
-	// DefaultConsumerTimeout is how long a consumer with nothing pending must have been idle before it is
+	// readerMaxInFlight is how many messages a subscriber has out to the router at once: 128.
+	readerMaxInFlight = 128
+	// readerReadCount is the most entries one read takes from the partitions: 100.
+	readerReadCount = 100
+	// readerClaimInterval is how often a subscriber looks for idle entries to claim: 1 s.
+	readerClaimInterval = time.Second
+	// readerPruneInterval is how often a subscriber looks for consumers of the group to delete: 5 min.
+	readerPruneInterval = 5 * time.Minute
+	// readerConsumerTimeout is how long a consumer with nothing pending must have been idle before it is
 	// deleted from the group: 10 min.
-	DefaultConsumerTimeout = 10 * time.Minute
-	// DefaultNackPause is how long a nacked message keeps its place among those in flight: 500 ms.
-	DefaultNackPause = 500 * time.Millisecond
+	readerConsumerTimeout = 10 * time.Minute
+	// readerNackPause is how long a nacked message keeps its place among those in flight: 500 ms.
+	readerNackPause = 500 * time.Millisecond
 )
 
-// SubscriberConfig is what a Subscriber needs.
-type SubscriberConfig struct {
+// readerConfig is what a reader needs.
+type readerConfig struct {
 	// Partitions are the streams read: every partition of the orders (Config.Partitions).
-	Partitions []Partition
+	Partitions []partition
 	Group      string // the consumer group; it exists before Subscribe (see ReplayFrom when it is lost)
 	Consumer   string // the subscriber's name in the group
 	// MaxInFlight bounds the messages out to the router at once (each handled by a goroutine of its own),
-	// hence the entries read and not yet acked or nacked; 0 means DefaultMaxInFlight.
+	// hence the entries read and not yet acked or nacked; 0 means readerMaxInFlight.
 	MaxInFlight int
-	// ReadCount bounds the entries one read (or claim) takes; 0 means DefaultReadCount.
+	// ReadCount bounds the entries one read (or claim) takes; 0 means readerReadCount.
 	ReadCount    int
 	PoisonMaxLen int // approximate bound of the poison streams (oversized entries go there)
 	// MaxEntryBytes is the largest entry (field names and values) handed out; a larger one is moved to
@@ -53,16 +53,16 @@ type SubscriberConfig struct {
 	// its consumer died, or handed a failed attempt back. Required.
 	ClaimIdle time.Duration
 	// ClaimInterval is how often the subscriber claims idle entries, on the partitions it owns (every
-	// partition without keyspace events); 0 means DefaultClaimInterval.
+	// partition without keyspace events); 0 means readerClaimInterval.
 	ClaimInterval time.Duration
 	// PruneInterval is how often the subscriber looks for consumers to delete, one partition per look, in
-	// turn from a random one; 0 means DefaultPruneInterval.
+	// turn from a random one; 0 means readerPruneInterval.
 	PruneInterval time.Duration
 	// ConsumerTimeout: a consumer idle longer than this with nothing pending is deleted from the group
-	// (Group.PruneConsumer); 0 means DefaultConsumerTimeout.
+	// (Group.PruneConsumer); 0 means readerConsumerTimeout.
 	ConsumerTimeout time.Duration
 	// NackPause is how long a nacked message keeps its place among those in flight; 0 means
-	// DefaultNackPause.
+	// readerNackPause.
 	NackPause time.Duration
 	Logger    *slog.Logger // nil: slog.Default()
 	// Failing is when reads started failing (unix ns), 0 while they succeed. nil: not recorded.
@@ -95,17 +95,17 @@ type SubscriberConfig struct {
 	// (so that reads stay large under load) before it reads for the places free; 0: until half are.
 	RoomLinger time.Duration
 	// Unmarshaller, if set, reads the entries that have Watermill's UUID field (the public Pub/Sub's
-	// SubscriberConfig.Unmarshaller); nil: Entry.Message's reader of watermill-redisstream's format.
+	// readerConfig.Unmarshaller); nil: Entry.Message's reader of watermill-redisstream's format.
 	Unmarshaller unmarshaller
 }
 
-func (c *SubscriberConfig) setDefaults() {
-	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultMaxInFlight)
-	c.ReadCount = cmp.Or(c.ReadCount, DefaultReadCount)
-	c.ClaimInterval = cmp.Or(c.ClaimInterval, DefaultClaimInterval)
-	c.PruneInterval = cmp.Or(c.PruneInterval, DefaultPruneInterval)
-	c.ConsumerTimeout = cmp.Or(c.ConsumerTimeout, DefaultConsumerTimeout)
-	c.NackPause = cmp.Or(c.NackPause, DefaultNackPause)
+func (c *readerConfig) setDefaults() {
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, readerMaxInFlight)
+	c.ReadCount = cmp.Or(c.ReadCount, readerReadCount)
+	c.ClaimInterval = cmp.Or(c.ClaimInterval, readerClaimInterval)
+	c.PruneInterval = cmp.Or(c.PruneInterval, readerPruneInterval)
+	c.ConsumerTimeout = cmp.Or(c.ConsumerTimeout, readerConsumerTimeout)
+	c.NackPause = cmp.Or(c.NackPause, readerNackPause)
 	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, MaxEntryBytes)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -116,7 +116,7 @@ func (c *SubscriberConfig) setDefaults() {
 }
 
 // Validate reports every setting of c that cannot work.
-func (c SubscriberConfig) Validate() error {
+func (c readerConfig) Validate() error {
 	var errs []error
 	check := func(ok bool, msg string) {
 		if !ok {
@@ -133,13 +133,13 @@ func (c SubscriberConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Subscriber is a worker's consumer of the orders' consumer group: a Watermill message.Subscriber that
+// reader is a worker's consumer of the orders' consumer group: a Watermill message.Subscriber that
 // feeds a Router many messages at once, read in batches.
 //
-//   - Subscribe's topic stands for every partition of the orders (SubscriberConfig.Partitions). A read takes
+//   - Subscribe's topic stands for every partition of the orders (readerConfig.Partitions). A read takes
 //     up to ReadCount entries, split over the partitions whose reads work, in one pipeline (one round trip
 //     per Redis node). A partition whose reads fail (its cluster node is down) is skipped for a while, 100
-//     ms doubling to 5 s, while the others are read; SubscriberConfig.Failing says since when some
+//     ms doubling to 5 s, while the others are read; readerConfig.Failing says since when some
 //     partition fails.
 //   - Up to MaxInFlight messages are out to the router at once, each handled by a goroutine of the
 //     router's; a read waits until half of them are back (acked or nacked), or all when fewer were out, so
@@ -149,14 +149,14 @@ func (c SubscriberConfig) Validate() error {
 //     reply was lost, made again (by go-redis, or by the next call of its partition: requests), hands the
 //     same entries over without another delivery; it is logged and counted (LostReplies).
 //   - When no partition has an entry, the subscriber waits for a keyspace event of a partition's stream
-//     (an XADD: it carries no payload) unless SubscriberConfig.Events is off, and then reads with the script
+//     (an XADD: it carries no payload) unless readerConfig.Events is off, and then reads with the script
 //     again; it still looks every idlePoll in case an event was missed (with EventsAuto, a look that finds
 //     entries checks that Redis still publishes the events, and turns them on again when an operator
 //     turned them off). Without keyspace events it polls, every 10 ms doubling to 100 ms.
 //   - A message keeps its publisher's UUID (a plain entry's is its entry id), as Watermill's contract has
 //     it; EntryID and EntryPartition say where it came from (the public Pub/Sub's metadata keys); its
 //     metadata and trace context are the entry's (Entry.Message). An entry that cannot be read is marked
-//     with MetaBadEntry, for the poison stream.
+//     with UnmarshalError, for the poison stream.
 //   - Every ClaimInterval it claims, in one pipeline, the entries idle longer than ClaimIdle (XAUTOCLAIM):
 //     those of dead consumers, and failed attempts handed back; with keyspace events only on the partitions
 //     it owns (2 live owners a partition, owners), so that idle consumers cost the same however many there
@@ -179,9 +179,9 @@ func (c SubscriberConfig) Validate() error {
 // message is acked or nacked (a context per message cost a worker ~4 % of its CPU). Close ends the
 // subscription and waits for its goroutines; it does not wait for the messages being handled, and does not
 // close the Redis client.
-type Subscriber struct {
+type reader struct {
 	rdb redis.UniversalClient
-	cfg SubscriberConfig
+	cfg readerConfig
 
 	mu         sync.Mutex
 	subscribed bool
@@ -218,33 +218,33 @@ type Subscriber struct {
 // partition, by rendezvous hashing), as it does for the keyspace events and the claims: true until it has
 // subscribed with keyspace events, and always without them. Work that one or two consumers of the group
 // must do for all, such as the worker's housekeeping, goes to the owners of partition 0.
-func (s *Subscriber) Owns(i int) bool {
+func (s *reader) Owns(i int) bool {
 	o := s.owners.Load()
 	return o == nil || o.owned[i].Load()
 }
 
-var _ message.Subscriber = (*Subscriber)(nil)
+var _ message.Subscriber = (*reader)(nil)
 
 // ErrSubscriberClosed: Subscribe after Close.
 var ErrSubscriberClosed = errors.New("stream: subscriber closed")
 
-// errSubscribed: a second Subscribe; a Subscriber is one consumer, with one subscription.
+// errSubscribed: a second Subscribe; a reader is one consumer, with one subscription.
 var errSubscribed = errors.New("stream: subscriber subscribed already")
 
-// NewSubscriber returns a subscriber that reads with rdb, which it never closes.
-func NewSubscriber(rdb redis.UniversalClient, cfg SubscriberConfig) (*Subscriber, error) {
+// newReader returns a subscriber that reads with rdb, which it never closes.
+func newReader(rdb redis.UniversalClient, cfg readerConfig) (*reader, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	n := len(cfg.Partitions)
-	return &Subscriber{rdb: rdb, cfg: cfg, next: rand.IntN(n), failed: make([]failure, n),
+	return &reader{rdb: rdb, cfg: cfg, next: rand.IntN(n), failed: make([]failure, n),
 		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n), requests: newRequests(), acks: newAcks(rdb, cfg)}, nil
 }
 
 // Subscribe starts reading; topic is a name for the orders, whose partitions the config lists. The
 // channel is closed when the subscription ends: ctx is done or Close was called.
-func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
+func (s *reader) Subscribe(ctx context.Context, _ string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -276,7 +276,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, _ string) (<-chan *message.M
 }
 
 // Close ends the subscription and waits for its goroutines.
-func (s *Subscriber) Close() error {
+func (s *reader) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	if s.cancel != nil {
@@ -292,7 +292,7 @@ func (s *Subscriber) Close() error {
 
 // readLoop claims and reads entries and sends them to out, as many as there are free places in flight,
 // until ctx ends.
-func (s *Subscriber) readLoop(ctx context.Context, out chan<- *message.Message) {
+func (s *reader) readLoop(ctx context.Context, out chan<- *message.Message) {
 	for s.awaitRoom(ctx) {
 		room := cap(s.slots) - len(s.slots)
 		msgs := s.claim(ctx, min(room, s.cfg.ReadCount))
@@ -309,7 +309,7 @@ func (s *Subscriber) readLoop(ctx context.Context, out chan<- *message.Message) 
 
 // awaitRoom waits until half the places in flight are free, or all of them are when fewer are taken, or
 // RoomLinger after one is; it reports false when ctx ended first.
-func (s *Subscriber) awaitRoom(ctx context.Context) bool {
+func (s *reader) awaitRoom(ctx context.Context) bool {
 	low := max(cap(s.slots)/2, 1)
 	var linger <-chan time.Time // nil until a place is free, with RoomLinger
 	for n := len(s.slots); n > 0 && cap(s.slots)-n < low; n = len(s.slots) {
@@ -331,7 +331,7 @@ func (s *Subscriber) awaitRoom(ctx context.Context) bool {
 
 // send hands msg to out, taking a place in flight until the router acks or nacks it; it reports false when
 // ctx ended first.
-func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg *message.Message) bool {
+func (s *reader) send(ctx context.Context, out chan<- *message.Message, msg *message.Message) bool {
 	handling := ctx
 	if s.cfg.Handling != nil {
 		handling = s.cfg.Handling
@@ -360,7 +360,7 @@ func (s *Subscriber) send(ctx context.Context, out chan<- *message.Message, msg 
 
 // setContext gives msg its context: handling, or with MessageContexts a child of it; the function returned
 // ends the child.
-func (s *Subscriber) setContext(msg *message.Message, handling context.Context) context.CancelFunc {
+func (s *reader) setContext(msg *message.Message, handling context.Context) context.CancelFunc {
 	if !s.cfg.MessageContexts {
 		msg.SetContext(handling)
 		return func() {}
@@ -387,7 +387,7 @@ func MessageContext(parent context.Context) (context.Context, context.CancelFunc
 // its handler returned: at once, its entry acked in Redis once the router acks it (err nil); at once when
 // the handler left the entry pending on purpose (ErrLeftPending); else after NackPause (the router nacks
 // it).
-func (s *Subscriber) Release(msg *message.Message, err error) {
+func (s *reader) Release(msg *message.Message, err error) {
 	switch {
 	case err == nil:
 		s.acks.add(msg)
@@ -400,7 +400,7 @@ func (s *Subscriber) Release(msg *message.Message, err error) {
 
 // FlushAcks waits until the acks the router gave so far are sent to Redis, or ctx ends: before a consumer
 // hands back what it still has pending, on shutdown.
-func (s *Subscriber) FlushAcks(ctx context.Context) error {
+func (s *reader) FlushAcks(ctx context.Context) error {
 	s.out.Range(func(k, _ any) bool {
 		if msg := k.(*message.Message); isAcked(msg) {
 			s.acks.add(msg) // awaitAck may add it too: an entry acked twice is acked
@@ -430,7 +430,7 @@ func isAcked(msg *message.Message) bool {
 }
 
 // free frees a place in flight.
-func (s *Subscriber) free() {
+func (s *reader) free() {
 	<-s.slots
 	select { // awaitRoom looks again
 	case s.freed <- struct{}{}:
@@ -442,7 +442,7 @@ func (s *Subscriber) free() {
 // failing handler from racing through the stream), or with ResendNacked once a copy sent again is acked
 // (or nacked for good); or when handling, its context, ends. end ends the message's own context
 // (MessageContexts).
-func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, msg *message.Message,
+func (s *reader) awaitAck(ctx context.Context, out chan<- *message.Message, msg *message.Message,
 	handling context.Context, end context.CancelFunc) {
 	defer func() {
 		// Whichever way the wait ends, an ack given counts: when the subscription ends, the ack, the
@@ -493,7 +493,7 @@ func (s *Subscriber) awaitAck(ctx context.Context, out chan<- *message.Message, 
 }
 
 // resend sends a copy of msg, nacked, out again after ResendPause; nil when ctx ended first.
-func (s *Subscriber) resend(ctx context.Context, out chan<- *message.Message, msg *message.Message,
+func (s *reader) resend(ctx context.Context, out chan<- *message.Message, msg *message.Message,
 	handling context.Context) (*message.Message, context.CancelFunc) {
 	if !pauseFor(ctx, s.cfg.ResendPause) {
 		return nil, nil
@@ -524,4 +524,11 @@ func pauseFor(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// partition is one stream a reader reads, its index among the reader's streams, and where its oversized
+// entries go.
+type partition struct {
+	Index          int
+	Orders, Poison string
 }

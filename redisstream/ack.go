@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -18,13 +18,13 @@ var ErrLeftPending = errors.New("stream: the entry was left pending")
 
 // acks sends the acks of a subscriber's messages to Redis, as the router gives them: the messages acked
 // while a pipeline is on its way go together in the next, one XACK per partition, so that a busy consumer
-// costs a fraction of a round trip per ack. A message released (Subscriber.Release) is acked once the
+// costs a fraction of a round trip per ack. A message released (reader.Release) is acked once the
 // router's verdict comes, a moment later: Ack, or Nack (no XACK). One goroutine runs while acks are
 // queued.
 type acks struct {
 	rdb    redis.UniversalClient
 	group  string
-	parts  []Partition
+	parts  []partition
 	logger *slog.Logger
 
 	mu      sync.Mutex
@@ -33,7 +33,7 @@ type acks struct {
 	running bool
 }
 
-func newAcks(rdb redis.UniversalClient, cfg SubscriberConfig) *acks {
+func newAcks(rdb redis.UniversalClient, cfg readerConfig) *acks {
 	a := &acks{rdb: rdb, group: cfg.Group, parts: cfg.Partitions, logger: cfg.Logger}
 	a.idle = sync.NewCond(&a.mu)
 	return a

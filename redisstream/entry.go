@@ -1,35 +1,18 @@
-package stream
+package redisstream
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// Metadata the subscriber sets on a message; the same keys sent by a producer are dropped. The public
-// Pub/Sub (package redisstream) names them too.
-const (
-	// MetadataEntryID is the entry's id in its stream (EntryID).
-	MetadataEntryID = "redisstream_entry_id"
-	// MetadataStream is the stream the entry was read from (a partition's).
-	MetadataStream = "redisstream_stream"
-	// MetadataDeliveries is how many times Redis delivered the entry to a consumer of the group (Deliveries).
-	MetadataDeliveries = "redisstream_deliveries"
-	// MetaBadEntry marks an entry that cannot be read as a message; its value is the reason. The poison
-	// middleware sends such messages to the poison stream without running the handler.
-	MetaBadEntry = "redisstream_unmarshal_error"
-	// metaPartition is the index of the partition the entry was read from (Config.Partitions).
-	metaPartition = "stockflow_partition"
-)
-
-// Entry is one entry of an orders partition as a Subscriber fetched it (fetch.lua).
+// Entry is one entry of an orders partition as a reader fetched it (fetch.lua).
 type Entry struct {
 	ID        string
-	Partition int    // its index in Config.Partitions
+	Partition int    // its index among the streams read
 	Stream    string // its stream (the partition's)
 	// Deliveries is how many times the entry was delivered, failed attempts given back not counted.
 	Deliveries int64
@@ -53,7 +36,7 @@ func (e *Entry) set(name string, value any) {
 // (_watermill_message_uuid, metadata, payload) keeps its publisher's UUID; a plain one that any Redis client
 // can write (XADD orders * payload '<json>') has none, and gets the entry id. Its metadata says the entry id,
 // the delivery count and the partition (EntryID, Deliveries, EntryPartition). It never fails: an entry it
-// cannot read becomes a message marked with MetaBadEntry, for the poison stream, so it never stays pending for
+// cannot read becomes a message marked with UnmarshalError, for the poison stream, so it never stays pending for
 // the next consumer to choke on.
 func (e Entry) Message() *message.Message { return e.MessageWith(nil) }
 
@@ -156,15 +139,6 @@ type unmarshaller interface {
 	Unmarshal(values map[string]any) (*message.Message, error)
 }
 
-// Unmarshaller reads an entry from its fields alone, as Entry.Message does, for a caller that has no
-// Subscriber's entry: a plain entry's message gets a new UUID (and that as its entry id), no delivery count
-// and partition 0.
-type Unmarshaller struct{}
-
-func (Unmarshaller) Unmarshal(values map[string]any) (*message.Message, error) {
-	return Entry{ID: watermill.NewUUID(), Values: values}.Message(), nil
-}
-
 // markUnusual drops the metadata a producer must not set, takes the trace context a foreign producer sent
 // as a field of its own, and marks an entry without a payload field as bad.
 func markUnusual(msg *message.Message, values map[string]any) {
@@ -173,7 +147,7 @@ func markUnusual(msg *message.Message, values map[string]any) {
 	}
 	dropUntrusted(msg.Metadata)
 	if _, ok := values["payload"]; !ok {
-		msg.Metadata.Set(MetaBadEntry, `entry has no "payload" field`)
+		msg.Metadata.Set(UnmarshalError, `entry has no "payload" field`)
 	}
 }
 
@@ -217,21 +191,6 @@ func (e Entry) badEntry(reason string) *message.Message {
 
 func badEntry(id, reason string) *message.Message {
 	msg := message.NewMessage(id, nil)
-	msg.Metadata.Set(MetaBadEntry, reason)
+	msg.Metadata.Set(UnmarshalError, reason)
 	return msg
 }
-
-// EntryPartition returns the index of the partition msg's entry was read from (Config.Partitions).
-func EntryPartition(msg *message.Message) int {
-	n, _ := strconv.Atoi(msg.Metadata.Get(metaPartition))
-	return n
-}
-
-// Deliveries returns how many times msg's entry was delivered (attempts given back not counted).
-func Deliveries(msg *message.Message) int {
-	n, _ := strconv.Atoi(msg.Metadata.Get(MetadataDeliveries))
-	return n
-}
-
-// EntryID returns the id of msg's entry in its partition's stream (its UUID is its publisher's).
-func EntryID(msg *message.Message) string { return msg.Metadata.Get(MetadataEntryID) }

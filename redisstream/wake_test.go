@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func TestAutoEventsTurnedOffWhileIdleAreTurnedOnAgain(t *testing.T) {
 	ctx := context.Background()
 	createGroups(t, rdb, threeParts...)
 	var logs syncBuffer
-	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) {
 		c.Events, c.Logger = EventsAuto, slog.New(slog.NewTextHandler(&logs, nil))
 	}))
 	awaitSubscribed(t, rdb, KeyspaceChannel(0, threeParts[1].Orders))
@@ -58,7 +58,7 @@ func TestAutoEventsTurnedOffWhileIdleAndConfigRefusedMakeTheSubscriberPoll(t *te
 	ctx := context.Background()
 	createGroups(t, rdb, threeParts...)
 	var logs syncBuffer
-	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) {
 		c.Events, c.Logger = EventsAuto, slog.New(slog.NewTextHandler(&logs, nil))
 	}))
 	channel := KeyspaceChannel(0, threeParts[1].Orders)

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -49,7 +49,7 @@ type failure struct {
 // While the doorbell is subscribed it reads only the partitions the doorbell wants (doorbell.wantedOf),
 // and waits when there are none: an entry's event no longer costs a read of every partition (and a
 // second one to find them empty) in every idle worker.
-func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
+func (s *reader) read(ctx context.Context, count int) []*message.Message {
 	armed := s.bell != nil && s.bell.armed
 	parts := s.toRead(ctx, count, armed)
 	if len(parts) == 0 {
@@ -92,7 +92,7 @@ func (s *Subscriber) read(ctx context.Context, count int) []*message.Message {
 // toRead lists the partitions a read takes: those whose reads work, from s.next on, and while the
 // doorbell is subscribed (armed) only those it wants. With none it waits: for a failing partition's pause,
 // or for an entry (idle) unless a claim round is under way, which goes on first.
-func (s *Subscriber) toRead(ctx context.Context, count int, armed bool) []Partition {
+func (s *reader) toRead(ctx context.Context, count int, armed bool) []partition {
 	parts := s.readable()
 	if len(parts) == 0 {
 		pauseFor(ctx, minFailedPause)
@@ -107,9 +107,9 @@ func (s *Subscriber) toRead(ctx context.Context, count int, armed bool) []Partit
 }
 
 // readable lists the partitions whose reads are not skipped after a failure, from s.next on.
-func (s *Subscriber) readable() []Partition {
+func (s *reader) readable() []partition {
 	n := len(s.cfg.Partitions)
-	parts := make([]Partition, 0, n)
+	parts := make([]partition, 0, n)
 	for k := range n {
 		if p := s.cfg.Partitions[(s.next+k)%n]; !s.skipped(p) {
 			parts = append(parts, p)
@@ -120,7 +120,7 @@ func (s *Subscriber) readable() []Partition {
 
 // calls are the fetch.lua calls in mode ("read" or "claim") of parts (no more parts than count), count split
 // over them: evenly, the first ones one more.
-func (s *Subscriber) calls(mode string, parts []Partition, count int) []fetchCall {
+func (s *reader) calls(mode string, parts []partition, count int) []fetchCall {
 	calls := make([]fetchCall, len(parts))
 	for i, p := range parts {
 		calls[i] = s.call(mode, p, count/len(parts))
@@ -133,9 +133,9 @@ func (s *Subscriber) calls(mode string, parts []Partition, count int) []fetchCal
 
 // readReplies reads the fetch replies of a pipeline's reads, creating a lost group again; it returns the
 // messages and how many partitions failed.
-func (s *Subscriber) readReplies(ctx context.Context, reads []fetchCall) (msgs []*message.Message, failures int) {
+func (s *reader) readReplies(ctx context.Context, reads []fetchCall) (msgs []*message.Message, failures int) {
 	for _, r := range reads {
-		p := r.Partition
+		p := r.partition
 		got, reply, err := s.reply(ctx, &r)
 		if redis.HasErrorPrefix(err, "NOGROUP") {
 			if err = s.recreateGroup(ctx, p); errors.Is(err, errNoStream) {
@@ -160,7 +160,7 @@ func (s *Subscriber) readReplies(ctx context.Context, reads []fetchCall) (msgs [
 // idle waits for an entry: for a keyspace event when Redis sends them (the first time it subscribes, and
 // returns at once for a last read: an entry may have come meanwhile), or a poll pause, 10 ms doubling up
 // to 100 ms. It returns by the next claim round at the latest.
-func (s *Subscriber) idle(ctx context.Context) {
+func (s *reader) idle(ctx context.Context) {
 	untilClaims := max(time.Until(s.claims.due), time.Millisecond)
 	if s.bell == nil || s.bell.off {
 		s.pause = min(max(2*s.pause, minReadPause), maxReadPause)
@@ -174,9 +174,9 @@ func (s *Subscriber) idle(ctx context.Context) {
 }
 
 // noteRead records how a read of partition p went: a failure skips the partition for a while, longer
-// each time; a success clears it. Reads count as failing (SubscriberConfig.Failing) while some partition
+// each time; a success clears it. Reads count as failing (readerConfig.Failing) while some partition
 // fails.
-func (s *Subscriber) noteRead(p Partition, err error) {
+func (s *reader) noteRead(p partition, err error) {
 	f := &s.failed[p.Index]
 	if err == nil {
 		if f.pause > 0 {
@@ -199,18 +199,18 @@ func (s *Subscriber) noteRead(p Partition, err error) {
 }
 
 // skipped: reads of partition p are skipped after a failure.
-func (s *Subscriber) skipped(p Partition) bool { return time.Now().Before(s.failed[p.Index].until) }
+func (s *reader) skipped(p partition) bool { return time.Now().Before(s.failed[p.Index].until) }
 
 // errNoStream: the orders stream does not exist (Redis lost its data, or the key was deleted).
 var errNoStream = errors.New("stream: the orders stream does not exist")
 
 // recreateGroup creates partition p's consumer group again, from the first entry younger than OUTCOME_TTL
-// (SubscriberConfig.ReplayFrom): every such entry is delivered again. That loses nothing the group could
+// (readerConfig.ReplayFrom): every such entry is delivered again. That loses nothing the group could
 // still decide safely, and costs no second reservation: an order already decided only yields its recorded
 // outcome again, its record being younger than OUTCOME_TTL too. While the stream itself is missing
 // (errNoStream) there is nothing to lose: the group is created once the next order creates the stream,
 // and the worker is not ready meanwhile, which tells the operator that Redis lost its data.
-func (s *Subscriber) recreateGroup(ctx context.Context, p Partition) error {
+func (s *reader) recreateGroup(ctx context.Context, p partition) error {
 	err := s.rdb.XGroupCreate(ctx, p.Orders, s.cfg.Group, s.cfg.ReplayFrom(time.Now())).Err()
 	switch {
 	case redis.HasErrorPrefix(err, "BUSYGROUP"):
@@ -228,7 +228,7 @@ func (s *Subscriber) recreateGroup(ctx context.Context, p Partition) error {
 
 // fetchCall is one call of fetch.lua on a partition: a read, or a claim.
 type fetchCall struct {
-	Partition
+	partition
 	mode   string // "read" or "claim"
 	count  int    // the most entries it hands over
 	cursor string // a claim's: where its scan of the pending entries goes on
@@ -239,8 +239,8 @@ type fetchCall struct {
 }
 
 // call is the next fetch.lua call in mode of partition p, for up to count entries.
-func (s *Subscriber) call(mode string, p Partition, count int) fetchCall {
-	c := fetchCall{Partition: p, mode: mode, count: count, cursor: "0-0"}
+func (s *reader) call(mode string, p partition, count int) fetchCall {
+	c := fetchCall{partition: p, mode: mode, count: count, cursor: "0-0"}
 	if mode == "claim" {
 		c.cursor = s.claims.cursors[p.Index]
 	}
@@ -248,11 +248,11 @@ func (s *Subscriber) call(mode string, p Partition, count int) fetchCall {
 	return c
 }
 
-func (c *fetchCall) keys(s *Subscriber) []string {
+func (c *fetchCall) keys(s *reader) []string {
 	return []string{c.Orders, c.Poison, FetchedKey(c.Orders, s.cfg.Group, s.cfg.Consumer, c.mode)}
 }
 
-func (c *fetchCall) args(s *Subscriber) []any {
+func (c *fetchCall) args(s *reader) []any {
 	return []any{c.mode, s.cfg.Group, s.cfg.Consumer, s.cfg.MaxEntryBytes, s.cfg.PoisonMaxLen, c.count,
 		s.cfg.ClaimIdle.Milliseconds(), c.cursor, c.req, fetchedFor.Milliseconds()}
 }
@@ -263,7 +263,7 @@ func (c *fetchCall) args(s *Subscriber) []any {
 const fetchedFor = time.Minute
 
 // queue queues the call on pipe.
-func (c *fetchCall) queue(ctx context.Context, pipe redis.Pipeliner, s *Subscriber) {
+func (c *fetchCall) queue(ctx context.Context, pipe redis.Pipeliner, s *reader) {
 	c.cmd = pipe.EvalSha(ctx, fetchScript.Hash(), c.keys(s), c.args(s)...)
 }
 
@@ -277,7 +277,7 @@ func FetchedKey(stream, group, consumer, mode string) string {
 // when Redis did not know the script: the entries as messages, and what a claim reports. The oversized entries
 // the script poisoned are logged and counted; so is a call whose reply was lost, its entries handed over by the
 // call made again.
-func (s *Subscriber) reply(ctx context.Context, c *fetchCall) ([]*message.Message, claimReply, error) {
+func (s *reader) reply(ctx context.Context, c *fetchCall) ([]*message.Message, claimReply, error) {
 	reply, err := c.cmd.Slice()
 	if redis.HasErrorPrefix(err, "NOSCRIPT") { // the script was flushed, or this node never saw it
 		reply, err = fetchScript.Run(ctx, s.rdb, c.keys(s), c.args(s)...).Slice()
@@ -286,7 +286,7 @@ func (s *Subscriber) reply(ctx context.Context, c *fetchCall) ([]*message.Messag
 	if err != nil {
 		return nil, claimReply{}, err
 	}
-	entries, poisonedIDs, claim, err := parseFetch(reply, c.Partition)
+	entries, poisonedIDs, claim, err := parseFetch(reply, c.partition)
 	for id, bytes := range poisonedIDs {
 		s.cfg.Logger.Warn("poisoned oversized entry", "stream", c.Orders, "id", id, "bytes", bytes, "limit", s.cfg.MaxEntryBytes)
 		Poisoned.Add(ctx, 1, reasonOversized)
@@ -315,7 +315,7 @@ type claimReply struct {
 
 // parseFetch reads fetch.lua's reply {entries (packed: unpackEntries), {{id, bytes}, ...}, cursor,
 // {deleted id, ...}, resent} on partition p.
-func parseFetch(reply []any, p Partition) (entries []Entry, poisoned map[string]int64, claim claimReply, err error) {
+func parseFetch(reply []any, p partition) (entries []Entry, poisoned map[string]int64, claim claimReply, err error) {
 	bad := func() error { return fmt.Errorf("stream: unexpected fetch reply %.200v", reply) } // on the error paths only
 	if len(reply) != 5 {
 		return nil, nil, claim, bad()

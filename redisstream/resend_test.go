@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -32,7 +32,7 @@ func TestALostReadReplyHandsTheSameEntriesOverAtOnce(t *testing.T) {
 	}
 	proxy.DropReplyTo("$4\r\nread\r\n", 1) // the first read of fetch.lua (a claim's mode is "claim")
 	var log syncBuffer
-	msgs := subscribe(t, newTestSubscriber(t, lossy, parts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, lossy, parts, func(c *readerConfig) {
 		c.ClaimIdle = time.Minute // no claim can be what hands them over
 		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
 	}))
@@ -78,7 +78,7 @@ func TestLostClaimRepliesCountNoDelivery(t *testing.T) {
 	t.Cleanup(func() { _ = lossy.Close() })
 	proxy.DropReplyTo("$5\r\nclaim\r\n", 4) // the first call and go-redis's 3 resends
 	var log syncBuffer
-	msgs := subscribe(t, newTestSubscriber(t, lossy, parts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, lossy, parts, func(c *readerConfig) {
 		c.ClaimIdle, c.ClaimInterval = 300*time.Millisecond, 100*time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
 	}))

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -65,12 +65,12 @@ func TestSubscriberReadsThePartitionsTogether(t *testing.T) {
 
 // A partition whose reads fail (here a key of the wrong type; in production a cluster node that is down)
 // does not keep the subscriber from the others: their entries are read, and the failure shows in
-// SubscriberConfig.Failing.
+// readerConfig.Failing.
 func TestSubscriberSkipsAFailingPartition(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	createGroups(t, rdb, threeParts[0], threeParts[2])
-	for _, p := range []Partition{threeParts[0], threeParts[2]} {
+	for _, p := range []partition{threeParts[0], threeParts[2]} {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}})
 	}
 	rdb.Set(ctx, threeParts[1].Orders, "not a stream", 0)
@@ -104,11 +104,11 @@ func TestAReadPoisonsTheOversizedEntryAmongOthers(t *testing.T) {
 			want = append(want, id)
 		}
 	}
-	s := newTestSubscriber(t, rdb, []Partition{p})
+	s := newTestSubscriber(t, rdb, []partition{p})
 	var got []string
 	for _, msg := range s.read(ctx, 10) {
-		if Deliveries(msg) != 1 || msg.Metadata.Get(MetaBadEntry) != "" {
-			t.Fatalf("read %s: %d deliveries, bad entry %q", msg.UUID, Deliveries(msg), msg.Metadata.Get(MetaBadEntry))
+		if Deliveries(msg) != 1 || msg.Metadata.Get(UnmarshalError) != "" {
+			t.Fatalf("read %s: %d deliveries, bad entry %q", msg.UUID, Deliveries(msg), msg.Metadata.Get(UnmarshalError))
 		}
 		got = append(got, msg.UUID)
 	}
@@ -125,11 +125,11 @@ func TestAServerWithoutCmsgpackHandsTheEntriesOverAsAnArray(t *testing.T) {
 	p := threeParts[0]
 	createGroups(t, rdb, p)
 	id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", "first"}}).Val()
-	s := newTestSubscriber(t, rdb, []Partition{p})
+	s := newTestSubscriber(t, rdb, []partition{p})
 	for _, mode := range []string{"read", "claim"} {
 		msgs, _, err := fetchNow(ctx, s, p, mode) // a claim: of the entry just read
 		if err != nil || len(msgs) != 1 || msgs[0].UUID != id || string(msgs[0].Payload) != "first" ||
-			Deliveries(msgs[0]) != map[string]int{"read": 1, "claim": 2}[mode] {
+			Deliveries(msgs[0]) != map[string]int64{"read": 1, "claim": 2}[mode] {
 			t.Fatalf("%s on miniredis: %v, %v", mode, msgs, err)
 		}
 	}
@@ -144,7 +144,7 @@ func TestAPoisonedOversizedEntryIsAckedNotLeftPending(t *testing.T) {
 	createGroups(t, rdb, p)
 	big := []string{"payload", strings.Repeat("x", MaxEntryBytes)}
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: big})
-	s := newTestSubscriber(t, rdb, []Partition{p})
+	s := newTestSubscriber(t, rdb, []partition{p})
 	pending := func() []redis.XPendingExt {
 		return rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: "g", Start: "-", End: "+", Count: 10}).Val()
 	}
@@ -179,7 +179,7 @@ func TestASubscriberIdlesOnlyOnceEveryPartitionWasFoundEmpty(t *testing.T) {
 	for i := range n {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: backlog.Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
-	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 		c.MaxInFlight, c.Events, c.ClaimInterval = 1, EventsAuto, time.Minute // one claim round, at the start
 	}))
 	for i := range n {
@@ -200,7 +200,7 @@ func TestASubscriberIdlesOnlyOnceEveryPartitionWasFoundEmpty(t *testing.T) {
 
 // fetchNow makes one fetch.lua call in mode of partition p on its own, for up to 10 entries; a claim takes
 // the entries idle for any time.
-func fetchNow(ctx context.Context, s *Subscriber, p Partition, mode string) ([]*message.Message, claimReply, error) {
+func fetchNow(ctx context.Context, s *reader, p partition, mode string) ([]*message.Message, claimReply, error) {
 	c := s.call(mode, p, 10)
 	args := c.args(s)
 	args[6] = 0 // the minimum idle time

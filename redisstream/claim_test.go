@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func TestSubscriberClaimsIdleEntriesAndReportsDeletedOnes(t *testing.T) {
 	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{threeParts[1].Orders, ">"}})
 	rdb.XDel(ctx, threeParts[1].Orders, gone)
 	var logs syncBuffer
-	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) {
 		c.Consumer, c.ClaimIdle, c.ClaimInterval = "c2", 200*time.Millisecond, 10*time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	}))
@@ -101,7 +101,7 @@ func TestSubscriberPrunesIdleConsumers(t *testing.T) {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", "p"}})
 		rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "busy", Streams: []string{p.Orders, ">"}})
 	}
-	subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) {
+	subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) {
 		c.PruneInterval, c.ConsumerTimeout = 20*time.Millisecond, time.Second
 	}))
 	deadline := time.Now().Add(10 * time.Second)
@@ -156,7 +156,7 @@ func TestAClaimGoesOnFromWhereTheLastOneStopped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	msgs := subscribe(t, newTestSubscriber(t, rdb, []Partition{p}, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, []partition{p}, func(c *readerConfig) {
 		c.MaxInFlight, c.ClaimInterval = 1, 10*time.Millisecond // ClaimIdle 30 s: the live consumer's are not idle
 	}))
 	var claimed []string

@@ -1,4 +1,4 @@
-package handlers
+package order
 
 import (
 	"encoding/json"
@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
-func TestDecodeOrder(t *testing.T) {
+func TestDecode(t *testing.T) {
 	valid := `{"order_id":"o-1","sku":"SKU-1","quantity":2,"placed_at":"2026-11-21T10:00:00Z"}`
-	o, err := DecodeOrder([]byte(valid))
+	o, err := Decode([]byte(valid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestDecodeOrder(t *testing.T) {
 	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("decoded %+v, want %+v", o, want)
 	}
-	if _, err := DecodeOrder([]byte(`{"order_id":"o-1","sku":"SKU-1","quantity":2,"channel":"web"}`)); err != nil {
+	if _, err := Decode([]byte(`{"order_id":"o-1","sku":"SKU-1","quantity":2,"channel":"web"}`)); err != nil {
 		t.Fatalf("unknown fields must be ignored: %v", err)
 	}
 
@@ -52,7 +52,7 @@ func TestDecodeOrder(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeOrder([]byte(tc.payload))
+			_, err := Decode([]byte(tc.payload))
 			if !errors.Is(err, ErrBadInput) {
 				t.Fatalf("err %v, want ErrBadInput", err)
 			}
@@ -64,7 +64,7 @@ func TestDecodeOrder(t *testing.T) {
 }
 
 func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
-	o, err := DecodeOrder([]byte(`{"order_id":"o-2","lines":[{"sku":"B","quantity":1},{"sku":"A","quantity":2},{"sku":"B","quantity":4}]}`))
+	o, err := Decode([]byte(`{"order_id":"o-2","lines":[{"sku":"B","quantity":1},{"sku":"A","quantity":2},{"sku":"B","quantity":4}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +74,11 @@ func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
 	if o.RouteSKU() != "A" || !reflect.DeepEqual(o.SKUs(), []string{"A", "B"}) {
 		t.Fatalf("route %q, skus %v", o.RouteSKU(), o.SKUs())
 	}
-	o, err = DecodeOrder([]byte(`{"type":"cancel","order_id":"o-2","sku":"B"}`))
+	o, err = Decode([]byte(`{"type":"cancel","order_id":"o-2","sku":"B"}`))
 	if err != nil || o.Kind() != TypeCancel || o.Single() || o.RouteSKU() != "B" {
 		t.Fatalf("cancel: %+v, %v", o, err)
 	}
-	if o, err := DecodeOrder([]byte(`{"order_id":"o","sku":"S","quantity":1}`)); err != nil || !o.Single() || o.Kind() != TypeReserve {
+	if o, err := Decode([]byte(`{"order_id":"o","sku":"S","quantity":1}`)); err != nil || !o.Single() || o.Kind() != TypeReserve {
 		t.Fatalf("single: %+v, %v", o, err)
 	}
 
@@ -104,7 +104,7 @@ func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeOrder([]byte(tc.payload))
+			_, err := Decode([]byte(tc.payload))
 			if !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), tc.mention) {
 				t.Fatalf("err %v, want ErrBadInput mentioning %q", err, tc.mention)
 			}
@@ -112,17 +112,17 @@ func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
 	}
 }
 
-// The worker accepts stream entries up to stream.MaxEntryBytes: a payload at its limit must fit, with room
+// The worker accepts stream entries up to redisstream.MaxEntryBytes: a payload at its limit must fit, with room
 // for Watermill's fields and the trace context.
 func TestAnOrderAtItsLimitFitsAStreamEntry(t *testing.T) {
-	if stream.MaxEntryBytes < MaxPayload+16<<10 {
-		t.Fatalf("stream.MaxEntryBytes %d, want at least MaxPayload (%d) + 16 KiB", stream.MaxEntryBytes, MaxPayload)
+	if redisstream.MaxEntryBytes < MaxPayload+16<<10 {
+		t.Fatalf("redisstream.MaxEntryBytes %d, want at least MaxPayload (%d) + 16 KiB", redisstream.MaxEntryBytes, MaxPayload)
 	}
 }
 
-// BenchmarkDecodeOrder compares the flat way (decodeFlat) with the general way (encoding/json, then the
+// BenchmarkDecode compares the flat way (decodeFlat) with the general way (encoding/json, then the
 // key scan) on the same order, which an unknown key sends the general way.
-func BenchmarkDecodeOrder(b *testing.B) {
+func BenchmarkDecode(b *testing.B) {
 	for name, payload := range map[string]string{
 		"flat":    `{"order_id":"o-17","sku":"SKU-42","quantity":1,"placed_at":"2026-11-21T10:00:00Z"}`,
 		"general": `{"order_id":"o-17","sku":"SKU-42","quantity":1,"placed_at":"2026-11-21T10:00:00Z","x":0}`,
@@ -130,7 +130,7 @@ func BenchmarkDecodeOrder(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := DecodeOrder([]byte(payload)); err != nil {
+				if _, err := Decode([]byte(payload)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -20,20 +20,33 @@ import (
 )
 
 var (
-	threeParts   = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 3}.Partitions()
-	sixteenParts = Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 16}.Partitions()
+	threeParts   = testParts(3, true)
+	sixteenParts = testParts(16, true)
 )
 
+// testParts names n partitions of the streams "orders" and "poison" as the worker does: "orders:{i}" when
+// tagged, the plain names otherwise (one partition only).
+func testParts(n int, tagged bool) []partition {
+	if !tagged {
+		return []partition{{Orders: "orders", Poison: "poison"}}
+	}
+	parts := make([]partition, n)
+	for i := range parts {
+		parts[i] = partition{Index: i, Orders: PartitionTopic("orders", i), Poison: PartitionTopic("poison", i)}
+	}
+	return parts
+}
+
 // newTestSubscriber is consumer c1 of group g on parts, claiming entries idle for 30 s, changed by change.
-func newTestSubscriber(t *testing.T, rdb redis.UniversalClient, parts []Partition, change ...func(*SubscriberConfig)) *Subscriber {
+func newTestSubscriber(t *testing.T, rdb redis.UniversalClient, parts []partition, change ...func(*readerConfig)) *reader {
 	t.Helper()
-	cfg := SubscriberConfig{Partitions: parts, Group: "g", Consumer: "c1", PoisonMaxLen: 100, ClaimIdle: 30 * time.Second,
+	cfg := readerConfig{Partitions: parts, Group: "g", Consumer: "c1", PoisonMaxLen: 100, ClaimIdle: 30 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Failing: new(atomic.Int64),
 		ReplayFrom: func(time.Time) string { return "0" }}
 	for _, c := range change {
 		c(&cfg)
 	}
-	s, err := NewSubscriber(rdb, cfg)
+	s, err := newReader(rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +54,7 @@ func newTestSubscriber(t *testing.T, rdb redis.UniversalClient, parts []Partitio
 	return s
 }
 
-func subscribe(t *testing.T, s *Subscriber) <-chan *message.Message {
+func subscribe(t *testing.T, s *reader) <-chan *message.Message {
 	t.Helper()
 	msgs, err := s.Subscribe(context.Background(), "orders")
 	if err != nil {
@@ -74,7 +87,7 @@ func done(t *testing.T, rdb redis.UniversalClient, msg *message.Message) {
 	msg.Ack()
 }
 
-func createGroups(t *testing.T, rdb redis.UniversalClient, parts ...Partition) {
+func createGroups(t *testing.T, rdb redis.UniversalClient, parts ...partition) {
 	t.Helper()
 	for _, p := range parts {
 		if err := rdb.XGroupCreateMkStream(context.Background(), p.Orders, "g", "0").Err(); err != nil {
@@ -93,7 +106,7 @@ func TestSubscriberKeepsAtMostMaxInFlightOut(t *testing.T) {
 	for i := range 10 {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
-	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) { c.MaxInFlight = 4 }))
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) { c.MaxInFlight = 4 }))
 	var out []*message.Message
 	for range 4 {
 		out = append(out, receive(t, msgs))
@@ -129,7 +142,7 @@ func TestAReleasedSubscriberFreesPlacesOnRelease(t *testing.T) {
 	for i := range 4 {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
-	s := newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+	s := newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 		c.MaxInFlight, c.Released, c.NackPause = 1, true, 300*time.Millisecond
 	})
 	msgs := subscribe(t, s)
@@ -176,7 +189,7 @@ func TestIdleSubscriberWaitsForAKeyspaceEvent(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	createGroups(t, rdb, threeParts...)
-	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *SubscriberConfig) { c.Events = EventsAuto }))
+	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) { c.Events = EventsAuto }))
 	time.Sleep(300 * time.Millisecond) // the first read, the subscription and the read after it
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -226,7 +239,7 @@ func TestSubscriberLeavesANackedEntryPending(t *testing.T) {
 	createGroups(t, rdb, parts...)
 	first := rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", "1"}}).Val()
 	second := rdb.XAdd(ctx, &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", "2"}}).Val()
-	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 		c.ClaimIdle, c.ClaimInterval, c.NackPause = time.Second, 10*time.Millisecond, time.Millisecond
 	}))
 	msg := receive(t, msgs)
@@ -360,7 +373,7 @@ func TestAMessageInHandOutlivesTheSubscriptionUntilHandlingEnds(t *testing.T) {
 	createGroups(t, rdb, parts...)
 	rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: parts[0].Orders, Values: []string{"payload", "p"}})
 	handling, stop := context.WithCancelCause(context.Background())
-	s := newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) { c.Handling = handling })
+	s := newTestSubscriber(t, rdb, parts, func(c *readerConfig) { c.Handling = handling })
 	msg := receive(t, subscribe(t, s))
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -381,7 +394,7 @@ func TestAMessageInHandOutlivesTheSubscriptionUntilHandlingEnds(t *testing.T) {
 }
 
 func TestSubscriberConfigValidate(t *testing.T) {
-	err := SubscriberConfig{MaxInFlight: -1}.Validate()
+	err := readerConfig{MaxInFlight: -1}.Validate()
 	for _, want := range []string{"partitions", "consumer group", "consumer name", "MaxInFlight", "ClaimIdle", "ReplayFrom"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("empty config: %v, want it to name %s", err, want)
@@ -402,7 +415,7 @@ func TestASubscriberWithFewPlacesReadsEveryPartitionBeforeIdling(t *testing.T) {
 	for i := range 20 {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: last.Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
-	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 		c.MaxInFlight, c.Events = 2, EventsAuto
 	}))
 	start := time.Now()
@@ -436,7 +449,7 @@ func TestAClaimRoundCoversEveryPartitionWithFewPlaces(t *testing.T) {
 	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{last.Orders, ">"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 		c.MaxInFlight, c.Events, c.ClaimIdle, c.ClaimInterval = 2, EventsAuto, 200*time.Millisecond, 200*time.Millisecond
 	}))
 	for range 4 {
@@ -456,7 +469,7 @@ func TestAnEventWakesAReadOfItsPartitionOnly(t *testing.T) {
 	ctx := context.Background()
 	parts := sixteenParts
 	createGroups(t, rdb, parts...)
-	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *SubscriberConfig) {
+	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
 		c.Events, c.ClaimInterval = EventsAuto, time.Minute // no claim round in the count
 	}))
 	time.Sleep(300 * time.Millisecond) // the first read, the subscription and the read after it

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func TestAnEntryWithAFieldTwiceIsABadEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := receive(t, subscribe(t, newTestSubscriber(t, rdb, parts)))
-	if bad := msg.Metadata.Get(MetaBadEntry); !strings.Contains(bad, `"payload" given twice`) {
+	if bad := msg.Metadata.Get(UnmarshalError); !strings.Contains(bad, `"payload" given twice`) {
 		t.Fatalf("entry with payload twice: bad-entry mark %q, payload %q; want it marked, naming payload", bad, msg.Payload)
 	}
 
@@ -32,7 +32,7 @@ func TestAnEntryWithAFieldTwiceIsABadEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bad := entries[0].Message().Metadata.Get(MetaBadEntry); !strings.Contains(bad, `"payload" given twice`) {
+	if bad := entries[0].Message().Metadata.Get(UnmarshalError); !strings.Contains(bad, `"payload" given twice`) {
 		t.Fatalf("unpacked entry with payload twice: mark %q, want it marked", bad)
 	}
 }
