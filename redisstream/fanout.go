@@ -9,7 +9,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-
 )
 
 // subscription is one Subscribe without a consumer group (fan-out): a reader per stream (XREAD), all handing

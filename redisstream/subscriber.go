@@ -15,7 +15,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-
 )
 
 // Defaults of SubscriberConfig's zero values.
