@@ -33,7 +33,7 @@ func TestLostReadAndClaimRepliesPoisonNothing(t *testing.T) {
 	}
 	xaddOrder(t, rdb, "c", "C", 1) // order c: not delivered yet
 	// The reads and claims run: a first call that Redis refuses for want of the script runs nothing.
-	fetch, err := os.ReadFile("../stream/fetch.lua")
+	fetch, err := os.ReadFile("../../redisstream/fetch.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
