@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	_ "embed"
 	"errors"
 	"fmt"
 	"time"
@@ -148,3 +149,10 @@ func StockKey(sku string) string { return "stock:{" + sku + "}" }
 
 // OrderKey is the Redis key of an order's outcome record for one of its SKUs ("order:{SKU}:<order_id>").
 func OrderKey(sku, orderID string) string { return "order:{" + sku + "}:" + orderID }
+
+//go:embed shared.lua
+var sharedLua string
+
+// stockScript is a stock script with the helpers the stock scripts share (shared.lua: int, same, stale) in
+// front of it.
+func stockScript(src string) *redis.Script { return redis.NewScript(sharedLua + src) }

@@ -104,11 +104,15 @@ func TestScriptsSurviveScriptFlushAndRestart(t *testing.T) {
 	s := redistest.Start(t, redistest.WithPersistence())
 	rdb := s.Client()
 	store := inventory.New(rdb)
+	shared, err := os.ReadFile("shared.lua") // the prelude of the stock scripts
+	if err != nil {
+		t.Fatal(err)
+	}
 	src, err := os.ReadFile("reserve.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha1.Sum(src)
+	sum := sha1.Sum(append(shared, src...))
 	sha := hex.EncodeToString(sum[:])
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)

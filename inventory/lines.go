@@ -21,11 +21,11 @@ import (
 var (
 	//go:embed reserve_lines.lua
 	reserveLinesSrc    string
-	reserveLinesScript = redis.NewScript(reserveLinesSrc)
+	reserveLinesScript = stockScript(reserveLinesSrc)
 
 	//go:embed transition.lua
 	transitionSrc    string
-	transitionScript = redis.NewScript(transitionSrc)
+	transitionScript = stockScript(transitionSrc)
 
 	//go:embed cancel_early.lua
 	cancelEarlySrc    string

@@ -8,12 +8,6 @@
 -- Errors: NOTRESERVED <status|none>, STALEFENCE <stored fence>, STALETOKEN <current token>, UNKNOWNSKU, CORRUPT <field>. Every
 -- check runs before the first write, so an error leaves Redis untouched.
 
--- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
--- limits. A field that passed this check cannot fail the script's increments halfway.
-local function int(v)
-  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
-end
-
 local record = redis.call('GET', KEYS[2])
 if not record then return redis.error_reply('NOTRESERVED none') end
 local o = cjson.decode(record)
@@ -26,15 +20,8 @@ if o.status ~= 'reserved' then return redis.error_reply('NOTRESERVED ' .. o.stat
 local token = tonumber(ARGV[1])
 local stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
 local fence = tonumber(stock[3])
-if token > 0 and fence and token < fence then
-  return redis.error_reply('STALEFENCE ' .. stock[3])
-end
-if token > 0 and KEYS[3] then
-  local current = tonumber(redis.call('GET', KEYS[3]) or '')
-  if current and token < current then
-    return redis.error_reply('STALETOKEN ' .. current)
-  end
-end
+local err = stale(token, stock[3], KEYS[3])
+if err then return redis.error_reply(err) end
 if not stock[1] then return redis.error_reply('UNKNOWNSKU') end
 if not int(stock[1]) then return redis.error_reply('CORRUPT available') end
 if stock[2] and not int(stock[2]) then return redis.error_reply('CORRUPT reserved') end

@@ -15,11 +15,11 @@ import (
 var (
 	//go:embed reserve.lua
 	reserveSrc    string
-	reserveScript = redis.NewScript(reserveSrc)
+	reserveScript = stockScript(reserveSrc)
 
 	//go:embed release.lua
 	releaseSrc    string
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = stockScript(releaseSrc)
 
 	//go:embed raise_fence.lua
 	raiseFenceSrc    string

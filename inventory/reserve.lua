@@ -16,28 +16,6 @@
 -- record is another order's: a basket's line for a single-SKU call, or another basket's). Every check
 -- runs before the first write, so an error leaves Redis untouched.
 
--- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
--- limits. A field that passed this check cannot fail the script's increments halfway.
-local function int(v)
-  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
-end
-
--- Whether record o was written for the order of this call, whose record members are extra (ARGV): the
--- line of a basket has the same anchor, or on the basket's first SKU lines of the same SKUs; a single-SKU
--- order (no members) has neither. An order id reused for another order must not replay its records.
-local function same(o, extra)
-  if o.early then return true end -- a cancel that came first (cancel_early.lua): any order of the id
-  local want = {}
-  if extra and extra ~= '' then want = cjson.decode('{' .. string.sub(extra, 2) .. '}') end
-  if want.anchor or o.anchor then return want.anchor == o.anchor end
-  if not want.lines or not o.lines then return want.lines == nil and o.lines == nil end
-  if #want.lines ~= #o.lines then return false end
-  for i, l in ipairs(want.lines) do
-    if o.lines[i].sku ~= l.sku then return false end
-  end
-  return true
-end
-
 local record = redis.call('GET', KEYS[2])
 if record then
   -- Redelivery: the first decision stands, even if this call asks for another quantity.
@@ -51,15 +29,8 @@ local quantity = tonumber(ARGV[1])
 local token = tonumber(ARGV[2])
 local stock = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fence')
 local fence = tonumber(stock[3])
-if token > 0 and fence and token < fence then
-  return redis.error_reply('STALEFENCE ' .. stock[3])
-end
-if token > 0 and KEYS[3] then
-  local current = tonumber(redis.call('GET', KEYS[3]) or '')
-  if current and token < current then
-    return redis.error_reply('STALETOKEN ' .. current)
-  end
-end
+local err = stale(token, stock[3], KEYS[3])
+if err then return redis.error_reply(err) end
 
 local status, reason, after = 'rejected', 'unknown_sku', 0
 if stock[1] then

@@ -29,7 +29,7 @@ const MaxBatch = 64
 var (
 	//go:embed reserve_batch.lua
 	reserveBatchSrc    string
-	reserveBatchScript = redis.NewScript(reserveBatchSrc)
+	reserveBatchScript = stockScript(reserveBatchSrc)
 )
 
 // ReserveBatch decides 1..MaxBatch orders of one SKU in one script call (flat combining: one round trip

@@ -1,7 +1,6 @@
 -- Reserve stock for a batch of orders of one SKU, each at most once: the outcomes, records and stock that
 -- reserve.lua gives called for each order in turn with the same token, in one call that writes the stock
--- hash once. Scripts cannot share code: keep the decisions in step with reserve.lua (the batch tests
--- compare the two).
+-- hash once. The decisions are reserve.lua's (the batch tests compare the two).
 -- KEYS[1]           stock:{SKU}  hash: available, reserved, fence, elided (the mark of elided, below)
 -- KEYS[2]           optional: the lock's fencing counter (same slot), as in reserve.lua; present when
 --                   #KEYS is n + 2 or more
@@ -25,12 +24,6 @@
 -- before the first write, so an error leaves Redis untouched. As in reserve.lua a recorded order is
 -- replayed unchecked: a batch whose orders all have a recorded outcome is not checked.
 
--- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
--- limits. A field that passed this check cannot fail the script's increments halfway.
-local function int(v)
-  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
-end
-
 local token, n = tonumber(ARGV[1]), #ARGV - 4
 local first = #KEYS - n -- KEYS[first + i] is the record of order i
 local elide = token < 0
@@ -38,12 +31,8 @@ if elide and redis.call('EXISTS', KEYS[3]) == 1 then return redis.error_reply('L
 
 -- reserve.lua's checks; returns the error, or nil.
 local function check(stock)
-  local fence = tonumber(stock[3])
-  if token > 0 and fence and token < fence then return 'STALEFENCE ' .. stock[3] end
-  if token > 0 and first >= 2 then
-    local current = tonumber(redis.call('GET', KEYS[2]) or '')
-    if current and token < current then return 'STALETOKEN ' .. current end
-  end
+  local err = stale(token, stock[3], first >= 2 and KEYS[2] or nil)
+  if err then return err end
   if not stock[1] then return nil end
   if not int(stock[1]) then return 'CORRUPT available' end
   if stock[2] and not int(stock[2]) then return 'CORRUPT reserved' end

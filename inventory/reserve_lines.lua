@@ -20,28 +20,6 @@
 -- EARLYCANCEL <line> (a cancel of the order came first: lines.go cancels the basket whole), STALEFENCE <stored fence>, STALETOKEN <current token>, CORRUPT <field>. Every check runs
 -- before the first write, so an error leaves Redis untouched.
 
--- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
--- limits. A field that passed this check cannot fail the script's increments halfway.
-local function int(v)
-  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
-end
-
--- Whether record o was written for the order of this call, whose record members are extra (ARGV): the
--- line of a basket has the same anchor, or on the basket's first SKU lines of the same SKUs; a single-SKU
--- order (no members) has neither. An order id reused for another order must not replay its records.
-local function same(o, extra)
-  if o.early then return true end -- a cancel that came first (cancel_early.lua): any order of the id
-  local want = {}
-  if extra and extra ~= '' then want = cjson.decode('{' .. string.sub(extra, 2) .. '}') end
-  if want.anchor or o.anchor then return want.anchor == o.anchor end
-  if not want.lines or not o.lines then return want.lines == nil and o.lines == nil end
-  if #want.lines ~= #o.lines then return false end
-  for i, l in ipairs(want.lines) do
-    if o.lines[i].sku ~= l.sku then return false end
-  end
-  return true
-end
-
 local n = (#ARGV - 3) / 3
 local k = #KEYS / n
 local elide = k == 4
@@ -81,11 +59,8 @@ for i = 1, n do
     token = tonumber(ARGV[a + 1]), extra = ARGV[a + 2]}
   local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence', 'elided')
   l.fence, l.elided = tonumber(st[3]), st[4]
-  if l.token > 0 and l.fence and l.token < l.fence then return redis.error_reply('STALEFENCE ' .. st[3]) end
-  if l.token > 0 and k == 3 then
-    local current = tonumber(redis.call('GET', KEYS[base + 3]) or '')
-    if current and l.token < current then return redis.error_reply('STALETOKEN ' .. current) end
-  end
+  local err = stale(l.token, st[3], k == 3 and KEYS[base + 3] or nil)
+  if err then return redis.error_reply(err) end
   if st[1] then
     if not int(st[1]) then return redis.error_reply('CORRUPT available') end
     if st[2] and not int(st[2]) then return redis.error_reply('CORRUPT reserved') end

@@ -11,12 +11,6 @@
 -- Returns the new available count.
 -- Errors: OVERSTOCK <available>, CORRUPT available. Checked before the first write.
 
--- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
--- limits. A field that passed this check cannot fail the script's increments halfway.
-local function int(v)
-  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
-end
-
 local done = redis.call('GET', KEYS[2])
 if done then
   if ARGV[4] == '1' then redis.call('SET', KEYS[2], done, 'KEEPTTL') end

@@ -20,7 +20,7 @@ var (
 
 	//go:embed restock.lua
 	restockSrc    string
-	restockScript = redis.NewScript(restockSrc)
+	restockScript = stockScript(restockSrc)
 
 	//go:embed get_stock.lua
 	getStockSrc    string

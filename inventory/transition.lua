@@ -18,12 +18,6 @@
 -- fence>, STALETOKEN <current token>, UNKNOWNSKU, CORRUPT <field>. Every check runs before the first
 -- write, so an error leaves Redis untouched.
 
--- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
--- limits. A field that passed this check cannot fail the script's increments halfway.
-local function int(v)
-  return (v == '0' or string.find(v, '^%-?[1-9]%d*$') ~= nil) and #v <= 20 and math.abs(tonumber(v)) < 4e18
-end
-
 local op = ARGV[1]
 local target = ({cancel = 'cancelled', fulfil = 'fulfilled', abort = 'rejected'})[op]
 local n = (#ARGV - 3) / 3
@@ -54,11 +48,8 @@ for i = 1, n do
   elseif status == 'reserved' or (op ~= 'fulfil' and status == 'none') then
     local st = redis.call('HMGET', l.stock, 'available', 'reserved', 'fence', 'fulfilled')
     l.fence = tonumber(st[3])
-    if l.token > 0 and l.fence and l.token < l.fence then return redis.error_reply('STALEFENCE ' .. st[3]) end
-    if l.token > 0 and k == 3 then
-      local current = tonumber(redis.call('GET', KEYS[base + 3]) or '')
-      if current and l.token < current then return redis.error_reply('STALETOKEN ' .. current) end
-    end
+    local err = stale(l.token, st[3], k == 3 and KEYS[base + 3] or nil)
+    if err then return redis.error_reply(err) end
     if status == 'reserved' and not st[1] then return redis.error_reply('UNKNOWNSKU') end
     for f, v in pairs({available = st[1], reserved = st[2], fulfilled = st[4]}) do
       if v and not int(v) then return redis.error_reply('CORRUPT ' .. f) end
