@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -54,10 +56,10 @@ type Config struct {
 	// MaxWait bounds how long an order waits in Combine for a batch, as LOCK_WAIT bounds a lock wait; 0:
 	// no bound.
 	MaxWait time.Duration
-	// EarlierPending reports whether an entry read before the message's, in its partition, is still
-	// pending (delivered to a consumer of the group and not acked): a cancel or fulfil of an order not
-	// known yet is retried until none is, since one of them may be that order. nil: never waits.
-	EarlierPending func(ctx context.Context, msg *message.Message) (bool, error)
+	// ClaimIdle is how long an entry stays pending before another consumer claims it. A cancel or fulfil of
+	// an order not known yet waits, up to earlierPendingWait, while an entry before its own in its partition
+	// is pending (earlierPending), one published less than twice ClaimIdle ago; 0: it waits for none.
+	ClaimIdle time.Duration
 }
 
 // ErrEarlierPending fails a cancel or fulfil of an order not known yet while an earlier entry of its
@@ -117,10 +119,10 @@ func (h *Handler) linesOf(msg *message.Message, o order.Order) ([]order.Line, er
 	deadline := time.Now().Add(earlierPendingWait)
 	for pause := earlierPendingPoll; ; pause *= 2 {
 		lines, err := h.cfg.Store.Lines(ctx, o.OrderID, o.SKU)
-		if !errors.Is(err, inventory.ErrUnknownOrder) || h.cfg.EarlierPending == nil {
+		if !errors.Is(err, inventory.ErrUnknownOrder) || h.cfg.ClaimIdle == 0 {
 			return lines, ignoreUnknown(err)
 		}
-		switch earlier, err := h.cfg.EarlierPending(ctx, msg); {
+		switch earlier, err := h.earlierPending(ctx, msg); {
 		case err != nil:
 			return nil, err
 		case !earlier:
@@ -143,6 +145,25 @@ const (
 	earlierPendingWait = 500 * time.Millisecond
 	earlierPendingPoll = 5 * time.Millisecond
 )
+
+// earlierPending reports whether an entry of msg's partition before msg's own is pending in the group, for
+// an entry published less than twice ClaimIdle ago: an earlier entry that stays pending longer than that
+// (failing again and again, or stuck behind a lock held elsewhere) no longer holds the event back, which is
+// then decided as it finds its order. An id more than ClaimIdle ahead of the clock (a producer chose it:
+// every later entry of the partition then has its time too) says nothing of when the entry was published,
+// so the event waits for none either: the bound holds, and the decision is the one a wait would end in.
+func (h *Handler) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
+	id := redisstream.EntryID(msg)
+	if ms, _, ok := strings.Cut(id, "-"); ok {
+		if t, err := strconv.ParseInt(ms, 10, 64); err == nil {
+			if age := time.Since(time.UnixMilli(t)); age > 2*h.cfg.ClaimIdle || age < -h.cfg.ClaimIdle {
+				return false, nil
+			}
+		}
+	}
+	part := h.cfg.Partitions[redisstream.EntryPartition(msg)]
+	return redisstream.EarlierPending(ctx, h.cfg.Redis, part.Orders, h.cfg.Group, id)
+}
 
 func ignoreUnknown(err error) error {
 	if errors.Is(err, inventory.ErrUnknownOrder) {

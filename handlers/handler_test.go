@@ -7,55 +7,78 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
-	"github.com/stockflow/stockflow/testkit/redistest"
 )
+
+// decidingStore is the stock store of a test in which the earlier entry of a cancel, its order o-1, is
+// decided (reserved, and its entry acked) as the cancel looks up its order's lines for the decideAt-th time.
+type decidingStore struct {
+	*inventory.Store
+	rdb      *redis.Client
+	earlier  string // the order's entry, acked once decided
+	decideAt int32
+	looks    atomic.Int32
+}
+
+func (s *decidingStore) Lines(ctx context.Context, orderID, sku string) ([]order.Line, error) {
+	lines, err := s.Store.Lines(ctx, orderID, sku)
+	if s.looks.Add(1) == s.decideAt {
+		if _, err := s.ReserveLines(ctx, "o-1", []order.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
+			return nil, err
+		}
+		if err := s.rdb.XAck(ctx, "orders", "g", s.earlier).Err(); err != nil {
+			return nil, err
+		}
+	}
+	return lines, err
+}
+
+// cancelEntry is the message of a cancel of orderID read as entry id (pending to consumer c).
+func cancelEntry(id, orderID string) *message.Message {
+	msg := entryMessage(id)
+	msg.Payload = []byte(`{"type":"cancel","order_id":"` + orderID + `","sku":"A"}`)
+	return msg
+}
+
+// decodeLines runs h's Decode on msg and returns the lines it gave the order.
+func decodeLines(h *Handler, msg *message.Message) ([]order.Line, error) {
+	var got []order.Line
+	_, err := h.Decode(func(msg *message.Message) ([]*message.Message, error) {
+		o, err := OrderOf(msg)
+		got = o.Lines
+		return nil, err
+	})(msg)
+	return got, err
+}
 
 // A cancel of an order not known yet waits in place while an earlier entry of its partition is pending,
 // and finds the order once that entry (its order) is decided; when the earlier entry stays pending it is
 // handed back with ErrEarlierPending after earlierPendingWait, having looked a few times, not hundreds.
 func TestACancelWaitsForTheEarlierEntryItsOrderIsIn(t *testing.T) {
-	ctx := context.Background()
-	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb)
-	if err := store.SetStock(ctx, "A", 10); err != nil {
+	h, rdb := earlierHandler(t, nil)
+	store := &decidingStore{Store: inventory.New(rdb), rdb: rdb, decideAt: 3}
+	h.cfg.Store = store
+	if err := store.SetStock(context.Background(), "A", 10); err != nil {
 		t.Fatal(err)
 	}
-	var looks atomic.Int32
-	decideOnLook := int32(3) // the earlier entry, the order, is decided as the third look finds it pending
-	h := New(Config{Store: store, Redis: rdb, EarlierPending: func(context.Context, *message.Message) (bool, error) {
-		n := looks.Add(1)
-		if n == decideOnLook {
-			if _, err := store.ReserveLines(ctx, "o-1", []order.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
-				t.Error(err)
-			}
-		}
-		return n <= decideOnLook, nil
-	}})
-	var got []order.Line
-	decode := h.Decode(func(msg *message.Message) ([]*message.Message, error) {
-		o, err := OrderOf(msg)
-		got = o.Lines
-		return nil, err
-	})
-	cancel := func() error {
-		_, err := decode(message.NewMessage("1-1", []byte(`{"type":"cancel","order_id":"o-1","sku":"A"}`)))
-		return err
-	}
-	if err := cancel(); err != nil || len(got) != 1 || got[0].Quantity != 2 {
+	store.earlier = pend(t, rdb, "*")
+	got, err := decodeLines(h, cancelEntry(pend(t, rdb, "*"), "o-1"))
+	if err != nil || len(got) != 1 || got[0].Quantity != 2 {
 		t.Fatalf("cancel after its order was decided meanwhile: lines %v, %v; want the order's line", got, err)
 	}
 
-	looks.Store(0)
-	decideOnLook = 1 << 30 // never
-	_, err := decode(message.NewMessage("1-2", []byte(`{"type":"cancel","order_id":"o-2","sku":"A"}`)))
+	store.looks.Store(0)
+	store.decideAt = 1 << 30 // never: the earlier entry stays pending
+	pend(t, rdb, "*")
+	_, err = decodeLines(h, cancelEntry(pend(t, rdb, "*"), "o-2"))
 	if !errors.Is(err, ErrEarlierPending) {
 		t.Fatalf("cancel while an earlier entry stays pending: %v, want ErrEarlierPending", err)
 	}
-	if n := looks.Load(); n < 3 || n > 10 {
-		t.Fatalf("looked %d times at the pending entries in %v, want a few, each twice as long after the last", n, earlierPendingWait)
+	if n := store.looks.Load(); n < 3 || n > 10 {
+		t.Fatalf("looked %d times for the order in %v, want a few, each twice as long after the last", n, earlierPendingWait)
 	}
 }
 
@@ -63,26 +86,15 @@ func TestACancelWaitsForTheEarlierEntryItsOrderIsIn(t *testing.T) {
 // it: the earlier entry, the order, may have been decided between the first look and the check of the
 // pending entries.
 func TestACancelLooksOnceMoreWhenNoEarlierEntryIsPending(t *testing.T) {
-	ctx := context.Background()
-	rdb := redistest.Start(t).Client()
-	store := inventory.New(rdb)
-	if err := store.SetStock(ctx, "A", 10); err != nil {
+	h, rdb := earlierHandler(t, nil)
+	store := &decidingStore{Store: inventory.New(rdb), rdb: rdb, decideAt: 1} // decided right after the first look
+	h.cfg.Store = store
+	if err := store.SetStock(context.Background(), "A", 10); err != nil {
 		t.Fatal(err)
 	}
-	h := New(Config{Store: store, Redis: rdb, EarlierPending: func(context.Context, *message.Message) (bool, error) {
-		// The earlier entry is decided as the pending entries are read: none is pending now.
-		if _, err := store.ReserveLines(ctx, "o-1", []order.Line{{SKU: "A", Quantity: 2}}, nil); err != nil {
-			t.Error(err)
-		}
-		return false, nil
-	}})
-	var got []order.Line
-	decode := h.Decode(func(msg *message.Message) ([]*message.Message, error) {
-		o, err := OrderOf(msg)
-		got = o.Lines
-		return nil, err
-	})
-	if _, err := decode(message.NewMessage("1-1", []byte(`{"type":"cancel","order_id":"o-1","sku":"A"}`))); err != nil || len(got) != 1 {
+	store.earlier = pend(t, rdb, "*")
+	got, err := decodeLines(h, cancelEntry(pend(t, rdb, "*"), "o-1"))
+	if err != nil || len(got) != 1 {
 		t.Fatalf("cancel whose order was decided as the pending entries were read: lines %v, %v; want the order's line", got, err)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -206,7 +204,7 @@ func (w *Worker) setHandler(faults *Faults) error {
 	}
 	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
 		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster,
-		Worker: w.cfg.Name, Consumer: w.cfg.Name, Logger: w.logger, MaxWait: w.cfg.LockWait, EarlierPending: w.earlierPending})
+		Worker: w.cfg.Name, Consumer: w.cfg.Name, Logger: w.logger, MaxWait: w.cfg.LockWait, ClaimIdle: w.cfg.ClaimIdle})
 	if w.lockMW != nil {
 		if w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision) {
 			w.lockMW.Elide = w.handler.Elidable
@@ -218,28 +216,6 @@ func (w *Worker) setHandler(faults *Faults) error {
 	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
-}
-
-// earlierPending reports whether an entry of msg's partition before msg's own is pending in the group, for
-// an entry published less than twice CLAIM_IDLE ago: an earlier entry that stays pending longer than that
-// (failing again and again, or stuck behind a lock held elsewhere) no longer holds the event back, which is
-// then decided as it finds its order. (The range ends at msg's own id, inclusive: Redis before 6.2 and
-// miniredis know no exclusive bound.) An id more than CLAIM_IDLE ahead of the clock (a producer chose it:
-// every later entry of the partition then has its time too) says nothing of when the entry was published,
-// so the event waits for none either: the bound holds, and the decision is the one a wait would end in.
-func (w *Worker) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
-	id := redisstream.EntryID(msg)
-	if ms, _, ok := strings.Cut(id, "-"); ok {
-		if t, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			if age := time.Since(time.UnixMilli(t)); age > 2*w.cfg.ClaimIdle || age < -w.cfg.ClaimIdle {
-				return false, nil
-			}
-		}
-	}
-	part := w.parts[redisstream.EntryPartition(msg)]
-	p, err := w.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: part.Orders, Group: w.cfg.ConsumerGroup,
-		Start: "-", End: id, Count: 1}).Result()
-	return len(p) > 0 && p[0].ID != id, err
 }
 
 // storeOptions: outcome records live OUTCOME_TTL; with the reentrant lock on the stock's own Redis, a write

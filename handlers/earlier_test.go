@@ -1,4 +1,4 @@
-package worker
+package handlers
 
 import (
 	"context"
@@ -8,19 +8,20 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
+	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
-// earlierWorker is a Worker with just what earlierPending reads: one partition, group g, its Redis.
-func earlierWorker(t *testing.T) (*Worker, *redis.Client) {
+// earlierHandler is a Handler with just what earlierPending reads: one partition, "orders", group g, its
+// Redis, a claim idle time of 30 s.
+func earlierHandler(t *testing.T, store Store) (*Handler, *redis.Client) {
 	rdb := redistest.Start(t).Client()
-	parts := stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison", OrdersPartitions: 1}.Partitions()
+	parts := order.Partitions(1, false, "orders", "results", "poison")
 	if err := rdb.XGroupCreateMkStream(context.Background(), parts[0].Orders, "g", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	return &Worker{cfg: Config{Config: stream.Config{ConsumerGroup: "g"}, ClaimIdle: 30 * time.Second}, parts: parts, rdb: rdb}, rdb
+	return New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ClaimIdle: 30 * time.Second}), rdb
 }
 
 // pend adds an entry with id (or "*") and reads it as consumer c, so that it is pending; it returns its id.
@@ -38,7 +39,7 @@ func pend(t *testing.T, rdb *redis.Client, id string) string {
 
 // A cancel's or fulfil's own entry, pending while it is handled, is not an earlier one; an entry before it is.
 func TestAnEventsOwnEntryIsNotAnEarlierPendingOne(t *testing.T) {
-	w, rdb := earlierWorker(t)
+	w, rdb := earlierHandler(t, nil)
 	first := pend(t, rdb, "*")
 	if earlier, err := w.earlierPending(context.Background(), entryMessage(first)); err != nil || earlier {
 		t.Fatalf("the only pending entry, the event's own: earlier %v, %v; want false", earlier, err)
@@ -52,7 +53,7 @@ func TestAnEventsOwnEntryIsNotAnEarlierPendingOne(t *testing.T) {
 // An event published more than twice CLAIM_IDLE ago waits for no earlier entry, pending or not: one that
 // stays pending that long (failing again and again) no longer holds the event back.
 func TestAnEventOlderThanTwiceClaimIdleWaitsForNoEarlierEntry(t *testing.T) {
-	w, rdb := earlierWorker(t)
+	w, rdb := earlierHandler(t, nil)
 	pend(t, rdb, "1000-0")
 	old := pend(t, rdb, "2000-0") // published in 1970
 	if earlier, err := w.earlierPending(context.Background(), entryMessage(old)); err != nil || earlier {
@@ -64,7 +65,7 @@ func TestAnEventOlderThanTwiceClaimIdleWaitsForNoEarlierEntry(t *testing.T) {
 // an id in 2100 too) waits for no earlier entry either: its id cannot say when it was published, and the
 // bound of twice CLAIM_IDLE on an event's wait must hold.
 func TestAnEventWithAFutureIDWaitsForNoEarlierEntry(t *testing.T) {
-	w, rdb := earlierWorker(t)
+	w, rdb := earlierHandler(t, nil)
 	pend(t, rdb, "4102444800000-0")
 	event := pend(t, rdb, "*")
 	if earlier, err := w.earlierPending(context.Background(), entryMessage(event)); err != nil || earlier {
