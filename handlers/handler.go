@@ -46,6 +46,10 @@ type Config struct {
 	ResultsMaxLen int64
 	// Cluster: Redis is a cluster, where one call cannot span slots (a basket then goes line by line).
 	Cluster bool
+	// Elide: the lock lives on the stock's Redis, and an order's stock script may take it itself when it is
+	// free (lock elision: a single-SKU order's batch script, or on one Redis a basket's one script). Decode
+	// tells the lock middleware which orders may (lockmw.WithKeys); a cancel or fulfil never does.
+	Elide bool
 	// Worker names this worker in outcome events.
 	Worker string
 	// Consumer is the worker's name in Group, under which it reads the orders; "" means Worker.
@@ -84,7 +88,8 @@ func New(cfg Config) *Handler {
 }
 
 // Decode decodes and validates the order of each message once and puts it in the message context
-// (OrderOf). A cancel or fulfil gets the lines of its order (Store.Lines), so that the lock middleware
+// (OrderOf), with its lock keys for the lock middleware (lockmw.WithKeys: its SKUs, and whether its stock
+// script may take their locks itself). A cancel or fulfil gets the lines of its order (Store.Lines), so that the lock middleware
 // takes the locks of all their SKUs; an order not known once every earlier entry of its partition was
 // decided (linesOf) keeps the event's one SKU: the decision, under that lock, then refuses a fulfil as
 // unknown and records a cancel as early (or, if the order was reserved meanwhile, fails as not locked and
@@ -101,7 +106,7 @@ func (h *Handler) Decode(next message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 		orig := msg.Context()
-		msg.SetContext(WithOrder(orig, o))
+		msg.SetContext(lockmw.WithKeys(WithOrder(orig, o), o.SKUs(), h.elidable(o)))
 		defer msg.SetContext(orig)
 		return next(msg)
 	}
@@ -194,13 +199,11 @@ func (h *Handler) Handle(msg *message.Message) ([]*message.Message, error) {
 	return nil, h.combiner.lead(msg, o.SKU, sec)
 }
 
-// Elidable reports whether a message's order can be decided in an elided section (lockmw.Middleware's
-// Elide), its stock script taking the locks itself when nobody holds them: a single-SKU order (its batch
-// script), or on one Redis a basket (its one script; a cluster reserves a basket line by line, under
-// its locks). A cancel or fulfil always takes its locks.
-func (h *Handler) Elidable(msg *message.Message) bool {
-	o, err := OrderOf(msg)
-	return err == nil && (o.Single() || o.Kind() == order.TypeReserve && !h.cfg.Cluster)
+// elidable reports whether o can be decided in an elided section, its stock script taking the locks itself
+// when nobody holds them: a single-SKU order (its batch script), or on one Redis a basket (its one script; a
+// cluster reserves a basket line by line, under its locks). A cancel or fulfil always takes its locks.
+func (h *Handler) elidable(o order.Order) bool {
+	return h.cfg.Elide && (o.Single() || o.Kind() == order.TypeReserve && !h.cfg.Cluster)
 }
 
 // OrderOf returns the order of a message that Decode decoded.
@@ -210,13 +213,4 @@ func OrderOf(msg *message.Message) (order.Order, error) {
 		return o, fmt.Errorf("%w: message %s was not decoded", order.ErrBadInput, msg.UUID)
 	}
 	return o, nil
-}
-
-// SKUs are the lock keys of a message: the SKUs of its order (Order.SKUs). It needs Decode to have run.
-func SKUs(msg *message.Message) ([]string, error) {
-	o, err := OrderOf(msg)
-	if err != nil {
-		return nil, err
-	}
-	return o.SKUs(), nil
 }

@@ -18,15 +18,16 @@ import (
 
 // Middleware runs a Watermill handler inside the exclusive section of the message's key(s), obtained one of
 // three ways (Section.Path): acquired in Redis (or re-entered), handed off by the previous holder in this
-// process (rlock's cohorts), or elided into the handler's own write (Elide). An acquired lock is held
+// process (rlock's cohorts), or elided into the handler's own write (WithKeys). An acquired lock is held
 // under the lease's context (cancelled with rlock.ErrLockLost if the lock is lost) and released afterwards,
 // also when the handler fails or panics: the middleware is the one place that takes and releases it. Every
 // message whose handler succeeds records its wait for the section (Section.RecordWait), and tells Waits.
 type Middleware struct {
 	// Locker takes the locks. Required.
 	Locker rlock.Locker
-	// Key returns the lock key of a message. An error is returned by the handler as is. Key or Keys is
-	// required.
+	// Key returns the lock key of a message. An error is returned by the handler as is. A message whose
+	// context carries its keys (WithKeys) is not asked. Optional: without Key and Keys, every message's
+	// context must carry them.
 	Key func(msg *message.Message) (string, error)
 	// Keys returns the lock keys of a message, used instead of Key when set: one key is taken as Key's;
 	// several are taken all or none with rlock.AcquireAll (in sorted order, so handlers whose key sets
@@ -42,21 +43,21 @@ type Middleware struct {
 	// re-enters it, while a second delivery of the same message (a claim while the first still runs)
 	// waits its turn. Optional.
 	Instance string
-	// Elide, when set, reports whether the handler of a message can run without taking its locks first
-	// (Section.Elided): its write then takes them itself when nobody holds any, as one atomic step (the
-	// stock scripts' lock elision). When the handler fails with ErrLocked (somebody holds one), the
-	// middleware takes the locks and runs the handler again. Default nil: never.
-	Elide func(msg *message.Message) bool
-	// Fence, when set, is called with each acquired lease's key and fencing token before the handler runs,
-	// to store the token where the handler's writes are checked: for a lock whose fencing counters live
-	// away from the data (Redlock's masters). An error fails the message, the lock released. Optional.
-	Fence func(ctx context.Context, key string, token int64) error
+	// Fencer, when set, is given each acquired lease's key and fencing token before the handler runs, to
+	// store the token where the handler's writes are checked: for a lock whose fencing counters live away
+	// from the data (Redlock's masters). An error fails the message, the lock released. Optional.
+	Fencer Fencer
 	// Waits, when set, is told each wait the middleware records, and each that a handler records in its
 	// section (Section.RecordWait): a view of the waits by key, such as the hot SKUs of internal/hot.
 	// Default nil: the histogram and the spans only.
 	Waits WaitRecorder
 
 	runs atomic.Uint64
+}
+
+// Fencer stores a lock's fencing token where the writes under it are checked (inventory.Store.RaiseFence).
+type Fencer interface {
+	RaiseFence(ctx context.Context, key string, token int64) error
 }
 
 // ErrLocked is what a handler running in an elided section (Section.Elided) returns, wrapped, when its
@@ -102,8 +103,8 @@ type held interface {
 
 // Middleware wraps h.
 func (m *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	if m.Locker == nil || (m.Key == nil && m.Keys == nil) {
-		panic("lockmw: Middleware needs a Locker and a Key or Keys function")
+	if m.Locker == nil {
+		panic("lockmw: Middleware needs a Locker")
 	}
 	prefix := m.ownerPrefix()
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -122,23 +123,32 @@ func (m *Middleware) ownerPrefix() string {
 	return prefix
 }
 
-// keys returns the lock keys of msg.
-func (m *Middleware) keys(msg *message.Message) ([]string, error) {
-	if m.Keys != nil {
-		return m.Keys(msg)
+// keys returns the lock keys of msg, and whether its handler may run elided (WithKeys).
+func (m *Middleware) keys(msg *message.Message) (keys []string, elide bool, err error) {
+	if r, ok := msg.Context().Value(keysKey{}).(request); ok {
+		return r.keys, r.elide, nil
 	}
-	key, err := m.Key(msg)
-	return []string{key}, err
+	switch {
+	case m.Keys != nil:
+		keys, err = m.Keys(msg)
+	case m.Key != nil:
+		var key string
+		key, err = m.Key(msg)
+		keys = []string{key}
+	default:
+		err = fmt.Errorf("lockmw: message %s carries no lock keys (WithKeys), and the middleware has no Key or Keys", msg.UUID)
+	}
+	return keys, false, err
 }
 
 // handle runs h on msg in the exclusive section of the message's keys.
 func (m *Middleware) handle(h message.HandlerFunc, msg *message.Message, prefix string) ([]*message.Message, error) {
-	keys, err := m.keys(msg)
+	keys, elide, err := m.keys(msg)
 	if err != nil {
 		return nil, err
 	}
 	since := waitingSince(msg.Context())
-	if m.Elide != nil && m.Elide(msg) {
+	if elide {
 		msgs, err := m.runElided(h, msg, keys, since)
 		if !errors.Is(err, ErrLocked) {
 			return msgs, err
@@ -187,16 +197,16 @@ func (m *Middleware) runLocked(h message.HandlerFunc, msg *message.Message, keys
 	return msgs, err
 }
 
-// fence stores the tokens of sec's leases with Fence, when set.
+// fence stores the tokens of sec's leases with Fencer, when set.
 func (m *Middleware) fence(ctx context.Context, sec *Section) error {
-	if m.Fence == nil {
+	if m.Fencer == nil {
 		return nil
 	}
 	for _, lease := range sec.Leases() {
 		if lease.Token() == 0 { // a lock without tokens (an embedder's): nothing to fence with
 			continue
 		}
-		if err := m.Fence(ctx, lease.Key(), lease.Token()); err != nil {
+		if err := m.Fencer.RaiseFence(ctx, lease.Key(), lease.Token()); err != nil {
 			return err
 		}
 	}

@@ -3,7 +3,6 @@ package lockmw
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -200,13 +199,16 @@ func TestMiddlewareWithOneOfKeys(t *testing.T) {
 	}
 }
 
-func TestMiddlewareNeedsAKeyFunction(t *testing.T) {
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Key or Keys") {
-			t.Fatalf("recovered %v, want a panic asking for Key or Keys", r)
-		}
-	}()
-	(&Middleware{Locker: noLocker{}}).Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+// Without Key or Keys, a message must carry its keys (WithKeys); one that does not fails, its handler not run.
+func TestAMessageWithoutKeysFails(t *testing.T) {
+	ran := false
+	h := (&Middleware{Locker: noLocker{}}).Middleware(func(*message.Message) ([]*message.Message, error) {
+		ran = true
+		return nil, nil
+	})
+	if _, err := h(message.NewMessage("u-1", nil)); err == nil || !strings.Contains(err.Error(), "no lock keys") || ran {
+		t.Fatalf("a message without keys: %v (handler ran: %v), want an error naming the missing keys", err, ran)
+	}
 }
 
 // noLocker is a Locker that is never called.

@@ -20,7 +20,7 @@ type Path string
 const (
 	PathAcquired Path = "acquired" // the lock was taken in Redis (or re-entered by its owner)
 	PathHandOff  Path = "handoff"  // the previous holder in this process passed the lease on (rlock cohorts)
-	PathElided   Path = "elided"   // the handler's own write took the lock (Middleware.Elide)
+	PathElided   Path = "elided"   // the handler's own write took the lock (WithKeys)
 	PathBatched  Path = "batched"  // decided inside another message's section (a batch of the same key)
 )
 
@@ -85,6 +85,23 @@ func (s *Section) Token(key string) int64 {
 		}
 	}
 	return 0
+}
+
+type keysKey struct{}
+
+// request is what a step ahead of the middleware asks of it for a message (WithKeys).
+type request struct {
+	keys  []string
+	elide bool
+}
+
+// WithKeys returns ctx carrying the lock keys of the message it is the context of, for a step ahead of the
+// middleware that knows them (a decoder): the middleware then takes them instead of asking Key or Keys.
+// elide says that the message's handler may run without taking the locks first (Section.Elided): its write
+// then takes them itself when nobody holds any, as one atomic step (the stock scripts' lock elision); when
+// the handler fails with ErrLocked (somebody holds one), the middleware takes the locks and runs it again.
+func WithKeys(ctx context.Context, keys []string, elide bool) context.Context {
+	return context.WithValue(ctx, keysKey{}, request{keys: keys, elide: elide})
 }
 
 type sinceKey struct{}

@@ -40,9 +40,7 @@ func TestMiddlewareTellsWaitsEveryRecordedWait(t *testing.T) {
 	t.Cleanup(func() { _ = l.Close() })
 	log := &waitLog{}
 	elide := false
-	mw := &Middleware{Locker: l, Waits: log, Keys: func(msg *message.Message) ([]string, error) {
-		return []string{string(msg.Payload)}, nil
-	}, Elide: func(*message.Message) bool { return elide }}
+	mw := &Middleware{Locker: l, Waits: log} // the keys come with each message (WithKeys)
 	follower := message.NewMessage("f", []byte("SKU-1"))
 	follower.SetContext(context.WithValue(context.Background(), ctxMark{}, "follower"))
 	h := mw.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -56,7 +54,7 @@ func TestMiddlewareTellsWaitsEveryRecordedWait(t *testing.T) {
 	})
 	run := func(uuid, sku string) {
 		msg := message.NewMessage(uuid, []byte(sku))
-		msg.SetContext(context.WithValue(context.Background(), ctxMark{}, uuid))
+		msg.SetContext(WithKeys(context.WithValue(context.Background(), ctxMark{}, uuid), []string{sku}, elide))
 		_, _ = h(msg)
 	}
 	run("leader", "SKU-1")

@@ -164,7 +164,7 @@ func (w *Worker) setLocker(opts Options) error {
 		return nil
 	}
 	w.hot = hot.NewRecorder(w.rdb, w.logger)
-	w.lockMW = &lockmw.Middleware{Locker: locker, Keys: handlers.SKUs, Wait: w.cfg.LockWait, Instance: w.cfg.Name, Waits: w.hot}
+	w.lockMW = &lockmw.Middleware{Locker: locker, Wait: w.cfg.LockWait, Instance: w.cfg.Name, Waits: w.hot}
 	if r, ok := locker.(interface {
 		RaiseToken(context.Context, string, int64) error
 	}); ok {
@@ -202,16 +202,12 @@ func (w *Worker) setHandler(faults *Faults) error {
 	if faults != nil && faults.Store != nil {
 		store = faults.Store(store)
 	}
+	elide := w.lockMW != nil && w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision)
 	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
-		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster,
+		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster, Elide: elide,
 		Worker: w.cfg.Name, Consumer: w.cfg.Name, Logger: w.logger, MaxWait: w.cfg.LockWait, ClaimIdle: w.cfg.ClaimIdle})
-	if w.lockMW != nil {
-		if w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision) {
-			w.lockMW.Elide = w.handler.Elidable
-		}
-		if !w.fenceCounterAtStore() {
-			w.lockMW.Fence = w.store.RaiseFence
-		}
+	if w.lockMW != nil && !w.fenceCounterAtStore() {
+		w.lockMW.Fencer = w.store
 	}
 	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
