@@ -59,10 +59,9 @@ var errTakeLock = errors.New("handlers: the batch is to be decided under the loc
 type combiner struct {
 	mu   sync.Mutex
 	skus map[string]*skuQueue // a SKU is here while one of its orders leads
-	// decide decides the batch that take returns, taken when its round of the group commit starts
-	// (commit.go), in the leader's section (fence; ctx is the leader's): stock, outcome events and acks.
-	// It returns the batch.
-	decide func(ctx context.Context, take func() []*queued, fence int64) ([]*queued, error)
+	// commits decides the SKUs' batches in the rounds of the group commit (commit.go), each batch taken
+	// from its SKU's queue when its round starts.
+	commits *committer
 	// maxWait bounds a follower's wait, as LOCK_WAIT bounds a leader's; 0: none.
 	maxWait time.Duration
 	// leadFor bounds one consumer's lead of a SKU: leadFor by default.
@@ -89,8 +88,8 @@ type queued struct {
 	wake chan error
 }
 
-func newCombiner(maxWait time.Duration, decide func(context.Context, func() []*queued, int64) ([]*queued, error)) *combiner {
-	return &combiner{skus: make(map[string]*skuQueue), maxWait: maxWait, decide: decide, leadFor: leadFor}
+func newCombiner(maxWait time.Duration, commits *committer) *combiner {
+	return &combiner{skus: make(map[string]*skuQueue), maxWait: maxWait, commits: commits, leadFor: leadFor}
 }
 
 // step is the combining step, between decode and the lock: a follower returns its order's outcome; the
@@ -241,7 +240,7 @@ func (c *combiner) lead(msg *message.Message, sku string, sec *lockmw.Section) e
 func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done bool, own error) {
 	start := time.Now()
 	for first := true; first || time.Since(start) < c.leadFor; first = false { // the first batch always runs
-		batch, err := c.decideEach(msg, func() []*queued { return c.take(sku) }, fence)
+		batch, err := c.decideEach(msg, sku, fence)
 		if len(batch) == 0 {
 			break
 		}
@@ -262,13 +261,13 @@ func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done 
 	return done, own
 }
 
-// decideEach decides the batch take returns (taken when the group commit's round starts, so that it holds
-// every order of the SKU waiting by then) and hands each order its outcome. A batch that failed permanently
+// decideEach decides a batch of sku's waiting orders (taken when the group commit's round starts, so that it
+// holds every order of the SKU waiting by then) and hands each order its outcome. A batch that failed permanently
 // (one order's corrupt record, say) is decided again one order at a time, so that only the orders that
 // fail on their own count the failure. A batch whose decision panicked fails with ErrPanicked (the
 // committer recovers), every order of it, the leader's too.
-func (c *combiner) decideEach(leader *message.Message, take func() []*queued, fence int64) ([]*queued, error) {
-	batch, err := c.decide(leader.Context(), take, fence)
+func (c *combiner) decideEach(leader *message.Message, sku string, fence int64) ([]*queued, error) {
+	batch, err := c.commits.join(&commit{ctx: leader.Context(), sku: sku, fence: fence})
 	switch oneByOne := len(batch) > 1 && inventory.IsPermanent(err); {
 	case len(batch) == 0:
 		return nil, nil
@@ -287,7 +286,7 @@ func (c *combiner) decideEach(leader *message.Message, take func() []*queued, fe
 func (c *combiner) decideOneByOne(leader *message.Message, batch []*queued, fence int64) (err error) {
 	for _, p := range batch {
 		single := []*queued{p}
-		_, perr := c.decide(leader.Context(), func() []*queued { return single }, fence)
+		_, perr := c.commits.join(&commit{ctx: leader.Context(), batch: single, fence: fence})
 		c.decided(leader, single, perr)
 		if p.msg == leader {
 			err = perr

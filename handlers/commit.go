@@ -32,16 +32,19 @@ type committer struct {
 	mu      sync.Mutex
 	waiting []*commit
 	running bool // a round is being committed
-	// round commits the batches of a round (decideRound), each commit getting its outcome.
-	round func(ctx context.Context, commits []*commit)
+	// h commits the batches of a round (Handler.decideRound), each commit getting its outcome, and its
+	// combiner holds the queues the SKUs' batches are taken from.
+	h *Handler
 }
 
-// commit is one batch in a round: its orders, oldest first, taken when the round starts, and the fence they
-// are decided under; or an order decided already (a basket, a lifecycle event: decided), whose outcome
-// event only joins the round's commit.
+// commit is one batch in a round: its orders, oldest first, and the fence they are decided under; or an
+// order decided already (a basket, a lifecycle event: decided), whose outcome event only joins the round's
+// commit.
 type commit struct {
-	ctx     context.Context  // the batch leader's
-	take    func() []*queued // takes the batch: once, when the round starts (batch)
+	ctx context.Context // the batch leader's
+	// sku: the batch is the SKU's waiting orders, taken from its queue once, when the round starts
+	// (orders); "": the batch is given.
+	sku     string
 	taken   bool
 	batch   []*queued
 	fence   int64
@@ -54,10 +57,14 @@ type commit struct {
 	wake chan bool
 }
 
-// orders takes b's batch, the first time, and notes how long its orders waited.
-func (b *commit) orders() []*queued {
+// orders takes b's batch, the first time (from its SKU's queue: Handler.combiner), and notes how long its
+// orders waited.
+func (h *Handler) orders(b *commit) []*queued {
 	if !b.taken {
-		b.batch, b.taken = b.take(), true
+		b.taken = true
+		if b.sku != "" {
+			b.batch = h.combiner.take(b.sku)
+		}
 		if !b.decided && b.basket == nil { // a basket's wait is its locks' (decideOrder)
 			stamp(b.batch)
 		}
@@ -65,24 +72,16 @@ func (b *commit) orders() []*queued {
 	return b.batch
 }
 
-// decide decides the batch take returns (called when the next round starts) under fence, and returns it
-// with its outcome.
-func (c *committer) decide(ctx context.Context, take func() []*queued, fence int64) ([]*queued, error) {
-	b := &commit{ctx: ctx, take: take, fence: fence}
-	return c.join(b)
-}
-
 // publish publishes the outcome events of orders decided already in the next round's commit.
 func (c *committer) publish(ctx context.Context, batch []*queued, results []*message.Message) error {
-	b := &commit{ctx: ctx, take: func() []*queued { return batch }, decided: true, results: results}
-	_, err := c.join(b)
+	_, err := c.join(&commit{ctx: ctx, batch: batch, decided: true, results: results})
 	return err
 }
 
 // reserveBasket reserves basket, the order of q, in the next round, and publishes its outcome event in that
 // round's commit.
 func (c *committer) reserveBasket(ctx context.Context, q *queued, basket *inventory.Basket) error {
-	_, err := c.join(&commit{ctx: ctx, take: func() []*queued { return []*queued{q} }, basket: basket})
+	_, err := c.join(&commit{ctx: ctx, batch: []*queued{q}, basket: basket})
 	return err
 }
 
@@ -141,7 +140,7 @@ func (c *committer) commit(ctx context.Context, round []*commit) {
 			}
 		}
 	}()
-	c.round(ctx, round)
+	c.h.decideRound(ctx, round)
 }
 
 // handOn makes the oldest waiting batch's leader commit the next round, or ends the running.
@@ -159,7 +158,7 @@ func (c *committer) handOn() {
 // outcome events of every batch that succeeded, and of the orders decided already, in one pipeline of
 // commit calls (publish).
 func (h *Handler) decideRound(ctx context.Context, round []*commit) {
-	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(b.orders()) == 0 })
+	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(h.orders(b)) == 0 })
 	toReserve := slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return b.decided })
 	var reserved []inventory.BatchResult
 	if len(toReserve) > 0 {

@@ -127,10 +127,10 @@ func TestARoundReservesABasketWithTheBatches(t *testing.T) {
 	ctx := context.Background()
 	basket := func(q *queued, fences inventory.Fences, lines ...order.Line) *commit {
 		q.order = order.Order{OrderID: q.order.OrderID, Lines: lines}
-		return &commit{ctx: ctx, take: fixed([]*queued{q}), basket: &inventory.Basket{OrderID: q.order.OrderID, Lines: lines, Fences: fences}}
+		return &commit{ctx: ctx, batch: []*queued{q}, basket: &inventory.Basket{OrderID: q.order.OrderID, Lines: lines, Fences: fences}}
 	}
 	// Redis learns the scripts first: with NOSCRIPT every batch is decided alone, outside the pipeline.
-	e.h.decideRound(ctx, []*commit{{ctx: ctx, take: fixed(e.batch(t, "SKU-W", 0))}, basket(e.batch(t, "SKU-X", 0)[0], nil, order.Line{SKU: "SKU-W", Quantity: 1}, order.Line{SKU: "SKU-X", Quantity: 1})})
+	e.h.decideRound(ctx, []*commit{{ctx: ctx, batch: e.batch(t, "SKU-W", 0)}, basket(e.batch(t, "SKU-X", 0)[0], nil, order.Line{SKU: "SKU-W", Quantity: 1}, order.Line{SKU: "SKU-X", Quantity: 1})})
 	if n := e.pending(t); n != 0 {
 		t.Fatalf("%d entries pending after the first round, want 0", n)
 	}
@@ -141,7 +141,7 @@ func TestARoundReservesABasketWithTheBatches(t *testing.T) {
 	e.rdb.HSet(ctx, rlock.LockKey("SKU-C"), "someone:1", 1)
 	elided := inventory.Fences{"SKU-A": inventory.ElideLock, "SKU-C": inventory.ElideLock}
 	round := []*commit{
-		{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 0, 0))},
+		{ctx: ctx, batch: e.batch(t, "SKU-B", 0, 0)},
 		basket(q, nil, order.Line{SKU: "SKU-B", Quantity: 2}, order.Line{SKU: "SKU-C", Quantity: 1}),
 		basket(e.batch(t, "SKU-A", 0)[0], elided, order.Line{SKU: "SKU-A", Quantity: 1}, order.Line{SKU: "SKU-C", Quantity: 1}),
 	}
@@ -169,9 +169,9 @@ func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
 	ctx := context.Background()
 	e.rdb.HSet(ctx, inventory.StockKey("SKU-BAD"), "available", "many")
 	round := []*commit{
-		{ctx: ctx, take: fixed(e.batch(t, "SKU-A", 0, 1, 0))},
-		{ctx: ctx, take: fixed(e.batch(t, "SKU-BAD", 1))},
-		{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 1))},
+		{ctx: ctx, batch: e.batch(t, "SKU-A", 0, 1, 0)},
+		{ctx: ctx, batch: e.batch(t, "SKU-BAD", 1)},
+		{ctx: ctx, batch: e.batch(t, "SKU-B", 1)},
 	}
 	e.h.decideRound(ctx, round)
 	if round[0].err != nil || round[2].err != nil || round[1].err == nil || !inventory.IsPermanent(round[1].err) {
@@ -217,9 +217,9 @@ func TestAFailedPartitionFailsOnlyItsBatches(t *testing.T) {
 			e.h.cfg.Redis, e.h.cfg.Cluster = redis.NewClient(&opts), cluster
 			defer e.h.cfg.Redis.Close()
 			round := []*commit{
-				{ctx: ctx, take: fixed(e.batch(t, "SKU-A", 0, 0))},
-				{ctx: ctx, take: fixed(e.batch(t, "SKU-B", 1))},
-				{ctx: ctx, take: fixed(e.batch(t, "SKU-C", 0, 1))},
+				{ctx: ctx, batch: e.batch(t, "SKU-A", 0, 0)},
+				{ctx: ctx, batch: e.batch(t, "SKU-B", 1)},
+				{ctx: ctx, batch: e.batch(t, "SKU-C", 0, 1)},
 			}
 			e.h.decideRound(ctx, round)
 			outcomes, okA := len(e.outcomes(t)), round[0].err == nil
@@ -248,7 +248,7 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 	errs := make([]error, 3)
 	for i, sku := range []string{"SKU-A", "SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i%2)
-		wg.Go(func() { _, errs[i] = e.h.committer.decide(ctx, fixed(batch), 0) })
+		wg.Go(func() { _, errs[i] = e.h.committer.join(&commit{ctx: ctx, batch: batch, fence: 0}) })
 	}
 	for e.waiting() < 3 {
 		time.Sleep(time.Millisecond)
@@ -285,7 +285,7 @@ func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	wg.Go(func() { errs[0] = e.h.committer.publish(ctx, basket, []*message.Message{result}) })
 	for i, sku := range []string{"SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i)
-		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(ctx, fixed(batch), 0) })
+		wg.Go(func() { _, errs[i+1] = e.h.committer.join(&commit{ctx: ctx, batch: batch, fence: 0}) })
 	}
 	waitWaiting(t, e, 3) // the decided order's and the two batches
 	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
@@ -331,7 +331,7 @@ func TestARoundOutlivesItsLeadersContext(t *testing.T) {
 	waitWaiting(t, e, 1)
 	for i, sku := range []string{"SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i)
-		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(context.Background(), fixed(batch), 0) })
+		wg.Go(func() { _, errs[i+1] = e.h.committer.join(&commit{ctx: context.Background(), batch: batch, fence: 0}) })
 	}
 	waitWaiting(t, e, 3)
 	close(e.store.gate)
@@ -374,7 +374,7 @@ func (e *roundEnv) gatedRound(t *testing.T) <-chan error {
 	e.store.gate = make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		_, err := e.h.committer.decide(context.Background(), fixed(e.batch(t, "SKU-A", 0)), 0)
+		_, err := e.h.committer.join(&commit{ctx: context.Background(), batch: e.batch(t, "SKU-A", 0), fence: 0})
 		first <- err
 	}()
 	for e.roundCount() == 0 {
@@ -384,7 +384,6 @@ func (e *roundEnv) gatedRound(t *testing.T) <-chan error {
 }
 
 // fixed is a take that returns batch.
-func fixed(batch []*queued) func() []*queued { return func() []*queued { return batch } }
 
 func (e *roundEnv) roundCount() int {
 	e.store.mu.Lock()
@@ -404,7 +403,7 @@ func (e *roundEnv) waiting() int {
 func TestAPanickingRoundIsCommittedBatchByBatch(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
-	round := []*commit{{ctx: ctx, take: fixed(e.batch(t, "SKU-A", 0))}, {ctx: ctx, take: fixed(e.batch(t, "SKU-PANIC", 1))}}
+	round := []*commit{{ctx: ctx, batch: e.batch(t, "SKU-A", 0)}, {ctx: ctx, batch: e.batch(t, "SKU-PANIC", 1)}}
 	e.h.committer.commit(ctx, round)
 	if round[0].err != nil || !errors.Is(round[1].err, ErrPanicked) {
 		t.Fatalf("errors %v, %v: want SKU-A decided, SKU-PANIC's batch ErrPanicked", round[0].err, round[1].err)

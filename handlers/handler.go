@@ -82,8 +82,8 @@ type Handler struct {
 // New returns the handler of cfg.
 func New(cfg Config) *Handler {
 	h := &Handler{cfg: cfg, server: redisstream.ServerAttributes(cfg.Redis)}
-	h.committer = &committer{round: h.decideRound}
-	h.combiner = newCombiner(cfg.MaxWait, h.committer.decide)
+	h.committer = &committer{h: h}
+	h.combiner = newCombiner(cfg.MaxWait, h.committer)
 	return h
 }
 
