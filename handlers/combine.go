@@ -83,7 +83,7 @@ type queued struct {
 	// back undecided (putBack), the order gets it rather than a second wait.
 	gaveUp error
 	waited time.Duration // from joining until its batch was decided
-	// wake is a follower's (join; nil for the order that leads on arrival), told once: its batch's outcome
+	// wake is a follower's (enqueue; nil for the order that leads on arrival), told once: its batch's outcome
 	// (nil when decided, published and acked), or errLead: this order's consumer leads now.
 	wake chan error
 }
@@ -101,7 +101,7 @@ func (c *combiner) step(h message.HandlerFunc) message.HandlerFunc {
 			return h(msg) // a basket or lifecycle event is decided alone
 		}
 		p := &queued{msg: msg, order: o, since: time.Now()}
-		if !c.join(p) {
+		if !c.enqueue(p) {
 			if leads, err := c.follow(p); !leads {
 				return nil, err
 			}
@@ -132,8 +132,8 @@ func (c *combiner) putBack(sku string, batch []*queued) {
 	q.waiting = append(back, q.waiting...)
 }
 
-// join queues p behind its SKU's orders; it reports whether p leads (no other order of the SKU does).
-func (c *combiner) join(p *queued) (leads bool) {
+// enqueue queues p behind its SKU's orders; it reports whether p leads (no other order of the SKU does).
+func (c *combiner) enqueue(p *queued) (leads bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.skus[p.order.SKU]
@@ -267,7 +267,7 @@ func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done 
 // fail on their own count the failure. A batch whose decision panicked fails with ErrPanicked (the
 // committer recovers), every order of it, the leader's too.
 func (c *combiner) decideEach(leader *message.Message, sku string, fence int64) ([]*queued, error) {
-	batch, err := c.commits.join(&commit{ctx: leader.Context(), sku: sku, fence: fence})
+	batch, err := c.commits.decide(&commit{ctx: leader.Context(), sku: sku, fence: fence})
 	switch oneByOne := len(batch) > 1 && inventory.IsPermanent(err); {
 	case len(batch) == 0:
 		return nil, nil
@@ -286,7 +286,7 @@ func (c *combiner) decideEach(leader *message.Message, sku string, fence int64) 
 func (c *combiner) decideOneByOne(leader *message.Message, batch []*queued, fence int64) (err error) {
 	for _, p := range batch {
 		single := []*queued{p}
-		_, perr := c.commits.join(&commit{ctx: leader.Context(), batch: single, fence: fence})
+		_, perr := c.commits.decide(&commit{ctx: leader.Context(), batch: single, fence: fence})
 		c.decided(leader, single, perr)
 		if p.msg == leader {
 			err = perr

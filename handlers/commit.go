@@ -74,20 +74,20 @@ func (h *Handler) orders(b *commit) []*queued {
 
 // publish publishes the outcome events of orders decided already in the next round's commit.
 func (c *committer) publish(ctx context.Context, batch []*queued, results []*message.Message) error {
-	_, err := c.join(&commit{ctx: ctx, batch: batch, decided: true, results: results})
+	_, err := c.decide(&commit{ctx: ctx, batch: batch, decided: true, results: results})
 	return err
 }
 
 // reserveBasket reserves basket, the order of q, in the next round, and publishes its outcome event in that
 // round's commit.
 func (c *committer) reserveBasket(ctx context.Context, q *queued, basket *inventory.Basket) error {
-	_, err := c.join(&commit{ctx: ctx, batch: []*queued{q}, basket: basket})
+	_, err := c.decide(&commit{ctx: ctx, batch: []*queued{q}, basket: basket})
 	return err
 }
 
-// join queues b for the next round, commits the rounds when no round is running or b's leader is asked
+// decide queues b for the next round, commits the rounds when no round is running or b's leader is asked
 // to lead the next one, and returns b's batch and outcome once its round is done.
-func (c *committer) join(b *commit) ([]*queued, error) {
+func (c *committer) decide(b *commit) ([]*queued, error) {
 	c.mu.Lock()
 	c.waiting = append(c.waiting, b)
 	leads := !c.running

@@ -248,7 +248,7 @@ func TestLeadersComingDuringARoundShareTheNext(t *testing.T) {
 	errs := make([]error, 3)
 	for i, sku := range []string{"SKU-A", "SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i%2)
-		wg.Go(func() { _, errs[i] = e.h.committer.join(&commit{ctx: ctx, batch: batch, fence: 0}) })
+		wg.Go(func() { _, errs[i] = e.h.committer.decide(&commit{ctx: ctx, batch: batch, fence: 0}) })
 	}
 	for e.waiting() < 3 {
 		time.Sleep(time.Millisecond)
@@ -285,7 +285,7 @@ func TestADecidedOrderJoinsTheNextRoundsTransaction(t *testing.T) {
 	wg.Go(func() { errs[0] = e.h.committer.publish(ctx, basket, []*message.Message{result}) })
 	for i, sku := range []string{"SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i)
-		wg.Go(func() { _, errs[i+1] = e.h.committer.join(&commit{ctx: ctx, batch: batch, fence: 0}) })
+		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(&commit{ctx: ctx, batch: batch, fence: 0}) })
 	}
 	waitWaiting(t, e, 3) // the decided order's and the two batches
 	if err := e.rdb.ConfigResetStat(ctx).Err(); err != nil {
@@ -331,7 +331,7 @@ func TestARoundOutlivesItsLeadersContext(t *testing.T) {
 	waitWaiting(t, e, 1)
 	for i, sku := range []string{"SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i)
-		wg.Go(func() { _, errs[i+1] = e.h.committer.join(&commit{ctx: context.Background(), batch: batch, fence: 0}) })
+		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(&commit{ctx: context.Background(), batch: batch, fence: 0}) })
 	}
 	waitWaiting(t, e, 3)
 	close(e.store.gate)
@@ -374,7 +374,7 @@ func (e *roundEnv) gatedRound(t *testing.T) <-chan error {
 	e.store.gate = make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		_, err := e.h.committer.join(&commit{ctx: context.Background(), batch: e.batch(t, "SKU-A", 0), fence: 0})
+		_, err := e.h.committer.decide(&commit{ctx: context.Background(), batch: e.batch(t, "SKU-A", 0), fence: 0})
 		first <- err
 	}()
 	for e.roundCount() == 0 {

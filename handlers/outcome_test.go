@@ -68,7 +68,7 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 		batch = append(batch, &queued{msg: msg, order: o, since: time.Now()})
 	}
 
-	if _, err := h.committer.join(&commit{ctx: ctx, batch: batch, fence: 0}); err != nil {
+	if _, err := h.committer.decide(&commit{ctx: ctx, batch: batch, fence: 0}); err != nil {
 		t.Fatalf("decide a batch of two partitions on a cluster: %v", err)
 	}
 	for _, q := range batch { // as the router does once the handler returned

@@ -23,7 +23,7 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 	claimed, kept := e.batch(t, "SKU-A", 0), e.batch(t, "SKU-B", 1)
 	errs := make(chan error, 2)
 	for _, b := range [][]*queued{claimed, kept} {
-		go func() { _, err := e.h.committer.join(&commit{ctx: ctx, batch: b, fence: 0}); errs <- err }()
+		go func() { _, err := e.h.committer.decide(&commit{ctx: ctx, batch: b, fence: 0}); errs <- err }()
 	}
 	waitWaiting(t, e, 1)
 	// The round is stalled in its stock scripts; another consumer claims SKU-A's entry, as after CLAIM_IDLE.
@@ -65,11 +65,11 @@ func TestACommitsLostReplyPublishesEachOutcomeOnce(t *testing.T) {
 	defer client.Close()
 	e.h.cfg.Redis = client
 	batch := e.batch(t, "SKU-A", 0, 0)
-	if _, err := e.h.committer.join(&commit{ctx: ctx, batch: e.batch(t, "SKU-C", 1), fence: 0}); err != nil { // the scripts are known
+	if _, err := e.h.committer.decide(&commit{ctx: ctx, batch: e.batch(t, "SKU-C", 1), fence: 0}); err != nil { // the scripts are known
 		t.Fatal(err)
 	}
 	dropper.DropReplyTo(e.parts[0].Results, 1) // the commit call names the results stream
-	if _, err := e.h.committer.join(&commit{ctx: ctx, batch: batch, fence: 0}); err != nil {
+	if _, err := e.h.committer.decide(&commit{ctx: ctx, batch: batch, fence: 0}); err != nil {
 		t.Fatal(err)
 	}
 	if dropper.Dropped() != 1 {
