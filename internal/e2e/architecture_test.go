@@ -1,7 +1,13 @@
 package e2e
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	gotoken "go/token"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -79,4 +85,75 @@ func TestThePackageTableHoldsForTheImports(t *testing.T) {
 			t.Errorf("package %s has no row in docs/architecture.md's package table", pkg)
 		}
 	}
+}
+
+// docs/architecture.md lists one order's way call by call: every function it names exists in the package it
+// names, and the count it gives (calls, files, packages) is the list's.
+func TestTheCallByCallPathNamesFunctionsThatExist(t *testing.T) {
+	path := section(t, doc(t, "architecture.md"), "### One order, call by call")
+	row := regexp.MustCompile("^\\| \\d+ \\| `([^`]+)` \\| `([^`]+)` \\|")
+	files, packages := map[string]bool{}, map[string]bool{}
+	calls := 0
+	for _, line := range strings.Split(path, "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		calls++
+		file, ok := funcFile(t, "../../"+m[1], m[2])
+		if !ok {
+			t.Errorf("docs/architecture.md, call by call: %s has no function %s", m[1], m[2])
+			continue
+		}
+		files[file], packages[m[1]] = true, true
+	}
+	want := fmt.Sprintf("Today: %d calls over %d files and %d\npackages", calls, len(files), len(packages))
+	if calls < 30 || !strings.Contains(path, want) {
+		t.Errorf("docs/architecture.md, call by call: want the count %q (%d rows)", want, calls)
+	}
+}
+
+// funcFile returns the file of dir's package (tests aside) that declares name: "F", or "T.M" for a method
+// of T or *T.
+func funcFile(t *testing.T, dir, name string) (string, bool) {
+	recv, fn, isMethod := strings.Cut(name, ".")
+	if !isMethod {
+		recv, fn = "", name
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := gotoken.NewFileSet()
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Name.Name != fn || (fd.Recv == nil) != (recv == "") {
+				continue
+			}
+			if recv == "" || receiverName(fd.Recv.List[0].Type) == recv {
+				return filepath.Join(dir, e.Name()), true
+			}
+		}
+	}
+	return "", false
+}
+
+func receiverName(e ast.Expr) string {
+	switch x := e.(type) {
+	case *ast.StarExpr:
+		return receiverName(x.X)
+	case *ast.IndexExpr:
+		return receiverName(x.X)
+	case *ast.Ident:
+		return x.Name
+	}
+	return ""
 }
