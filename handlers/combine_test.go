@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/lockmw/rlock"
@@ -94,7 +93,7 @@ func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
 		t.Fatal(err)
 	}
 	e.store = &countingStore{Store: inv}
-	parts := stream.Config{OrdersStream: "orders", ConsumerGroup: "g", ResultsStream: "results"}.Partitions()
+	parts := order.Partitions(1, false, "orders", "results", "poison")
 	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c1", MaxWait: maxWait})
 	e.c = e.h.combiner
 	return e

@@ -15,7 +15,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 	"github.com/stockflow/stockflow/order"
@@ -59,8 +58,7 @@ func (s *roundStore) ReserveBatches(ctx context.Context, batches []inventory.Bat
 func newRoundEnv(t *testing.T) *roundEnv {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	e := &roundEnv{rdb: rdb, parts: stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison",
-		OrdersPartitions: 2}.Partitions()}
+	e := &roundEnv{rdb: rdb, parts: order.Partitions(2, false, "orders", "results", "poison")}
 	for _, p := range e.parts {
 		if err := rdb.XGroupCreateMkStream(ctx, p.Orders, "g", "$").Err(); err != nil {
 			t.Fatal(err)
@@ -331,7 +329,9 @@ func TestARoundOutlivesItsLeadersContext(t *testing.T) {
 	waitWaiting(t, e, 1)
 	for i, sku := range []string{"SKU-B", "SKU-C"} {
 		batch := e.batch(t, sku, i)
-		wg.Go(func() { _, errs[i+1] = e.h.committer.decide(&commit{ctx: context.Background(), batch: batch, fence: 0}) })
+		wg.Go(func() {
+			_, errs[i+1] = e.h.committer.decide(&commit{ctx: context.Background(), batch: batch, fence: 0})
+		})
 	}
 	waitWaiting(t, e, 3)
 	close(e.store.gate)

@@ -10,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/internal/stream"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/redisstream"
@@ -24,15 +23,13 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 	c := redistest.StartCluster(t)
 	rdb := c.Client()
 	ctx := context.Background()
-	cfg := stream.Config{OrdersStream: "orders", ResultsStream: "results", PoisonStream: "poison",
-		ConsumerGroup: "g", Cluster: true, OrdersPartitions: 16}
 	store := inventory.New(rdb)
 	if err := store.SetStock(ctx, "SKU-1", 5); err != nil {
 		t.Fatal(err)
 	}
-	parts := cfg.Partitions()
+	parts := order.Partitions(16, true, "orders", "results", "poison")
 	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Cluster: true, Worker: "w", Consumer: "c"})
-	home := parts[cfg.PartitionOf("SKU-1")]
+	home := parts[order.PartitionOf("SKU-1", len(parts))]
 	away := home
 	for _, p := range parts {
 		if c.MasterOf(p.Orders).Addr != c.MasterOf(home.Orders).Addr {

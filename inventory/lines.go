@@ -31,20 +31,17 @@ var (
 	cancelEarlySrc    string
 	cancelEarlyScript = redis.NewScript(cancelEarlySrc)
 
-	// A script rather than GET: the store's client is a redis.Scripter.
-	getRecordScript = redis.NewScript(`return redis.call('GET', KEYS[1])`)
-	// 1 when an outcome record outlives ARGV[1] milliseconds or does not expire, else 0 (none: 0).
-	outlivesScript = redis.NewScript(`local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 or ttl >= tonumber(ARGV[1]) then return 1 end
-return 0`)
+	//go:embed get_record.lua
+	getRecordSrc    string
+	getRecordScript = redis.NewScript(getRecordSrc)
 
-	// The stock fields of a line that the scripts increment, and 1 when the order's record for it is that of
-	// a cancel that came first (cancel_early.lua), else 0. KEYS: stock:{SKU}, order:{SKU}:<order_id>.
-	checkLineScript = redis.NewScript(`
-local st = redis.call('HMGET', KEYS[1], 'available', 'reserved', 'fulfilled')
-local rec = redis.call('GET', KEYS[2])
-st[4] = (rec and string.find(rec, '"early":true', 1, true)) and 1 or 0
-return st`)
+	//go:embed outlives.lua
+	outlivesSrc    string
+	outlivesScript = redis.NewScript(outlivesSrc)
+
+	//go:embed check_line.lua
+	checkLineSrc    string
+	checkLineScript = redis.NewScript(checkLineSrc)
 )
 
 // OrderOutcome is the decision recorded for an order with lines, or for a lifecycle event (Cancel,

@@ -34,7 +34,8 @@ var scriptFiles = map[string]*redis.Script{
 	"set_stock.lua": setStockScript, "restock.lua": restockScript, "raise_fence.lua": raiseFenceScript,
 	"reserve.lua": reserveScript, "reserve_batch.lua": reserveBatchScript, "reserve_lines.lua": reserveLinesScript,
 	"release.lua": releaseScript, "transition.lua": transitionScript, "cancel_early.lua": cancelEarlyScript,
-	"get_stock.lua": getStockScript,
+	"get_stock.lua": getStockScript, "get_record.lua": getRecordScript, "outlives.lua": outlivesScript,
+	"check_line.lua": checkLineScript,
 }
 
 func stocked(skus ...string) func(context.Context, *Store, string) error {
