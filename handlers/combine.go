@@ -214,10 +214,11 @@ func (c *combiner) take(sku string) []*queued {
 	return batch
 }
 
-// lead decides the batches of the leader msg's SKU in its section sec (nil: no lock, unfenced), for at
-// most leadFor, and returns the outcome of its own order, which is in the first batch (a leader's order is
-// the oldest waiting). In an elided section a batch that finds the lock held ends the lead; if that was the
-// first batch, lead returns lockmw.ErrLocked for the middleware to take the lock.
+// lead decides the batches of the leader msg's SKU in its section sec (nil: no lock, unfenced), oldest
+// orders first, for at most leadFor (the first batch always runs: it holds the leader's own order, the
+// oldest waiting), until one fails or finds the lock held; it returns the outcome of the leader's order. In
+// an elided section a batch that finds the lock held goes back to the head of the queue (putBack) and ends
+// the lead; if that was the first batch, lead returns lockmw.ErrLocked for the middleware to take the lock.
 func (c *combiner) lead(msg *message.Message, sku string, sec *lockmw.Section) error {
 	var fence int64
 	switch {
@@ -227,19 +228,10 @@ func (c *combiner) lead(msg *message.Message, sku string, sec *lockmw.Section) e
 	default:
 		fence = sec.Token(sku)
 	}
-	done, own := c.batches(msg, sku, fence)
-	if !done {
-		return fmt.Errorf("%w: %w", lockmw.ErrLocked, cmp.Or(own, errTakeLock))
-	}
-	return own
-}
-
-// batches decides batches of sku, oldest orders first, for at most leadFor, until one fails or finds the
-// lock held (put back). done reports that the first batch, which holds the leader's own order, was
-// decided, with own its outcome.
-func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done bool, own error) {
+	var own error
+	done := false // the first batch, with the leader's order, was decided
 	start := time.Now()
-	for first := true; first || time.Since(start) < c.leadFor; first = false { // the first batch always runs
+	for first := true; first || time.Since(start) < c.leadFor; first = false {
 		batch, err := c.decideEach(msg, sku, fence)
 		if len(batch) == 0 {
 			break
@@ -258,7 +250,10 @@ func (c *combiner) batches(msg *message.Message, sku string, fence int64) (done 
 			break
 		}
 	}
-	return done, own
+	if !done {
+		return fmt.Errorf("%w: %w", lockmw.ErrLocked, cmp.Or(own, errTakeLock))
+	}
+	return own
 }
 
 // decideEach decides a batch of sku's waiting orders (taken when the group commit's round starts, so that it
