@@ -67,7 +67,7 @@ type Config struct {
 }
 
 // ErrEarlierPending fails a cancel or fulfil of an order not known yet while an earlier entry of its
-// partition is still pending (Config.EarlierPending): a transient failure, retried.
+// partition is still pending (earlierPending): a transient failure, retried.
 var ErrEarlierPending = errors.New("handlers: the order is not known yet and an earlier entry of its partition is still pending")
 
 // Handler decides orders. Its steps are Decode and Combine (middlewares, ahead of the lock middleware)

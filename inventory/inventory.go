@@ -32,7 +32,7 @@ var (
 	ErrNotLocked = errors.New("inventory: a SKU of the order is not locked")
 	// ErrOrderConflict means the order id was used before by another order (other SKUs, a basket for a
 	// single-SKU order or the reverse): its records are not this order's to replay. Nothing was written;
-	// retrying cannot help. It wraps ErrInvalid.
+	// retrying cannot help. It wraps order.ErrInvalid.
 	ErrOrderConflict = fmt.Errorf("%w order: its order id was used by another order", order.ErrInvalid)
 	// ErrLocked means ReserveBatch with ElideLock found the SKU's lock held: nothing was written; take the
 	// lock and decide under its token.

@@ -9,7 +9,7 @@ import (
 	"github.com/stockflow/stockflow/order"
 )
 
-// IsPermanent reports whether err is about broken data that no retry can mend: ErrCorrupt, ErrInvalid,
+// IsPermanent reports whether err is about broken data that no retry can mend: ErrCorrupt, order.ErrInvalid,
 // or a Redis error reply about the data. Anything else, known or not, is transient, so that an
 // infrastructure fault never gives up on a valid order.
 func IsPermanent(err error) bool {

@@ -40,7 +40,7 @@ type Order struct {
 // ErrStaleFence and writes nothing; a higher one is stored. fence 0 skips fencing.
 //
 // A rejection is an Outcome, not an error: StatusRejected with ReasonUnknownSKU or
-// ReasonInsufficientStock (AvailableAfter then holds what was available). Errors wrap ErrInvalid,
+// ReasonInsufficientStock (AvailableAfter then holds what was available). Errors wrap order.ErrInvalid,
 // ErrStaleFence or the Redis or context error.
 func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, error) {
 	if err := order.ValidateOrder(o.ID, o.SKU, o.Quantity); err != nil {

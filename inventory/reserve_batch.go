@@ -41,7 +41,7 @@ var (
 // With fence ElideLock the batch takes the lock itself (see ElideLock); each Outcome's Fence is the token
 // it drew.
 //
-// Invalid input fails with ErrInvalid, naming the order, before anything is sent: an order Reserve would
+// Invalid input fails with order.ErrInvalid, naming the order, before anything is sent: an order Reserve would
 // refuse, orders of more than one SKU, or no or more than MaxBatch orders. Other errors are Reserve's.
 func (s *Store) ReserveBatch(ctx context.Context, orders []Order, fence int64) ([]Outcome, error) {
 	if err := s.validateBatch(orders, fence); err != nil {

@@ -260,16 +260,16 @@ func TestReserveBatchRefusesInvalidInputBeforeRedis(t *testing.T) {
 		msg    string
 	}{
 		{"orders of two SKUs name the order and both SKUs", []inventory.Order{ok, {ID: "o-2", SKU: "SKU-2", Quantity: 1}}, 0,
-			`order: invalid sku "SKU-2" of batch order 1, id "o-2": want "SKU-1", the sku of the batch's first order`},
-		{"an empty batch", nil, 0, "order: invalid batch size 0: want 1-64"},
-		{"a batch over MaxBatch", many, 0, "order: invalid batch size 65: want 1-64"},
+			`invalid sku "SKU-2" of batch order 1, id "o-2": want "SKU-1", the sku of the batch's first order`},
+		{"an empty batch", nil, 0, "invalid batch size 0: want 1-64"},
+		{"a batch over MaxBatch", many, 0, "invalid batch size 65: want 1-64"},
 		{"an invalid quantity names the order", []inventory.Order{ok, {ID: "o-2", SKU: "SKU-1"}}, 0,
-			`order: invalid quantity 0: want 1-1000000 (batch order 1, id "o-2")`},
+			`invalid quantity 0: want 1-1000000 (batch order 1, id "o-2")`},
 		{"an invalid order id names the order", []inventory.Order{ok, {ID: "o 2", SKU: "SKU-1", Quantity: 1}}, 0,
-			`order: invalid order id "o 2": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 1, id "o 2")`},
+			`invalid order id "o 2": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 1, id "o 2")`},
 		{"an invalid sku in the first order", []inventory.Order{{ID: "o-1", SKU: "a b", Quantity: 1}}, 0,
-			`order: invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 0, id "o-1")`},
-		{"a negative fence", []inventory.Order{ok}, -1, "order: invalid fence -1: want 0-1000000000000000"},
+			`invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : - (batch order 0, id "o-1")`},
+		{"a negative fence", []inventory.Order{ok}, -1, "invalid fence -1: want 0-1000000000000000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := sent.n.Load()

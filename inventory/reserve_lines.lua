@@ -76,8 +76,7 @@ for i = 1, n do
 end
 
 if elide then
-  -- Checked, so the writes may start: each line's token as in reserve_batch.lua's elided (scripts cannot
-  -- share code).
+  -- Checked, so the writes may start: each line's token as in reserve_batch.lua's elided.
   for i, l in ipairs(lines) do
     local counter = KEYS[k * (i - 1) + 3]
     local fence, issued = l.fence or 0, redis.call('GET', counter)

@@ -1,5 +1,6 @@
--- The helpers every stock script begins with (scripts.go puts this file in front of each): Redis scripts
--- cannot share code, so the package writes it once and sends it with each.
+-- The helpers the stock scripts share (stockScript, in inventory.go, puts this file in front of each script
+-- that uses them: reserve, release, reserve_batch, reserve_lines, transition, restock). Redis scripts cannot
+-- call each other, so the package writes the helpers once and sends them with each script.
 
 -- A stock field HINCRBY takes: an integer as Redis writes it (no leading zero, no -0), far from the int64
 -- limits. A field that passed this check cannot fail the script's increments halfway.

@@ -51,7 +51,7 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 }
 
 // Restock adds quantity (1..MaxStock) to the available stock of sku, creating the SKU if it does not
-// exist, and returns the new available count. It fails with ErrInvalid, writing nothing, if available
+// exist, and returns the new available count. It fails with order.ErrInvalid, writing nothing, if available
 // would exceed MaxStock. go-redis's resend of the call after a lost reply adds nothing again and returns
 // the count the first send left (a request id and a latch); a second call adds again.
 func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (available int64, err error) {
@@ -76,7 +76,7 @@ func checkStockWrite(sku, field string, n, lo int64) error {
 	return checkRange(field, n, lo, MaxStock)
 }
 
-// restockError is ErrInvalid for a restock the script refused because it would exceed MaxStock.
+// restockError is order.ErrInvalid for a restock the script refused because it would exceed MaxStock.
 func restockError(sku string, quantity int64, err error) error {
 	if redis.HasErrorPrefix(err, "OVERSTOCK ") {
 		return fmt.Errorf("%w quantity %d: sku %q would exceed %d available", order.ErrInvalid, quantity, sku,

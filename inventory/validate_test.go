@@ -58,7 +58,7 @@ func TestInvalidInputIsRefusedBeforeRedis(t *testing.T) {
 			if !errors.Is(err, order.ErrInvalid) {
 				t.Fatalf("got %v, want ErrInvalid", err)
 			}
-			if !strings.Contains(err.Error(), "order: invalid "+tc.field) {
+			if !strings.Contains(err.Error(), "invalid "+tc.field) {
 				t.Fatalf("error %q does not name %s", err, tc.field)
 			}
 			if n := dbsize(t, rdb); n != keys {
@@ -76,12 +76,12 @@ func TestValidateMessages(t *testing.T) {
 		want string
 	}{
 		{"a space is quoted and the rule stated", order.ValidateSKU("a b"),
-			`order: invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
+			`invalid sku "a b": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
 		{"a long value is cut short", order.ValidateOrderID(strings.Repeat("x", 1000)),
-			`order: invalid order id "` + strings.Repeat("x", 40) + `"... (1000 bytes): want 1-128 characters of A-Z a-z 0-9 . _ : -`},
-		{"a quantity states its range", order.ValidateQuantity(0), "order: invalid quantity 0: want 1-1000000"},
+			`invalid order id "` + strings.Repeat("x", 40) + `"... (1000 bytes): want 1-128 characters of A-Z a-z 0-9 . _ : -`},
+		{"a quantity states its range", order.ValidateQuantity(0), "invalid quantity 0: want 1-1000000"},
 		{"the first bad field of an order is named", order.ValidateOrder("o-1", "", 0),
-			`order: invalid sku "": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
+			`invalid sku "": want 1-128 characters of A-Z a-z 0-9 . _ : -`},
 		{"all allowed characters pass", order.ValidateOrder("azAZ09._:-", strings.Repeat("S", 128), 1_000_000), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

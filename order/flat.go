@@ -138,7 +138,7 @@ func (s *flatScan) int() (int64, bool) {
 
 // AppendJSON appends the JSON of r, a single-SKU order's outcome (no type, no lines), exactly as
 // encoding/json writes it (the test compares them) without its reflection; ok is false for any other
-// result, and for strings encoding/json would escape, which resultMessage marshals the general way.
+// result, and for strings encoding/json would escape, which the caller marshals the general way (encoding/json).
 func (r *Result) AppendJSON(b []byte) (_ []byte, ok bool) {
 	if r.Type != "" || r.Lines != nil || !plain(r.OrderID) || !plain(r.SKU) || !plain(string(r.Status)) ||
 		!plain(string(r.Reason)) || !plain(r.Worker) || r.ProcessedAt.Year() < 0 || r.ProcessedAt.Year() > 9999 ||

@@ -17,6 +17,11 @@ import (
 // MaxPayload is the largest order payload accepted, in bytes.
 const MaxPayload = 64 << 10
 
+// MaxEntryBytes is the largest stream entry (field names and values) the worker reads: an order payload at
+// MaxPayload plus room for Watermill's fields and the trace context. A larger entry is moved to the poison
+// stream inside Redis, never read.
+const MaxEntryBytes = MaxPayload + 16<<10
+
 // ErrBadInput is wrapped by every error about a message that can never be processed: undecodable or
 // invalid. Such a message goes to the poison stream instead of being retried.
 var ErrBadInput = errors.New("order: bad input")

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/stockflow/stockflow/redisstream"
 )
 
 func TestDecode(t *testing.T) {
@@ -109,14 +107,6 @@ func TestDecodeBasketsAndLifecycleEvents(t *testing.T) {
 				t.Fatalf("err %v, want ErrBadInput mentioning %q", err, tc.mention)
 			}
 		})
-	}
-}
-
-// The worker accepts stream entries up to redisstream.MaxEntryBytes: a payload at its limit must fit, with room
-// for Watermill's fields and the trace context.
-func TestAnOrderAtItsLimitFitsAStreamEntry(t *testing.T) {
-	if redisstream.MaxEntryBytes < MaxPayload+16<<10 {
-		t.Fatalf("redisstream.MaxEntryBytes %d, want at least MaxPayload (%d) + 16 KiB", redisstream.MaxEntryBytes, MaxPayload)
 	}
 }
 

@@ -3,12 +3,12 @@ package order
 import "errors"
 
 // ErrInvalid is wrapped by every input error; the message names the field and its value.
-var ErrInvalid = errors.New("order: invalid")
+var ErrInvalid = errors.New("invalid")
 
 // Status is what happened to an order.
 type Status string
 
-// The statuses of an Outcome.
+// The statuses of an outcome.
 const (
 	StatusReserved Status = "reserved"
 	StatusRejected Status = "rejected"
@@ -22,7 +22,7 @@ const (
 // Reason says why an order was rejected.
 type Reason string
 
-// The reasons of a rejected Outcome; a reserved or released one has none.
+// The reasons of a rejected outcome; a reserved or released one has none.
 const (
 	ReasonInsufficientStock Reason = "insufficient_stock"
 	ReasonUnknownSKU        Reason = "unknown_sku"
@@ -33,7 +33,7 @@ const (
 	ReasonNotReserved      Reason = "not_reserved"      // the order was rejected
 	ReasonAlreadyCancelled Reason = "already_cancelled" // a fulfil after a cancel
 	ReasonAlreadyFulfilled Reason = "already_fulfilled" // a cancel after a fulfil
-	// The reason of a cancelled Outcome whose cancel came before the order was reserved (Cancel): the order,
+	// The reason of a cancelled outcome whose cancel came before the order was reserved: the order,
 	// when it comes, reserves nothing.
 	ReasonCancelledEarly Reason = "cancelled_early"
 )

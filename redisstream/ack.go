@@ -14,7 +14,7 @@ import (
 // ErrLeftPending is the error of a handler that left its entry pending in Redis on purpose: handed back to
 // be claimed after a pause (a failed attempt), or claimed by another consumer meanwhile. The router nacks
 // the message; the subscriber does not pause before its next read, as it does after another failure.
-var ErrLeftPending = errors.New("stream: the entry was left pending")
+var ErrLeftPending = errors.New("redisstream: the entry was left pending")
 
 // acks sends the acks of a subscriber's messages to Redis, as the router gives them: the messages acked
 // while a pipeline is on its way go together in the next, one XACK per partition, so that a busy consumer

@@ -40,7 +40,7 @@ func BenchmarkFetch(b *testing.B) {
 							Streams: []string{"orders", ">"}, Count: 100}).Err()
 					} else {
 						err = fetchScript.EvalSha(ctx, rdb, []string{"orders", "orders:poison", FetchedKey("orders", "inventory", "c", "read")},
-							"read", "inventory", "c", MaxEntryBytes, 1000, 100, 0, "0-0", "req-"+strconv.Itoa(read), 30000).Err()
+							"read", "inventory", "c", DefaultMaxEntryBytes, 1000, 100, 0, "0-0", "req-"+strconv.Itoa(read), 30000).Err()
 					}
 					if err != nil {
 						b.Fatal(err)

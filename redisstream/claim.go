@@ -76,7 +76,7 @@ func (s *reader) claimReply(ctx context.Context, r fetchCall) []*message.Message
 	if len(reply.deleted) > 0 { // even when the entries could not be read: the claim dropped these for good
 		s.cfg.Logger.Error("entries were deleted from the stream before they were decided: their orders are lost",
 			"stream", p.Orders, "ids", reply.deleted)
-		Deleted.Add(ctx, int64(len(reply.deleted)))
+		deletedEntries.Add(ctx, int64(len(reply.deleted)))
 	}
 	if err != nil {
 		s.logClaimFailure(ctx, p, err)

@@ -35,7 +35,7 @@ func TestIdleWorkersClaimOnlyThePartitionsTheyOwn(t *testing.T) {
 		name := fmt.Sprintf("w%d", i+1)
 		names = append(names, name)
 		subs[name] = newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
-			c.Consumer, c.Events, c.ClaimIdle, c.ClaimInterval = name, EventsAuto, claimIdle, 50*time.Millisecond
+			c.Consumer, c.Events, c.ClaimIdle, c.ClaimInterval = name, KeyspaceEventsAuto, claimIdle, 50*time.Millisecond
 		})
 		msgs := subscribe(t, subs[name])
 		go func() {

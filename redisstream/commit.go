@@ -118,7 +118,7 @@ func (c *Commit) End() (owned []bool, err error) {
 	}
 	reply, ok := c.cmd.Val().([]any)
 	if !ok || len(reply) != len(c.spans) {
-		return nil, fmt.Errorf("stream: unexpected commit reply %.200v", c.cmd.Val())
+		return nil, fmt.Errorf("redisstream: unexpected commit reply %.200v", c.cmd.Val())
 	}
 	owned = make([]bool, len(reply))
 	for i, r := range reply {

@@ -40,9 +40,9 @@ type sendSpans struct {
 }
 
 func newSendSpans(topic string, server []attribute.KeyValue) sendSpans {
-	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationSend),
+	attrs := append([]attribute.KeyValue{messagingSystem, semconv.MessagingOperationName(operationSend),
 		semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic)}, server...)
-	return sendSpans{name: SpanName(OperationSend, topic),
+	return sendSpans{name: spanName(operationSend, topic),
 		opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...)}}
 }
 
@@ -50,6 +50,6 @@ func newSendSpans(topic string, server []attribute.KeyValue) sendSpans {
 // into the message's metadata.
 func (s sendSpans) start(msg *message.Message) (ctx context.Context, span trace.Span) {
 	ctx, span = startSpan(msg.Context(), s.name, s.opts...)
-	Inject(ctx, msg)
+	inject(ctx, msg)
 	return ctx, span
 }

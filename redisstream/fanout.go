@@ -147,7 +147,7 @@ func (sub *subscription) handOut(name string, entries []redis.XMessage) {
 
 // send hands msg out and awaits its Ack or Nack in a goroutine of its own; false once the subscription ends.
 func (sub *subscription) send(msg *message.Message) bool {
-	ctx, cancel := MessageContext(sub.ctx)
+	ctx, cancel := messageContext(sub.ctx)
 	msg.SetContext(ctx)
 	select {
 	case sub.out <- msg:
@@ -195,7 +195,7 @@ func (sub *subscription) resend(msg *message.Message) (*message.Message, context
 		}
 	}
 	again := msg.Copy()
-	ctx, cancel := MessageContext(sub.ctx)
+	ctx, cancel := messageContext(sub.ctx)
 	again.SetContext(ctx)
 	select {
 	case sub.out <- again:

@@ -38,7 +38,7 @@ func appendMsgpackStr(b []byte, s string) []byte {
 }
 
 // errUnpack: packed entries that are not what fetch.lua packs.
-var errUnpack = errors.New("stream: malformed packed entries")
+var errUnpack = errors.New("redisstream: malformed packed entries")
 
 // unpacker reads what cmsgpack packs from Lua values: arrays, strings (and bin) and integers. The strings it
 // returns share the packed string's memory; the first malformed value sets err, and every read after it

@@ -68,7 +68,7 @@ func idleWorkers(t *testing.T, rdb redis.UniversalClient, parts []partition, n, 
 		name := fmt.Sprintf("w%d", i+1)
 		names = append(names, name)
 		subs[name] = newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
-			c.Consumer, c.Events, c.ClaimInterval, c.MaxInFlight = name, EventsAuto, time.Minute, inFlight
+			c.Consumer, c.Events, c.ClaimInterval, c.MaxInFlight = name, KeyspaceEventsAuto, time.Minute, inFlight
 		})
 		msgs := subscribe(t, subs[name])
 		go func() {

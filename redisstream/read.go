@@ -12,11 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MaxEntryBytes is the largest stream entry (field names and values) a worker accepts: an order payload at
-// its limit (64 KiB, handlers.MaxPayload) plus room for Watermill's fields and the trace context. Larger
-// ones are poisoned in Redis.
-const MaxEntryBytes = 64<<10 + 16<<10
-
 // Reading when the stream is empty without keyspace events: the pause between two reads, doubling up to
 // the maximum.
 const (
@@ -202,7 +197,7 @@ func (s *reader) noteRead(p partition, err error) {
 func (s *reader) skipped(p partition) bool { return time.Now().Before(s.failed[p.Index].until) }
 
 // errNoStream: the orders stream does not exist (Redis lost its data, or the key was deleted).
-var errNoStream = errors.New("stream: the orders stream does not exist")
+var errNoStream = errors.New("redisstream: the orders stream does not exist")
 
 // recreateGroup creates partition p's consumer group again, from the first entry younger than OUTCOME_TTL
 // (readerConfig.ReplayFrom): every such entry is delivered again. That loses nothing the group could
@@ -294,7 +289,7 @@ func (s *reader) reply(ctx context.Context, c *fetchCall) ([]*message.Message, c
 	if claim.resent {
 		s.cfg.Logger.Warn("the reply of a "+c.mode+" was lost: its entries were handed over by the call made again, without another delivery",
 			"stream", c.Orders, "entries", len(entries))
-		LostReplies.Add(ctx, 1, lostReplyOf[c.mode])
+		lostReplies.Add(ctx, 1, lostReplyOf[c.mode])
 	}
 	msgs := make([]*message.Message, len(entries))
 	for i, e := range entries {
@@ -316,7 +311,7 @@ type claimReply struct {
 // parseFetch reads fetch.lua's reply {entries (packed: unpackEntries), {{id, bytes}, ...}, cursor,
 // {deleted id, ...}, resent} on partition p.
 func parseFetch(reply []any, p partition) (entries []Entry, poisoned map[string]int64, claim claimReply, err error) {
-	bad := func() error { return fmt.Errorf("stream: unexpected fetch reply %.200v", reply) } // on the error paths only
+	bad := func() error { return fmt.Errorf("redisstream: unexpected fetch reply %.200v", reply) } // on the error paths only
 	if len(reply) != 5 {
 		return nil, nil, claim, bad()
 	}

@@ -29,7 +29,7 @@ func TestSubscriberReadsThePartitionsTogether(t *testing.T) {
 			ids[p.Orders+"/"+rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", p.Orders}}).Val()] = p.Index
 		}
 	}
-	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: threeParts[2].Orders, Values: []string{"payload", strings.Repeat("x", MaxEntryBytes)}}).Val()
+	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: threeParts[2].Orders, Values: []string{"payload", strings.Repeat("x", DefaultMaxEntryBytes)}}).Val()
 	s := newTestSubscriber(t, rdb, threeParts)
 	s.next = 1
 
@@ -98,7 +98,7 @@ func TestAReadPoisonsTheOversizedEntryAmongOthers(t *testing.T) {
 	p := threeParts[0]
 	createGroups(t, rdb, p)
 	var want []string
-	for i, payload := range []string{"first", strings.Repeat("x", MaxEntryBytes), "third"} {
+	for i, payload := range []string{"first", strings.Repeat("x", DefaultMaxEntryBytes), "third"} {
 		id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: []string{"payload", payload}}).Val()
 		if i != 1 {
 			want = append(want, id)
@@ -142,7 +142,7 @@ func TestAPoisonedOversizedEntryIsAckedNotLeftPending(t *testing.T) {
 	ctx := context.Background()
 	p := threeParts[0]
 	createGroups(t, rdb, p)
-	big := []string{"payload", strings.Repeat("x", MaxEntryBytes)}
+	big := []string{"payload", strings.Repeat("x", DefaultMaxEntryBytes)}
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, Values: big})
 	s := newTestSubscriber(t, rdb, []partition{p})
 	pending := func() []redis.XPendingExt {
@@ -180,7 +180,7 @@ func TestASubscriberIdlesOnlyOnceEveryPartitionWasFoundEmpty(t *testing.T) {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: backlog.Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
 	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
-		c.MaxInFlight, c.Events, c.ClaimInterval = 1, EventsAuto, time.Minute // one claim round, at the start
+		c.MaxInFlight, c.Events, c.ClaimInterval = 1, KeyspaceEventsAuto, time.Minute // one claim round, at the start
 	}))
 	for i := range n {
 		msg := receive(t, msgs)

@@ -33,7 +33,7 @@ const (
 
 // readerConfig is what a reader needs.
 type readerConfig struct {
-	// Partitions are the streams read: every partition of the orders (Config.Partitions).
+	// Partitions are the streams read: a subscription's topic, or its partitions (SubscriberConfig.Partitions).
 	Partitions []partition
 	Group      string // the consumer group; it exists before Subscribe (see ReplayFrom when it is lost)
 	Consumer   string // the subscriber's name in the group
@@ -44,11 +44,11 @@ type readerConfig struct {
 	ReadCount    int
 	PoisonMaxLen int // approximate bound of the poison streams (oversized entries go there)
 	// MaxEntryBytes is the largest entry (field names and values) handed out; a larger one is moved to
-	// the partition's poison stream inside Redis. 0 means MaxEntryBytes, the worker's.
+	// the partition's poison stream inside Redis. 0 means DefaultMaxEntryBytes.
 	MaxEntryBytes int
-	// Events says how an idle subscriber learns of new entries: by polling (EventsOff, the default) or by
-	// waiting for a keyspace event (EventsOn, EventsAuto).
-	Events Events
+	// Events says how an idle subscriber learns of new entries: by polling (KeyspaceEventsOff, the default) or by
+	// waiting for a keyspace event (KeyspaceEventsOn, KeyspaceEventsAuto).
+	Events KeyspaceEvents
 	// ClaimIdle is how long an entry must have been pending, untouched, before the subscriber claims it:
 	// its consumer died, or handed a failed attempt back. Required.
 	ClaimIdle time.Duration
@@ -94,8 +94,8 @@ type readerConfig struct {
 	// RoomLinger: once a place in flight is free, a read waits at most this long for half of them to be
 	// (so that reads stay large under load) before it reads for the places free; 0: until half are.
 	RoomLinger time.Duration
-	// Unmarshaller, if set, reads the entries that have Watermill's UUID field (the public Pub/Sub's
-	// readerConfig.Unmarshaller); nil: Entry.Message's reader of watermill-redisstream's format.
+	// Unmarshaller, if set, reads the entries that have Watermill's UUID field (SubscriberConfig.Unmarshaller);
+	// nil: Entry.Message's reader of watermill-redisstream's format.
 	Unmarshaller unmarshaller
 }
 
@@ -106,7 +106,7 @@ func (c *readerConfig) setDefaults() {
 	c.PruneInterval = cmp.Or(c.PruneInterval, readerPruneInterval)
 	c.ConsumerTimeout = cmp.Or(c.ConsumerTimeout, readerConsumerTimeout)
 	c.NackPause = cmp.Or(c.NackPause, readerNackPause)
-	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, MaxEntryBytes)
+	c.MaxEntryBytes = cmp.Or(c.MaxEntryBytes, DefaultMaxEntryBytes)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -120,7 +120,7 @@ func (c readerConfig) Validate() error {
 	var errs []error
 	check := func(ok bool, msg string) {
 		if !ok {
-			errs = append(errs, errors.New("stream: subscriber: "+msg))
+			errs = append(errs, errors.New("redisstream: subscriber: "+msg))
 		}
 	}
 	check(len(c.Partitions) > 0, "no partitions")
@@ -150,7 +150,7 @@ func (c readerConfig) Validate() error {
 //     same entries over without another delivery; it is logged and counted (LostReplies).
 //   - When no partition has an entry, the subscriber waits for a keyspace event of a partition's stream
 //     (an XADD: it carries no payload) unless readerConfig.Events is off, and then reads with the script
-//     again; it still looks every idlePoll in case an event was missed (with EventsAuto, a look that finds
+//     again; it still looks every idlePoll in case an event was missed (with KeyspaceEventsAuto, a look that finds
 //     entries checks that Redis still publishes the events, and turns them on again when an operator
 //     turned them off). Without keyspace events it polls, every 10 ms doubling to 100 ms.
 //   - A message keeps its publisher's UUID (a plain entry's is its entry id), as Watermill's contract has
@@ -225,11 +225,11 @@ func (s *reader) Owns(i int) bool {
 
 var _ message.Subscriber = (*reader)(nil)
 
-// ErrSubscriberClosed: Subscribe after Close.
-var ErrSubscriberClosed = errors.New("stream: subscriber closed")
+// errReaderClosed: Subscribe after Close.
+var errReaderClosed = errors.New("redisstream: reader closed")
 
 // errSubscribed: a second Subscribe; a reader is one consumer, with one subscription.
-var errSubscribed = errors.New("stream: subscriber subscribed already")
+var errSubscribed = errors.New("redisstream: reader subscribed already")
 
 // newReader returns a subscriber that reads with rdb, which it never closes.
 func newReader(rdb redis.UniversalClient, cfg readerConfig) (*reader, error) {
@@ -249,14 +249,14 @@ func (s *reader) Subscribe(ctx context.Context, _ string) (<-chan *message.Messa
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		return nil, ErrSubscriberClosed
+		return nil, errReaderClosed
 	case s.subscribed:
 		return nil, errSubscribed
 	}
 	s.subscribed = true
 	ctx, s.cancel = context.WithCancel(ctx)
-	Deleted.Add(ctx, 0) // on /metrics from the start, for the alert on its increase
-	if s.cfg.Events != EventsOff {
+	deletedEntries.Add(ctx, 0) // on /metrics from the start, for the alert on its increase
+	if s.cfg.Events != KeyspaceEventsOff {
 		s.bell = newDoorbell(ctx, s.rdb, s.cfg)
 		s.owners.Store(s.bell.owners)
 	}
@@ -365,15 +365,15 @@ func (s *reader) setContext(msg *message.Message, handling context.Context) cont
 		msg.SetContext(handling)
 		return func() {}
 	}
-	ctx, end := MessageContext(handling)
+	ctx, end := messageContext(handling)
 	msg.SetContext(ctx)
 	return end
 }
 
-// MessageContext is a message's own context, a child of parent, and the function that ends it. Ended after
+// messageContext is a message's own context, a child of parent, and the function that ends it. Ended after
 // parent was, it ends with parent's cause: it waits for parent's cancellation to reach the child (Go closes
 // a parent's channel before it cancels its children) rather than cancel it first without one.
-func MessageContext(parent context.Context) (context.Context, context.CancelFunc) {
+func messageContext(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(parent)
 	return ctx, func() {
 		if parent.Err() != nil {

@@ -189,7 +189,7 @@ func TestIdleSubscriberWaitsForAKeyspaceEvent(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	createGroups(t, rdb, threeParts...)
-	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) { c.Events = EventsAuto }))
+	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) { c.Events = KeyspaceEventsAuto }))
 	time.Sleep(300 * time.Millisecond) // the first read, the subscription and the read after it
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -345,7 +345,7 @@ func TestSubscriberCloseEndsTheSubscription(t *testing.T) {
 	if msg.Context().Err() == nil {
 		t.Error("the message in hand keeps a live context after Close")
 	}
-	if _, err := s.Subscribe(ctx, "orders"); !errors.Is(err, ErrSubscriberClosed) {
+	if _, err := s.Subscribe(ctx, "orders"); !errors.Is(err, errReaderClosed) {
 		t.Errorf("Subscribe after Close: %v, want ErrSubscriberClosed", err)
 	}
 
@@ -416,7 +416,7 @@ func TestASubscriberWithFewPlacesReadsEveryPartitionBeforeIdling(t *testing.T) {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: last.Orders, Values: []string{"payload", fmt.Sprint(i)}})
 	}
 	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
-		c.MaxInFlight, c.Events = 2, EventsAuto
+		c.MaxInFlight, c.Events = 2, KeyspaceEventsAuto
 	}))
 	start := time.Now()
 	for range 20 {
@@ -450,7 +450,7 @@ func TestAClaimRoundCoversEveryPartitionWithFewPlaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
-		c.MaxInFlight, c.Events, c.ClaimIdle, c.ClaimInterval = 2, EventsAuto, 200*time.Millisecond, 200*time.Millisecond
+		c.MaxInFlight, c.Events, c.ClaimIdle, c.ClaimInterval = 2, KeyspaceEventsAuto, 200*time.Millisecond, 200*time.Millisecond
 	}))
 	for range 4 {
 		msg := receive(t, msgs) // within 5 s: 25 claim rounds
@@ -470,7 +470,7 @@ func TestAnEventWakesAReadOfItsPartitionOnly(t *testing.T) {
 	parts := sixteenParts
 	createGroups(t, rdb, parts...)
 	msgs := subscribe(t, newTestSubscriber(t, rdb, parts, func(c *readerConfig) {
-		c.Events, c.ClaimInterval = EventsAuto, time.Minute // no claim round in the count
+		c.Events, c.ClaimInterval = KeyspaceEventsAuto, time.Minute // no claim round in the count
 	}))
 	time.Sleep(300 * time.Millisecond) // the first read, the subscription and the read after it
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {

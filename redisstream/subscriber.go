@@ -124,9 +124,16 @@ type KeyspaceEvents int
 
 // The values of KeyspaceEvents.
 const (
-	KeyspaceEventsOff  = KeyspaceEvents(EventsOff)
-	KeyspaceEventsOn   = KeyspaceEvents(EventsOn)
-	KeyspaceEventsAuto = KeyspaceEvents(EventsAuto)
+	// KeyspaceEventsOff: an idle subscription polls, every 10 ms doubling to 100 ms.
+	KeyspaceEventsOff KeyspaceEvents = iota
+	// KeyspaceEventsOn: Redis publishes keyspace events of streams (notify-keyspace-events has K and t, or K
+	// and A): it waits for one.
+	KeyspaceEventsOn
+	// KeyspaceEventsAuto: it turns the events on (CONFIG GET and SET) and waits for one; when Redis refuses,
+	// it polls. When its read of every partition every idlePoll finds entries, whose events may never have
+	// come, it checks that Redis still publishes them, and turns them on again when they were turned off
+	// meanwhile (CONFIG SET notify-keyspace-events "").
+	KeyspaceEventsAuto
 )
 
 func (c *SubscriberConfig) setDefaults() {
@@ -343,7 +350,7 @@ func (s *Subscriber) subscribeGroup(ctx context.Context, topic string, streams, 
 	return gs, out, nil
 }
 
-// readerConfig is the group reader's config for topic's streams.
+// configFor is the group reader's config for topic's streams.
 func (s *Subscriber) configFor(topic string, streams []string, failing *atomic.Int64) readerConfig {
 	c := s.config
 	parts := make([]partition, len(streams))
@@ -367,7 +374,7 @@ func (s *Subscriber) configFor(topic string, streams []string, failing *atomic.I
 	contract := !c.ReleasedByHandler
 	return readerConfig{Partitions: parts, Group: c.ConsumerGroup, Consumer: c.Consumer,
 		MaxInFlight: c.MaxInFlight, ReadCount: int(c.ReadBatchSize), PoisonMaxLen: c.PoisonMaxLen,
-		MaxEntryBytes: c.MaxEntryBytes, Events: Events(c.KeyspaceEvents), ClaimIdle: c.MaxIdleTime,
+		MaxEntryBytes: c.MaxEntryBytes, Events: c.KeyspaceEvents, ClaimIdle: c.MaxIdleTime,
 		ClaimInterval: c.ClaimInterval, PruneInterval: c.CheckConsumersInterval, ConsumerTimeout: c.ConsumerTimeout,
 		Logger: s.slog.With("topic", topic), Failing: failing, ReplayFrom: recreateFrom, Handling: c.HandlingContext,
 		Released: c.ReleasedByHandler, MessageContexts: contract && !c.SharedContext,
@@ -488,7 +495,7 @@ func (s *Subscriber) noteDeleted(ctx context.Context, name string, pending []red
 	}
 	s.slog.Error("entries were deleted from the stream before they were decided: their orders are lost",
 		"stream", name, "ids", gone)
-	Deleted.Add(ctx, int64(len(gone)))
+	deletedEntries.Add(ctx, int64(len(gone)))
 }
 
 func wrapErr(what string, err error) error {

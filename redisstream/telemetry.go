@@ -28,13 +28,13 @@ var (
 	// Poisoned counts the entries sent to the poison stream, by poison.reason (PoisonReason).
 	Poisoned, _ = meter.Int64Counter("stockflow.messages.poisoned",
 		metric.WithDescription("Entries sent to the poison stream, by poison.reason."))
-	// Deleted counts the entries found deleted from a stream while pending: never decided (a producer's
+	// deletedEntries counts the entries found deleted from a stream while pending: never decided (a producer's
 	// XADD MAXLEN or MINID, an XDEL or XTRIM by hand).
-	Deleted, _ = meter.Int64Counter("stockflow.messages.deleted",
+	deletedEntries, _ = meter.Int64Counter("stockflow.messages.deleted",
 		metric.WithDescription("Entries deleted from the orders stream while pending, before their orders were decided."))
-	// LostReplies counts the reads and claims whose reply was lost after Redis ran them (fetch.lua, by
+	// lostReplies counts the reads and claims whose reply was lost after Redis ran them (fetch.lua, by
 	// op): their entries were handed over by the call made again, without another delivery.
-	LostReplies, _ = meter.Int64Counter("stockflow.stream.lost_replies",
+	lostReplies, _ = meter.Int64Counter("stockflow.stream.lost_replies",
 		metric.WithDescription("Reads and claims of the orders whose reply was lost after Redis ran them, by op; their entries were handed over again, without another delivery."))
 	lostReplyOf = map[string]metric.AddOption{
 		"read":  metric.WithAttributes(attribute.String("op", "read")),
@@ -50,8 +50,8 @@ func PoisonReason(r string) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(attribute.String("poison.reason", r)))
 }
 
-// Tracer is the tracer of the stockflow binaries.
-func Tracer() trace.Tracer {
+// tracer is the tracer of the stockflow binaries.
+func tracer() trace.Tracer {
 	return otel.Tracer("github.com/stockflow/stockflow", tracerOptions...)
 }
 
@@ -59,7 +59,7 @@ func Tracer() trace.Tracer {
 // ctx and the non-recording span ctx holds (the producer's trace context, say), which is what the no-op
 // tracer returns, without the context it would make to hold that same span again.
 func startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	t := Tracer()
+	t := tracer()
 	if _, ok := t.(noop.Tracer); ok {
 		if span := trace.SpanFromContext(ctx); !span.IsRecording() {
 			return ctx, span
@@ -71,18 +71,18 @@ func startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) 
 // tracerOptions are Tracer's, made once: a slice made for each call would be allocated.
 var tracerOptions = []trace.TracerOption{trace.WithSchemaURL(semconv.SchemaURL)}
 
-// System is the messaging.system of the streams. The conventions name no value for Redis Streams; "redis"
+// messagingSystem is the messaging.system of the streams. The conventions name no value for Redis Streams; "redis"
 // is what OpenTelemetry's Redis instrumentations use for the database.
-var System = semconv.MessagingSystemKey.String("redis")
+var messagingSystem = semconv.MessagingSystemKey.String("redis")
 
 // Operations of the messaging spans (messaging.operation.name), the first word of their names.
 const (
-	OperationSend    = "send"
-	OperationProcess = "process"
+	operationSend    = "send"
+	operationProcess = "process"
 )
 
-// SpanName is the name of a messaging span: "{operation} {destination}", such as "process orders".
-func SpanName(operation, destination string) string { return operation + " " + destination }
+// spanName is the name of a messaging span: "{operation} {destination}", such as "process orders".
+func spanName(operation, destination string) string { return operation + " " + destination }
 
 // ServerAttributes are server.address and server.port of the Redis a client talks to, for the messaging
 // spans; none for a client of several servers (a cluster).
@@ -100,13 +100,13 @@ func ServerAttributes(rdb redis.UniversalClient) []attribute.KeyValue {
 	return []attribute.KeyValue{semconv.ServerAddress(host), semconv.ServerPort(p)}
 }
 
-// Inject writes the trace context of ctx into the message metadata (W3C traceparent).
-func Inject(ctx context.Context, msg *message.Message) {
+// inject writes the trace context of ctx into the message metadata (W3C traceparent).
+func inject(ctx context.Context, msg *message.Message) {
 	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(msg.Metadata))
 }
 
-// Extract returns ctx with the trace context carried by the message metadata.
-func Extract(ctx context.Context, msg *message.Message) context.Context {
+// extract returns ctx with the trace context carried by the message metadata.
+func extract(ctx context.Context, msg *message.Message) context.Context {
 	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(msg.Metadata))
 }
 
@@ -133,10 +133,10 @@ func (c Consumer) StartProcess(ctx context.Context, msg *message.Message) (conte
 
 // Spans is what the consumer spans of c need that does not change by message, built once.
 func (c Consumer) Spans() ProcessSpans {
-	attrs := append([]attribute.KeyValue{System, semconv.MessagingOperationName(OperationProcess),
+	attrs := append([]attribute.KeyValue{messagingSystem, semconv.MessagingOperationName(operationProcess),
 		semconv.MessagingOperationTypeProcess, semconv.MessagingDestinationName(c.Stream),
 		semconv.MessagingConsumerGroupName(c.Group), semconv.MessagingClientID(c.Name)}, c.Server...)
-	return ProcessSpans{name: SpanName(OperationProcess, c.Stream),
+	return ProcessSpans{name: spanName(operationProcess, c.Stream),
 		opts: []trace.SpanStartOption{trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindConsumer)}}
 }
 
@@ -151,7 +151,7 @@ type ProcessSpans struct {
 // nothing. The message id is the stream entry's (EntryID), which Redis assigned and an operator looks up
 // with XRANGE; the send span, made before Redis assigned it, has the message's UUID.
 func (p ProcessSpans) Start(ctx context.Context, msg *message.Message) (context.Context, trace.Span) {
-	ctx = Extract(ctx, msg)
+	ctx = extract(ctx, msg)
 	sent := trace.SpanContextFromContext(ctx)
 	ctx, span := startSpan(ctx, p.name, p.opts...)
 	if span.IsRecording() {

@@ -12,22 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Events says how an idle subscriber learns of new entries.
-type Events int
-
-const (
-	// EventsOff: it polls, every 10 ms doubling to 100 ms.
-	EventsOff Events = iota
-	// EventsOn: Redis publishes keyspace events of streams (notify-keyspace-events has K and t, or K and
-	// A): it waits for one.
-	EventsOn
-	// EventsAuto: it turns the events on (EnableKeyspaceEvents, which needs CONFIG GET and SET) and waits
-	// for one; when Redis refuses, it polls. When its read of every partition every idlePoll finds entries,
-	// whose events may never have come, it checks that Redis still publishes them, and turns them on again
-	// when they were turned off meanwhile (CONFIG SET notify-keyspace-events "").
-	EventsAuto
-)
-
 // idlePoll is how often a subscriber waiting for keyspace events reads anyway: an event is lost when its
 // connection breaks, and none is sent when a lost group is created again.
 const idlePoll = 2 * time.Second
@@ -67,7 +51,7 @@ type doorbell struct {
 	watched chan struct{}
 	backlog string    // the group's backlog channel (BacklogChannel)
 	helped  time.Time // when it last asked for help (askHelp)
-	// manage: the doorbell turns the events on itself (EventsAuto), at first and after a broken
+	// manage: the doorbell turns the events on itself (KeyspaceEventsAuto), at first and after a broken
 	// connection (Redis may have restarted without them); enabled says they were turned on since.
 	manage  bool
 	enabled atomic.Bool
@@ -96,7 +80,7 @@ func KeyspaceChannel(db int, key string) string { return fmt.Sprintf("__keyspace
 func newDoorbell(ctx context.Context, rdb redis.UniversalClient, cfg readerConfig) *doorbell {
 	ctx, stop := context.WithCancel(ctx)
 	parts := cfg.Partitions
-	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: cfg.Logger, stop: stop, manage: cfg.Events == EventsAuto,
+	b := &doorbell{rdb: rdb, ring: make(chan struct{}, 1), logger: cfg.Logger, stop: stop, manage: cfg.Events == KeyspaceEventsAuto,
 		wanted: make([]atomic.Bool, len(parts)), index: make(map[string]int, len(parts)),
 		watched: make(chan struct{}), backlog: BacklogChannel(parts[0].Orders, cfg.Group)}
 	b.owners = newOwners(rdb, cfg, b.rang)
@@ -241,7 +225,7 @@ func (b *doorbell) wantedOf(parts []partition, count int) []partition {
 // every idlePoll finds may be entries whose events never came: an operator may have turned the events off
 // (CONFIG SET notify-keyspace-events ""), which nothing else would notice, and a trickle of orders would
 // then wait for that read, a second on average, instead of milliseconds. So once per such read, when the
-// doorbell manages the events (EventsAuto), it checks them (CONFIG GET, on every master) and turns them on
+// doorbell manages the events (KeyspaceEventsAuto), it checks them (CONFIG GET, on every master) and turns them on
 // again; there is no such call on a read an event asked for.
 func (b *doorbell) found(ctx context.Context, entries int) {
 	if entries == 0 || !b.sweeping || !b.manage || b.off {
@@ -262,7 +246,7 @@ func (b *doorbell) found(ctx context.Context, entries int) {
 }
 
 // turnOn turns the keyspace events on when the doorbell manages them and they were not turned on since
-// the last broken connection (EnableKeyspaceEvents); it reports whether the subscriber can wait for them.
+// the last broken connection (enableKeyspaceEvents); it reports whether the subscriber can wait for them.
 // When Redis refuses (no CONFIG permission), the subscriber polls from then on.
 func (b *doorbell) turnOn(ctx context.Context) bool {
 	if b.off || !b.manage || b.enabled.Load() {
@@ -286,14 +270,9 @@ func (b *doorbell) pollInstead(ctx context.Context, err error) {
 		"in the Redis configuration and KEYSPACE_EVENTS=on to let them wait instead", "err", err)
 }
 
-// EnableKeyspaceEvents makes Redis publish the keyspace events of streams (notify-keyspace-events gains K
-// and t, keeping the flags it has), on every master of a cluster.
-func EnableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) error {
-	_, err := enableKeyspaceEvents(ctx, rdb)
-	return err
-}
-
-// enableKeyspaceEvents is EnableKeyspaceEvents; it reports whether some master lacked the events.
+// enableKeyspaceEvents makes Redis publish the keyspace events of streams (notify-keyspace-events gains K
+// and t, keeping the flags it has), on every master of a cluster; it reports whether some master lacked
+// the events.
 func enableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) (turnedOn bool, err error) {
 	var lacked atomic.Bool
 	enable := func(ctx context.Context, c *redis.Client) error {
@@ -314,7 +293,7 @@ func enableKeyspaceEvents(ctx context.Context, rdb redis.UniversalClient) (turne
 	case *redis.Client:
 		err = enable(ctx, c)
 	default:
-		err = fmt.Errorf("stream: keyspace events: unsupported client %T", rdb)
+		err = fmt.Errorf("redisstream: keyspace events: unsupported client %T", rdb)
 	}
 	return lacked.Load() && err == nil, err
 }

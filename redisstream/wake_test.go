@@ -13,7 +13,7 @@ import (
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
-// With EventsAuto, keyspace events that an operator turns off while the worker runs (CONFIG SET
+// With KeyspaceEventsAuto, keyspace events that an operator turns off while the worker runs (CONFIG SET
 // notify-keyspace-events "") are turned on again, with a warning, once the read of every partition every
 // idlePoll finds an entry whose event never came: a trickle of orders waited for that read, a second on
 // average, for good.
@@ -23,7 +23,7 @@ func TestAutoEventsTurnedOffWhileIdleAreTurnedOnAgain(t *testing.T) {
 	createGroups(t, rdb, threeParts...)
 	var logs syncBuffer
 	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) {
-		c.Events, c.Logger = EventsAuto, slog.New(slog.NewTextHandler(&logs, nil))
+		c.Events, c.Logger = KeyspaceEventsAuto, slog.New(slog.NewTextHandler(&logs, nil))
 	}))
 	awaitSubscribed(t, rdb, KeyspaceChannel(0, threeParts[1].Orders))
 	if err := rdb.ConfigSet(ctx, "notify-keyspace-events", "").Err(); err != nil {
@@ -51,7 +51,7 @@ func TestAutoEventsTurnedOffWhileIdleAreTurnedOnAgain(t *testing.T) {
 	}
 }
 
-// With EventsAuto, keyspace events turned off while the worker runs and CONFIG refused by then (ACL): the
+// With KeyspaceEventsAuto, keyspace events turned off while the worker runs and CONFIG refused by then (ACL): the
 // subscriber polls instead, with a warning, rather than wait for events that never come.
 func TestAutoEventsTurnedOffWhileIdleAndConfigRefusedMakeTheSubscriberPoll(t *testing.T) {
 	rdb := redistest.Start(t).Client()
@@ -59,7 +59,7 @@ func TestAutoEventsTurnedOffWhileIdleAndConfigRefusedMakeTheSubscriberPoll(t *te
 	createGroups(t, rdb, threeParts...)
 	var logs syncBuffer
 	msgs := subscribe(t, newTestSubscriber(t, rdb, threeParts, func(c *readerConfig) {
-		c.Events, c.Logger = EventsAuto, slog.New(slog.NewTextHandler(&logs, nil))
+		c.Events, c.Logger = KeyspaceEventsAuto, slog.New(slog.NewTextHandler(&logs, nil))
 	}))
 	channel := KeyspaceChannel(0, threeParts[1].Orders)
 	awaitSubscribed(t, rdb, channel)

@@ -36,7 +36,7 @@ func testConsumer(rdb redis.UniversalClient) *Consumer {
 func subscribe(t *testing.T, rdb redis.UniversalClient, claimIdle time.Duration, name string) (*redisstream.Subscriber, <-chan *message.Message) {
 	t.Helper()
 	return streamtest.Subscribe(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: name,
-		PoisonTopic: testParts[0].Poison, PoisonMaxLen: 1000, MaxEntryBytes: redisstream.MaxEntryBytes, MaxIdleTime: claimIdle, ClaimInterval: 10 * time.Millisecond,
+		PoisonTopic: testParts[0].Poison, PoisonMaxLen: 1000, MaxEntryBytes: order.MaxEntryBytes, MaxIdleTime: claimIdle, ClaimInterval: 10 * time.Millisecond,
 		NackLeavesPending: true, RecreateFrom: func(time.Time) string { return "0" }})
 }
 
@@ -88,12 +88,14 @@ func TestFetchAndReclaim(t *testing.T) {
 	s := testConsumer(rdb)
 	c1, msgs := subscribe(t, rdb, 30*time.Second, "c1")
 
-	if got := streamtest.Receive(t, msgs, 300*time.Millisecond); got != nil {
-		t.Fatalf("read of an empty stream: %v; want nothing", got)
+	rdb.Del(ctx, "orders") // Redis lost its data: the stream and its group are gone
+	if got := streamtest.Receive(t, msgs, 300*time.Millisecond); got != nil || rdb.Exists(ctx, "orders").Val() != 0 {
+		t.Fatalf("read without a stream: %v; want nothing, and no stream created (nothing to lose yet)", got)
 	}
 	small := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "small"}}).Val()
-	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", redisstream.MaxEntryBytes)}}).Val()
+	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", strings.Repeat("x", order.MaxEntryBytes)}}).Val()
 	after := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "after"}}).Val()
+	// The first read finds no group and creates it again.
 	if got := streamtest.Receive(t, msgs, 5*time.Second); got == nil || got.UUID != small || redisstream.Deliveries(got) != 1 {
 		t.Fatalf("first message %v, want %s delivered once", got, small)
 	}

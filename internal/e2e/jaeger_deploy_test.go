@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -69,7 +68,7 @@ func TestJaegerWithTheDeployConfig(t *testing.T) {
 	})
 	// The dashboard's span metrics queries (dashboard_test.go, spanMetricsSource) expect these names and labels.
 	t.Run("the span metrics carry the names and labels the dashboard reads", func(t *testing.T) {
-		want := map[string]string{"service_name": workerService, "span_name": redisstream.SpanName(redisstream.OperationProcess, "orders")}
+		want := map[string]string{"service_name": workerService, "span_name": "process orders"}
 		for _, name := range readJaegerConfig(t).spanMetrics(t).metricNames() {
 			waitForSeries(t, "http://"+j.metrics+"/metrics", name, want)
 		}
@@ -127,7 +126,7 @@ func scrapeText(t *testing.T, url string) string {
 // message id), the consumer span of each of its deliveries and the spans under them.
 func orderSpans(t *testing.T, j *jaeger, want int) map[string][]jaegerSpan {
 	t.Helper()
-	consumer := redisstream.SpanName(redisstream.OperationProcess, "orders")
+	consumer := "process orders"
 	var orders map[string][]jaegerSpan
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		orders = map[string][]jaegerSpan{}

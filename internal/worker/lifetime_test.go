@@ -52,7 +52,7 @@ var testParts = []order.Partition{{Orders: "orders", Results: "order-results", P
 func subscribe(t *testing.T, rdb redis.UniversalClient, cfg Config, name string) (*redisstream.Subscriber, <-chan *message.Message) {
 	t.Helper()
 	return streamtest.Subscribe(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: name,
-		PoisonTopic: testParts[0].Poison, PoisonMaxLen: 1000, MaxIdleTime: cfg.ClaimIdle, ClaimInterval: 10 * time.Millisecond,
+		PoisonTopic: testParts[0].Poison, PoisonMaxLen: 1000, MaxEntryBytes: order.MaxEntryBytes, MaxIdleTime: cfg.ClaimIdle, ClaimInterval: 10 * time.Millisecond,
 		NackLeavesPending: true, RecreateFrom: cfg.replayFrom})
 }
 

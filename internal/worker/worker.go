@@ -251,7 +251,7 @@ func (w *Worker) addConsumer(faults *Faults) error {
 		partitions = len(w.parts)
 	}
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: w.subRDB, ConsumerGroup: cfg.ConsumerGroup,
-		Consumer: cfg.Name, Partitions: partitions, MaxInFlight: cfg.Concurrency, MaxEntryBytes: redisstream.MaxEntryBytes,
+		Consumer: cfg.Name, Partitions: partitions, MaxInFlight: cfg.Concurrency, MaxEntryBytes: order.MaxEntryBytes,
 		PoisonTopic: cfg.PoisonStream, PoisonMaxLen: cfg.PoisonMaxLen, KeyspaceEvents: keyspaceEvents[cfg.KeyspaceEvents],
 		MaxIdleTime: cfg.ClaimIdle,
 		// Failed attempts are handed back to be claimed after about a second (attempts).
