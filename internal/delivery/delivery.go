@@ -44,15 +44,21 @@ type Config struct {
 	MaxAttempts  int                   // deliveries of an entry before it is poisoned (MAX_ATTEMPTS)
 	ClaimIdle    time.Duration         // CLAIM_IDLE
 	Logger       *slog.Logger
-	// RaiseToken raises the fencing counter of a lock key; nil when the locker has none.
-	RaiseToken func(ctx context.Context, key string, token int64) error
+	// Tokens raises the fencing counter of a lock key (rlock.Reentrant and rlock.Redlock do); nil when the
+	// locker has none.
+	Tokens TokenRaiser
+}
+
+// TokenRaiser raises the fencing counter of a lock key to at least token.
+type TokenRaiser interface {
+	RaiseToken(ctx context.Context, key string, token int64) error
 }
 
 // New returns the consumer of cfg.
 func New(cfg Config) *Consumer {
 	c := &Consumer{rdb: cfg.Redis, parts: cfg.Partitions,
 		group: cfg.Group, name: cfg.Name, poisonMaxLen: cfg.PoisonMaxLen, maxAttempts: cfg.MaxAttempts,
-		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, raiseToken: cfg.RaiseToken,
+		claimIdle: cfg.ClaimIdle, logger: cfg.Logger, tokens: cfg.Tokens,
 		handling: make(map[*message.Message]time.Time), live: make(map[*message.Message]*liveEntry)}
 	server := redisstream.ServerAttributes(cfg.Redis)
 	for _, p := range cfg.Partitions {
@@ -75,8 +81,7 @@ type Consumer struct {
 	maxAttempts  int
 	claimIdle    time.Duration
 	logger       *slog.Logger
-	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
-	raiseToken func(ctx context.Context, key string, token int64) error
+	tokens       TokenRaiser // nil when the locker has none
 
 	mu        sync.Mutex
 	handling  map[*message.Message]time.Time  // the messages being handled, and since when

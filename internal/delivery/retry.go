@@ -78,12 +78,12 @@ func (c *Consumer) handBack(msg *message.Message, kind failureKind, deliveries i
 // If the lock was merely taken over, the counter is already past the stored fence and nothing changes.
 func (c *Consumer) recoverFence(ctx context.Context, err error) {
 	var stale *inventory.StaleFenceError
-	if c.raiseToken == nil || !errors.As(err, &stale) || stale.Current {
+	if c.tokens == nil || !errors.As(err, &stale) || stale.Current {
 		return // with Current the counter is ahead already
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if rerr := c.raiseToken(ctx, stale.SKU, stale.Stored); rerr != nil {
+	if rerr := c.tokens.RaiseToken(ctx, stale.SKU, stale.Stored); rerr != nil {
 		c.logger.WarnContext(ctx, "could not raise the fencing counter to the stored fence", "sku", stale.SKU, "fence", stale.Stored, "err", rerr)
 	}
 }

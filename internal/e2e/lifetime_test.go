@@ -301,8 +301,9 @@ func TestCorruptSKUIsPoisonedWhileOthersFinish(t *testing.T) {
 	noPending(t, rdb)
 }
 
-// (6) The SKU's fencing counter is deleted while its stored fence is high: the next order is refused as
-// stale once, the counter is raised to the fence, and the order is decided within 5 s. (An elided batch
+// (6) The SKU's fencing counter is deleted while its stored fence is high (1,000): the next order is refused
+// as stale once, the counter is raised to the fence (delivery's recoverFence), and the order is decided
+// within 5 s. (An elided batch
 // goes past the fence without the counter: inventory's TestReserveBatchElidesAFreeLock.)
 func TestLostFencingCounterRecovers(t *testing.T) {
 	s := redistest.Start(t)
@@ -322,6 +323,10 @@ func TestLostFencingCounterRecovers(t *testing.T) {
 	if n, _ := strconv.Atoi(fence); n < 2 {
 		t.Fatalf("stored fence %s, want the tokens of several acquisitions", fence)
 	}
+	// A long-lived SKU's fence is far above 1: without the counter raised to it, the fresh acquisitions would
+	// count up to it one stale attempt at a time.
+	fence = "1000"
+	rdb.HSet(ctx, "stock:{F}", "fence", fence)
 	rdb.Del(ctx, "redisson_lock_token:lock:{F}")
 	start := time.Now()
 	xaddOrder(t, rdb, "after", "F", 1)

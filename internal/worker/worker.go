@@ -45,21 +45,20 @@ type Worker struct {
 	}
 	router *message.Router
 	// wmLogger is the Router's and the subscriber's logger.
-	wmLogger quietLogger
-	store    *inventory.Store
-	handler  *handlers.Handler
-	lockMW   *lockmw.Middleware // nil: NoLock
-	hot      *hot.Recorder      // the lock waits by SKU, for stockctl hot; nil: NoLock
-	// raiseToken raises the fencing counter of a lock key; nil when the locker has none.
-	raiseToken func(ctx context.Context, key string, token int64) error
-	drain      context.Context
-	stopDrain  context.CancelCauseFunc
-	metrics    http.Handler
-	consumer   *delivery.Consumer
-	backlog    atomic.Pointer[backlog]
-	holder     atomic.Pointer[string] // the other group that holds trimming back, as last warned about
-	gauges     metric.Registration
-	pools      chan struct{} // closed to stop the connection pool metrics (instrumentPools)
+	wmLogger  quietLogger
+	store     *inventory.Store
+	handler   *handlers.Handler
+	lockMW    *lockmw.Middleware   // nil: NoLock
+	hot       *hot.Recorder        // the lock waits by SKU, for stockctl hot; nil: NoLock
+	tokens    delivery.TokenRaiser // the locker's fencing counters; nil when it has none
+	drain     context.Context
+	stopDrain context.CancelCauseFunc
+	metrics   http.Handler
+	consumer  *delivery.Consumer
+	backlog   atomic.Pointer[backlog]
+	holder    atomic.Pointer[string] // the other group that holds trimming back, as last warned about
+	gauges    metric.Registration
+	pools     chan struct{} // closed to stop the connection pool metrics (instrumentPools)
 }
 
 // Options are what the worker takes from its embedder rather than from settings.
@@ -165,10 +164,8 @@ func (w *Worker) setLocker(opts Options) error {
 	}
 	w.hot = hot.NewRecorder(w.rdb, w.logger)
 	w.lockMW = &lockmw.Middleware{Locker: locker, Wait: w.cfg.LockWait, Instance: w.cfg.Name, Waits: w.hot}
-	if r, ok := locker.(interface {
-		RaiseToken(context.Context, string, int64) error
-	}); ok {
-		w.raiseToken = r.RaiseToken
+	if r, ok := locker.(delivery.TokenRaiser); ok {
+		w.tokens = r
 	}
 	return nil
 }
@@ -242,7 +239,7 @@ func (w *Worker) addConsumer(faults *Faults) error {
 	cfg := w.cfg
 	w.consumer = delivery.New(delivery.Config{Redis: w.rdb, Partitions: w.parts, Group: cfg.ConsumerGroup, Name: cfg.Name,
 		PoisonMaxLen: cfg.PoisonMaxLen, MaxAttempts: cfg.MaxAttempts, ClaimIdle: cfg.ClaimIdle, Logger: w.logger,
-		RaiseToken: w.raiseToken})
+		Tokens: w.tokens})
 	// The public Pub/Sub, with the worker's own settings: the partitions' layout and poison streams, and the
 	// three options that leave Watermill's contract for throughput (docs/architecture.md): a failed attempt
 	// is handed back to the group (delivery's retry), not sent again.
