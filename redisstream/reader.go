@@ -147,7 +147,7 @@ func (c readerConfig) Validate() error {
 //   - Entries are read and claimed by fetch.lua, which poisons oversized entries (MaxEntryBytes) inside
 //     Redis, so a worker never holds one, and returns each entry's delivery count (Deliveries). A call whose
 //     reply was lost, made again (by go-redis, or by the next call of its partition: requests), hands the
-//     same entries over without another delivery; it is logged and counted (LostReplies).
+//     same entries over without another delivery; it is logged and counted (lostReplies).
 //   - When no partition has an entry, the subscriber waits for a keyspace event of a partition's stream
 //     (an XADD: it carries no payload) unless readerConfig.Events is off, and then reads with the script
 //     again; it still looks every idlePoll in case an event was missed (with KeyspaceEventsAuto, a look that finds

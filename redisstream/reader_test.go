@@ -346,7 +346,7 @@ func TestSubscriberCloseEndsTheSubscription(t *testing.T) {
 		t.Error("the message in hand keeps a live context after Close")
 	}
 	if _, err := s.Subscribe(ctx, "orders"); !errors.Is(err, errReaderClosed) {
-		t.Errorf("Subscribe after Close: %v, want ErrSubscriberClosed", err)
+		t.Errorf("Subscribe after Close: %v, want errReaderClosed", err)
 	}
 
 	subCtx, cancel := context.WithCancel(ctx)

@@ -55,7 +55,7 @@ func tracer() trace.Tracer {
 	return otel.Tracer("github.com/stockflow/stockflow", tracerOptions...)
 }
 
-// startSpan starts a span with Tracer. With the no-op tracer (nothing exports spans: otelsetup) it returns
+// startSpan starts a span with tracer. With the no-op tracer (nothing exports spans: otelsetup) it returns
 // ctx and the non-recording span ctx holds (the producer's trace context, say), which is what the no-op
 // tracer returns, without the context it would make to hold that same span again.
 func startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
@@ -68,7 +68,7 @@ func startSpan(ctx context.Context, name string, opts ...trace.SpanStartOption) 
 	return t.Start(ctx, name, opts...)
 }
 
-// tracerOptions are Tracer's, made once: a slice made for each call would be allocated.
+// tracerOptions are tracer's, made once: a slice made for each call would be allocated.
 var tracerOptions = []trace.TracerOption{trace.WithSchemaURL(semconv.SchemaURL)}
 
 // messagingSystem is the messaging.system of the streams. The conventions name no value for Redis Streams; "redis"

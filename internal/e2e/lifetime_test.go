@@ -303,8 +303,8 @@ func TestCorruptSKUIsPoisonedWhileOthersFinish(t *testing.T) {
 
 // (6) The SKU's fencing counter is deleted while its stored fence is high (1,000): the next order is refused
 // as stale once, the counter is raised to the fence (delivery's recoverFence), and the order is decided
-// within 5 s. (An elided batch
-// goes past the fence without the counter: inventory's TestReserveBatchElidesAFreeLock.)
+// within 5 s. (An elided batch goes past the fence without the counter: inventory's
+// TestReserveBatchElidesAFreeLock.)
 func TestLostFencingCounterRecovers(t *testing.T) {
 	s := redistest.Start(t)
 	rdb := s.Client()

@@ -170,6 +170,13 @@ func (w *Worker) setLocker(opts Options) error {
 	return nil
 }
 
+// Both lockers raise their fencing counters, which delivery's retry relies on to recover a lost counter: a
+// change of the method's signature must fail here, not turn the recovery off.
+var (
+	_ delivery.TokenRaiser = (*rlock.Reentrant)(nil)
+	_ delivery.TokenRaiser = (*rlock.Redlock)(nil)
+)
+
 // newLocker builds the locker the settings describe: Redlock over REDLOCK_URLS, or Reentrant on REDIS_URL.
 func (w *Worker) newLocker() (err error) {
 	// Fencing counters expire with the outcome records: a SKU named once (a typo) leaves nothing behind.
