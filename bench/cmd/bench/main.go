@@ -50,6 +50,10 @@ func parseFlags(args []string) (harness.Config, error) {
 	workerBin := fs.String("worker-bin", "", "the bench worker binary (bench/cmd/benchworker) for the end-to-end comparison; empty skips it")
 	consumerBin := fs.String("consumer-bin", "", "the peers of the cost comparison (bench/cmd/benchconsumer); empty skips it")
 	baseWorkerBin := fs.String("base-worker", "", "another build of the bench worker, run as one more contender of the cost comparison (scripts/bench.sh --base builds it)")
+	costOrders := fs.Int("cost-orders", 0, "orders per round of the cost comparison (0: the mode's)")
+	profile := fs.String("profile", "", "write a CPU profile of each consumer process of every cost round to this directory "+
+		"(<workload>-<contender>-<round>-<process>.pprof), taken over the first --profile-seconds of its drain")
+	profileSeconds := fs.Int("profile-seconds", 2, "how long each profile of --profile runs")
 	commit := fs.String("commit", "", "the commit measured, for the report")
 	pidFile := fs.String("pid-file", "", "append the pid of every child process and a part of its command line here (the script kills them if the harness dies)")
 	if err := fs.Parse(args); err != nil {
@@ -64,6 +68,10 @@ func parseFlags(args []string) (harness.Config, error) {
 	}
 	cfg.Only, cfg.Out, cfg.WorkerBin, cfg.ConsumerBin, cfg.Commit = only, *out, *workerBin, *consumerBin, *commit
 	cfg.BaseWorkerBin = *baseWorkerBin
+	if *costOrders > 0 {
+		cfg.CostOrders = *costOrders
+	}
+	cfg.ProfileDir, cfg.ProfileSeconds = *profile, *profileSeconds
 	cfg.Progress, cfg.OnPid = os.Stderr, pidRecorder(*pidFile)
 	return cfg, nil
 }

@@ -3,15 +3,18 @@ package harness
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -110,7 +113,8 @@ func (b *bench) costRound(ctx context.Context, t *Table, wl e2eWorkload, c costC
 		return fmt.Errorf("%s: %w", c.name, err)
 	}
 	defer procs.kill()
-	v, top, err := b.drain(ctx, procs, wl)
+	profiled := b.profileName(wl.id, c.name, round)
+	v, top, err := b.drain(ctx, procs, wl, profiled)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", wl.id, c.name, err)
 	}
@@ -151,7 +155,7 @@ func (b *bench) startConsumers(ctx context.Context, c costContender, n int) (ben
 
 // drain publishes wl's orders while procs are stopped, then lets them drain the group and measures; top
 // says which commands Redis spent the most time on.
-func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (v map[string]float64, top string, err error) {
+func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload, profiled string) (v map[string]float64, top string, err error) {
 	allocs0 := procs.allocations()
 	for _, p := range procs {
 		_ = p.Pause()
@@ -168,9 +172,10 @@ func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload) (
 		for _, p := range procs {
 			_ = p.Resume()
 		}
+		profiles := procs.profile(profiled, b.cfg.ProfileSeconds)
 		err := b.waitDrained(ctx, int64(wl.orders))
 		elapsed = time.Since(start)
-		return err
+		return errors.Join(err, profiles())
 	})
 	if err != nil {
 		return nil, "", err
@@ -288,6 +293,55 @@ func (s redisStats) topCommands(orders float64, n int) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f×%.1fµs", name, c.calls/orders, c.usec/c.calls))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// profileName is the file name prefix of a cost round's CPU profiles, "" when the run takes none.
+func (b *bench) profileName(workload, contender string, round int) string {
+	if b.cfg.ProfileDir == "" {
+		return ""
+	}
+	name := strings.NewReplacer(" ", "-", ",", "").Replace(contender)
+	return filepath.Join(b.cfg.ProfileDir, fmt.Sprintf("%s-%s-%d", workload, name, round+1))
+}
+
+// profile takes a CPU profile of each process over the next seconds, written to prefix-<i>.pprof; the
+// function returned waits for them. An empty prefix takes none.
+func (ws benchWorkers) profile(prefix string, seconds int) (wait func() error) {
+	if prefix == "" {
+		return func() error { return nil }
+	}
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			errs[i] = fetchTo(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.pprofAddr, seconds),
+				fmt.Sprintf("%s-%d.pprof", prefix, i))
+		})
+	}
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+// fetchTo writes the body of a GET of url to the file path.
+func fetchTo(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // allocations is the sum of the processes' heap allocations so far (runtime.MemStats.Mallocs, from the

@@ -37,9 +37,13 @@ type Config struct {
 	StockUnits, StockOrders, StockClients int
 	// End to end: orders per round for the uniform and the hot-SKU workload.
 	E2EOrders, E2EHotOrders int
-	CostOrders              int    // cost of an order: orders per round
-	WorkerBin               string // the bench worker binary; "" skips the end-to-end comparison
-	ConsumerBin             string // the peers of the cost comparison (bench/cmd/benchconsumer); "" skips it
+	CostOrders              int // cost of an order: orders per round
+	// ProfileDir, when set, receives a CPU profile of each consumer process of every cost round, taken
+	// over the first ProfileSeconds of its drain (give the round enough orders to last that long).
+	ProfileDir     string
+	ProfileSeconds int
+	WorkerBin      string // the bench worker binary; "" skips the end-to-end comparison
+	ConsumerBin    string // the peers of the cost comparison (bench/cmd/benchconsumer); "" skips it
 	// Pub/Sub: messages drained per contender and round; how long the idle subscriptions are measured.
 	PubSubMessages int
 	PubSubIdle     time.Duration
