@@ -74,7 +74,7 @@ type combineEnv struct {
 	rdb   *redis.Client
 	store *countingStore
 	h     *Handler
-	c     *combiner
+	b     *lockmw.Batcher
 	// gate holds every leader before it decides (as a lock wait would) until closed; nil: none.
 	gate chan struct{}
 	// elide runs leaders in an elided section first, then (on ErrLocked) in a section with token 0, as the
@@ -94,15 +94,15 @@ func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
 	}
 	e.store = &countingStore{Store: inv}
 	parts := order.Partitions(1, false, "orders", "results", "poison")
-	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c1", MaxWait: maxWait})
-	e.c = e.h.combiner
+	e.b = &lockmw.Batcher{MaxWait: maxWait}
+	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c1", Batcher: e.b})
 	return e
 }
 
-// handler is the chain from Combine on: a leader leads in its section (inSection). As the router would, it
+// handler is the chain from the Batcher on: a leader leads in its section (inSection). As the router would, it
 // acks the entry of an order whose handler returned nil.
 func (e *combineEnv) handler() message.HandlerFunc {
-	chain := e.h.Combine(func(msg *message.Message) ([]*message.Message, error) {
+	chain := e.b.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		return e.inSection(msg, e.h.Handle)
 	})
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -139,7 +139,7 @@ func (e *combineEnv) order(t *testing.T, id string) *message.Message {
 		t.Fatal(err)
 	}
 	msg := redisstream.Entry{ID: entry, Deliveries: 1, Values: map[string]any{"payload": "p"}}.Message()
-	msg.SetContext(WithOrder(ctx, order.Order{OrderID: id, SKU: "SKU-1", Quantity: 1}))
+	msg.SetContext(lockmw.WithKeys(order.NewContext(ctx, order.Order{OrderID: id, SKU: "SKU-1", Quantity: 1}), []string{"SKU-1"}, lockmw.MayBatch))
 	return msg
 }
 
@@ -165,16 +165,11 @@ func (e *combineEnv) run(t *testing.T, msgs ...*message.Message) func() []error 
 	return func() []error { wg.Wait(); return errs }
 }
 
-// waitWaiting waits until n orders of SKU-1 are in the combiner.
+// waitWaiting waits until n orders of SKU-1 wait in the Batcher.
 func (e *combineEnv) waitWaiting(t *testing.T, n int) {
 	t.Helper()
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		e.c.mu.Lock()
-		got := 0
-		if q := e.c.skus["SKU-1"]; q != nil {
-			got = len(q.waiting)
-		}
-		e.c.mu.Unlock()
+		got := e.b.Waiting("SKU-1")
 		if got >= n {
 			return
 		}
@@ -264,7 +259,7 @@ func TestLeaderThatFailsHandsTheLeadOn(t *testing.T) {
 	e := newCombineEnv(t, 0)
 	lockErr := errors.New("lock SKU-1: not obtained")
 	first := true
-	h := e.h.Combine(func(msg *message.Message) ([]*message.Message, error) {
+	h := e.b.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		if first { // only the first leader runs here at this point
 			<-e.gate
 			first = false
@@ -370,7 +365,7 @@ func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
 	e := newCombineEnv(t, 100*time.Millisecond)
 	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
-	e.elide, e.c.leadFor = true, time.Minute
+	e.elide, e.h.leadFor = true, time.Minute
 	h := e.handler()
 	leader, follower := e.order(t, "o-1"), e.order(t, "o-2")
 	followerErr := make(chan error, 1)
@@ -389,8 +384,8 @@ func TestFollowerThatGaveUpDuringAnElidedBatchGetsItsError(t *testing.T) {
 	}
 	select {
 	case err := <-followerErr:
-		if !errors.Is(err, errGaveUp) {
-			t.Fatalf("follower: %v, want errGaveUp", err)
+		if !errors.Is(err, lockmw.ErrGaveUp) {
+			t.Fatalf("follower: %v, want lockmw.ErrGaveUp", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the follower that gave up waits again after its batch came back undecided")
@@ -468,7 +463,7 @@ func TestAPanicInALaterBatchDoesNotPoisonTheLeader(t *testing.T) {
 			panic("boom")
 		}
 	}
-	e.c.leadFor = time.Minute
+	e.h.leadFor = time.Minute
 	if _, err := h(leader); err != nil {
 		t.Fatalf("leader: %v, want its own order's outcome (nil)", err)
 	}

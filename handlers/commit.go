@@ -32,8 +32,8 @@ type committer struct {
 	mu      sync.Mutex
 	waiting []*commit
 	running bool // a round is being committed
-	// h commits the batches of a round (Handler.decideRound), each commit getting its outcome, and its
-	// combiner holds the queues the SKUs' batches are taken from.
+	// h commits the batches of a round (Handler.decideRound), each commit getting its outcome; its Batcher
+	// holds the queues the SKUs' batches are taken from.
 	h *Handler
 }
 
@@ -42,7 +42,7 @@ type committer struct {
 // commit.
 type commit struct {
 	ctx context.Context // the batch leader's
-	// sku: the batch is the SKU's waiting orders, taken from its queue once, when the round starts
+	// sku: the batch is the SKU's waiting orders, taken from the Batcher once, when the round starts
 	// (orders); "": the batch is given.
 	sku     string
 	taken   bool
@@ -57,16 +57,12 @@ type commit struct {
 	wake chan bool
 }
 
-// orders takes b's batch, the first time (from its SKU's queue: Handler.combiner), and notes how long its
-// orders waited.
+// orders takes b's batch the first time: from its SKU's queue in the Batcher (take), a given one as it is.
 func (h *Handler) orders(b *commit) []*queued {
 	if !b.taken {
 		b.taken = true
 		if b.sku != "" {
-			b.batch = h.combiner.take(b.sku)
-		}
-		if !b.decided && b.basket == nil { // a basket's wait is its locks' (decideOrder)
-			stamp(b.batch)
+			b.batch = h.take(b.sku)
 		}
 	}
 	return b.batch

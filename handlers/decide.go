@@ -80,7 +80,7 @@ func (h *Handler) resultMessage(ctx context.Context, r order.Result) (*message.M
 }
 
 // asHandlerError makes an order whose id another order used (inventory.ErrOrderConflict) bad input: no
-// retry can decide it (in a batch of several orders the combiner decides each alone, so only that one
+// retry can decide it (in a batch of several orders the leader decides each alone, so only that one
 // fails); and a write that found the lock held in an elided section (inventory.ErrLocked) the lock
 // middleware's ErrLocked, so that it takes the lock.
 func asHandlerError(err error) error {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"time"
 
 	"github.com/stockflow/stockflow/inventory"
@@ -26,17 +25,4 @@ func newOrderResult(o order.Order, out inventory.OrderOutcome, worker string, wa
 		r.Quantity += l.Quantity
 	}
 	return r
-}
-
-type orderKey struct{}
-
-// WithOrder returns ctx carrying the decoded order of the message being handled.
-func WithOrder(ctx context.Context, o order.Order) context.Context {
-	return context.WithValue(ctx, orderKey{}, o)
-}
-
-// OrderFrom returns the order stored by WithOrder.
-func OrderFrom(ctx context.Context) (order.Order, bool) {
-	o, ok := ctx.Value(orderKey{}).(order.Order)
-	return o, ok
 }

@@ -28,7 +28,7 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	parts := order.Partitions(16, true, "orders", "results", "poison")
-	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Cluster: true, Worker: "w", Consumer: "c"})
+	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c"})
 	home := parts[order.PartitionOf("SKU-1", len(parts))]
 	away := home
 	for _, p := range parts {
@@ -62,7 +62,7 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 			t.Fatalf("read %d of the 2 entries within 10 s", len(batch))
 		}
 		o := order.Order{OrderID: string(msg.Payload), SKU: "SKU-1", Quantity: 1}
-		batch = append(batch, &queued{msg: msg, order: o, since: time.Now()})
+		batch = append(batch, &queued{msg: msg, order: o})
 	}
 
 	if _, err := h.committer.decide(&commit{ctx: ctx, batch: batch, fence: 0}); err != nil {

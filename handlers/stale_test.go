@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,8 +23,13 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 	e.store.gate = make(chan struct{})
 	claimed, kept := e.batch(t, "SKU-A", 0), e.batch(t, "SKU-B", 1)
 	errs := make(chan error, 2)
-	for _, b := range [][]*queued{claimed, kept} {
+	for i, b := range [][]*queued{claimed, kept} {
 		go func() { _, err := e.h.committer.decide(&commit{ctx: ctx, batch: b, fence: 0}); errs <- err }()
+		if i == 0 { // the first round holds the claimed order alone: the other comes once it is at the gate
+			for e.store.roundsSeen() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
 	}
 	waitWaiting(t, e, 1)
 	// The round is stalled in its stock scripts; another consumer claims SKU-A's entry, as after CLAIM_IDLE.

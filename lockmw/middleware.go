@@ -126,7 +126,7 @@ func (m *Middleware) ownerPrefix() string {
 // keys returns the lock keys of msg, and whether its handler may run elided (WithKeys).
 func (m *Middleware) keys(msg *message.Message) (keys []string, elide bool, err error) {
 	if r, ok := msg.Context().Value(keysKey{}).(request); ok {
-		return r.keys, r.elide, nil
+		return r.keys, r.ways&MayElide != 0, nil
 	}
 	switch {
 	case m.Keys != nil:

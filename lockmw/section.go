@@ -91,24 +91,42 @@ type keysKey struct{}
 
 // request is what a step ahead of the middleware asks of it for a message (WithKeys).
 type request struct {
-	keys  []string
-	elide bool
+	keys []string
+	ways Ways
 }
 
-// WithKeys returns ctx carrying the lock keys of the message it is the context of, for a step ahead of the
-// middleware that knows them (a decoder): the middleware then takes them instead of asking Key or Keys.
-// elide says that the message's handler may run without taking the locks first (Section.Elided): its write
-// then takes them itself when nobody holds any, as one atomic step (the stock scripts' lock elision); when
-// the handler fails with ErrLocked (somebody holds one), the middleware takes the locks and runs it again.
-func WithKeys(ctx context.Context, keys []string, elide bool) context.Context {
-	return context.WithValue(ctx, keysKey{}, request{keys: keys, elide: elide})
+// Ways are the ways into the section a message may take besides acquiring its locks (WithKeys).
+type Ways uint8
+
+const (
+	// MayElide: the message's handler may run without taking the locks first (Section.Elided): its write
+	// then takes them itself when nobody holds any, as one atomic step (the stock scripts' lock elision);
+	// when the handler fails with ErrLocked (somebody holds one), the middleware takes the locks and runs
+	// it again.
+	MayElide Ways = 1 << iota
+	// MayBatch: a message of one key may be handled in a batch of another message of that key, in that
+	// one's section (Batcher), instead of obtaining the section itself.
+	MayBatch
+)
+
+// WithKeys returns ctx carrying the lock keys of the message it is the context of, and the ways into their
+// section it may take, for a step ahead of the middleware that knows them (a decoder): the middleware and
+// the Batcher then take them instead of asking Key or Keys.
+func WithKeys(ctx context.Context, keys []string, ways Ways) context.Context {
+	return context.WithValue(ctx, keysKey{}, request{keys: keys, ways: ways})
+}
+
+// KeysFrom returns the lock keys and ways WithKeys put in ctx.
+func KeysFrom(ctx context.Context) (keys []string, ways Ways, ok bool) {
+	r, ok := ctx.Value(keysKey{}).(request)
+	return r.keys, r.ways, ok
 }
 
 type sinceKey struct{}
 
-// WithWaitingSince notes in ctx when the message started waiting for its section, when that was before
-// the middleware (a batching step ahead of it); the middleware counts the wait from its own start otherwise.
-func WithWaitingSince(ctx context.Context, t time.Time) context.Context {
+// withWaitingSince notes in ctx when the message started waiting for its section, when that was before
+// the middleware (the Batcher ahead of it); the middleware counts the wait from its own start otherwise.
+func withWaitingSince(ctx context.Context, t time.Time) context.Context {
 	return context.WithValue(ctx, sinceKey{}, t)
 }
 

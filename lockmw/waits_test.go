@@ -39,7 +39,7 @@ func TestMiddlewareTellsWaitsEveryRecordedWait(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	log := &waitLog{}
-	elide := false
+	var ways Ways
 	mw := &Middleware{Locker: l, Waits: log} // the keys come with each message (WithKeys)
 	follower := message.NewMessage("f", []byte("SKU-1"))
 	follower.SetContext(context.WithValue(context.Background(), ctxMark{}, "follower"))
@@ -54,12 +54,12 @@ func TestMiddlewareTellsWaitsEveryRecordedWait(t *testing.T) {
 	})
 	run := func(uuid, sku string) {
 		msg := message.NewMessage(uuid, []byte(sku))
-		msg.SetContext(WithKeys(context.WithValue(context.Background(), ctxMark{}, uuid), []string{sku}, elide))
+		msg.SetContext(WithKeys(context.WithValue(context.Background(), ctxMark{}, uuid), []string{sku}, ways))
 		_, _ = h(msg)
 	}
 	run("leader", "SKU-1")
 	run("fails", "SKU-2")
-	elide = true
+	ways = MayElide
 	run("elided", "SKU-3")
 
 	var got []string

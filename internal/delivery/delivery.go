@@ -1,12 +1,13 @@
 // Package delivery is what happens to a stream entry around its handler, at least once: the steps of a
 // consumer's chain, outermost first, each a message.HandlerMiddleware:
 //
-//	trace ▶ poison ▶ Recoverer (Watermill's) ▶ retry ▶ keepAlive ▶ (the handler's own steps: package handlers)
+//	trace ▶ poison ▶ Recoverer (Watermill's) ▶ retry ▶ keepAlive ▶ Decoder ▶ (the lock: lockmw) ▶ (the handler)
 //
 // trace continues the producer's trace; poison sends what can never succeed to the poison stream and acks it;
 // Watermill's Recoverer turns a panic into an error, which poison poisons (a message that panics once would
 // panic again); retry hands a failed attempt back to the group (retry.go: which
-// failures count); keepAlive keeps an entry being handled from being claimed by another worker. (An order
+// failures count); keepAlive keeps an entry being handled from being claimed by another worker; Decoder
+// makes the message an order (decode.go), which a bad payload fails as bad input (poisoned). (An order
 // in flight finishes on shutdown because its message's context outlives the subscription:
 // redisstream.SubscriberConfig.HandlingContext.)
 //

@@ -90,8 +90,8 @@ func TestReadmeIsAShortMapOfTheDocs(t *testing.T) {
 	}
 	path := section(t, doc(t, "architecture.md"), "## The order's path")
 	at := 0
-	for _, step := range []string{"XADD", "stream.Subscriber", "Router", "trace", "retry", "handlers.Decode",
-		"combine", "lockmw", "cohort", "elided", "inventory", "XACK", "stockflow_lock_wait_seconds"} {
+	for _, step := range []string{"XADD", "stream.Subscriber", "Router", "trace", "retry", "delivery.Decoder", "lockmw",
+		"Batcher", "cohort", "elided", "inventory", "XACK", "stockflow_lock_wait_seconds"} {
 		i := strings.Index(path[at:], step)
 		if i < 0 {
 			t.Errorf("docs/architecture.md: the order's path does not name %q after %q", step, lastLine(path[:at]))

@@ -13,7 +13,7 @@
 //
 // The worker wires it (internal/worker/worker.go): a field hot *hot.Recorder, set in setLocker with
 // hot.NewRecorder(w.rdb, w.logger) and given to the lock middleware as Waits, run by Run with the
-// housekeeping (go w.hot.Run(hkCtx)); and handlers/combine.go records a batch's followers through the
+// housekeeping (go w.hot.Run(hkCtx)); and lockmw.Batcher.Done records a batch's followers through the
 // leader's section (sec.RecordWait) rather than lockmw.RecordWait, so that they count too.
 //
 // Redis layout (REDIS_URL's Redis; the two keys of a window share a hash tag, so one slot of a cluster):

@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/handlers"
+	"github.com/stockflow/stockflow/internal/delivery"
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/redisstream"
 	"github.com/stockflow/stockflow/testkit/redistest"
@@ -37,9 +40,13 @@ func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
 			cfg.RedisURL, cfg.RunID, cfg.Orders, cfg.SKUs, cfg.SeedStock = s.URL(), "t", 200, 4, 40
 			cfg.Lines, cfg.Cancel, cfg.Fulfil, cfg.Wait, cfg.Timeout = "1-3", 0.3, 0.3, true, 30*time.Second
 			done := make(chan struct{})
-			h := handlers.New(handlers.Config{Store: tc.store(inventory.New(rdb)), Redis: rdb,
-				Partitions: cfg.Partitions(), Group: cfg.ConsumerGroup, Worker: "stand-in"})
-			go func() { defer close(done); standInWorker(ctx, t, rdb, cfg, h) }()
+			store := tc.store(inventory.New(rdb))
+			batcher := &lockmw.Batcher{}
+			h := handlers.New(handlers.Config{Store: store, Redis: rdb,
+				Partitions: cfg.Partitions(), Group: cfg.ConsumerGroup, Worker: "stand-in", Batcher: batcher})
+			decoder := &delivery.Decoder{Lines: store}
+			decide := decoder.Decode(batcher.Middleware(h.Handle))
+			go func() { defer close(done); standInWorker(ctx, t, rdb, cfg, decide) }()
 			defer func() { cancel(); <-done }()
 
 			sum, err := Run(ctx, cfg, nil)
@@ -65,10 +72,10 @@ func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
 	}
 }
 
-// standInWorker decides the events of the orders stream one at a time, unfenced (no lock), with the real
-// handler h, which adds their outcome events to the results stream; it acks them, as the router does.
-func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Config, h *handlers.Handler) {
-	decide := h.Decode(h.Combine(h.Handle))
+// standInWorker decides the events of the orders stream one at a time, unfenced (no lock), with decide, the
+// real decoder and handler, which adds their outcome events to the results stream; it acks them, as the
+// router does.
+func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Config, decide message.HandlerFunc) {
 	for ctx.Err() == nil {
 		streams, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: cfg.ConsumerGroup, Consumer: "stand-in",
 			Streams: []string{cfg.OrdersStream, ">"}, Block: 100 * time.Millisecond}).Result()

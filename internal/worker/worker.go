@@ -1,6 +1,7 @@
 // Package worker wires the order worker: settings ▶ Redis clients ▶ the locker and the lock middleware ▶ the
-// stock store and the order handler (package handlers) ▶ one redisstream.Subscriber per consumer in a Watermill
-// router, each with the entry's delivery steps (package delivery) ▶ run.
+// stock store, the decode and batching steps and the order handler (package handlers) ▶ one
+// redisstream.Subscriber per consumer in a Watermill router, each with the entry's delivery steps (package
+// delivery) ▶ run.
 package worker
 
 import (
@@ -48,6 +49,8 @@ type Worker struct {
 	wmLogger  quietLogger
 	store     *inventory.Store
 	handler   *handlers.Handler
+	decoder   *delivery.Decoder    // the orders' decode step, the last of the delivery steps
+	batcher   *lockmw.Batcher      // the batching step ahead of the lock middleware
 	lockMW    *lockmw.Middleware   // nil: NoLock
 	hot       *hot.Recorder        // the lock waits by SKU, for stockctl hot; nil: NoLock
 	tokens    delivery.TokenRaiser // the locker's fencing counters; nil when it has none
@@ -196,8 +199,9 @@ func (w *Worker) newLocker() (err error) {
 	return err
 }
 
-// setHandler builds the order handler and the lock middleware's ways to the section: elided when the
-// lock lives on the stock's Redis (and LOCK_ELISION is on), and fenced at the store when it does not
+// setHandler builds the decode step, the batching step and the order handler, and the lock middleware's ways
+// to the section: batched, elided when the lock lives on the stock's Redis (and LOCK_ELISION is on), and
+// fenced at the store when it does not
 // (Redlock: each acquisition first raises the SKU's stored fence to its token, so the store refuses every
 // older token before this holder writes too; one round trip to the stock's Redis per acquisition).
 func (w *Worker) setHandler(faults *Faults) error {
@@ -207,9 +211,12 @@ func (w *Worker) setHandler(faults *Faults) error {
 		store = faults.Store(store)
 	}
 	elide := w.lockMW != nil && w.cfg.LockElision && w.fenceCounterAtStore() && (faults == nil || !faults.NoElision)
+	w.decoder = &delivery.Decoder{Lines: store, Redis: w.rdb, Partitions: w.parts, Group: w.cfg.ConsumerGroup,
+		ClaimIdle: w.cfg.ClaimIdle, Elide: elide, Cluster: w.cfg.Cluster}
+	w.batcher = &lockmw.Batcher{MaxWait: w.cfg.LockWait}
 	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
-		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Cluster: w.cfg.Cluster, Elide: elide,
-		Worker: w.cfg.Name, Consumer: w.cfg.Name, Logger: w.logger, MaxWait: w.cfg.LockWait, ClaimIdle: w.cfg.ClaimIdle})
+		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Worker: w.cfg.Name, Consumer: w.cfg.Name,
+		Logger: w.logger, Batcher: w.batcher})
 	if w.lockMW != nil && !w.fenceCounterAtStore() {
 		w.lockMW.Fencer = w.store
 	}
@@ -236,7 +243,7 @@ func (w *Worker) storeOptions() []inventory.Option {
 // addConsumer adds the worker's consumer to the router: a subscriber (redisstream.Subscriber) that reads the
 // orders in batches and has up to WORKER_CONCURRENCY of them handled at once, and its chain of steps.
 func (w *Worker) addConsumer(faults *Faults) error {
-	steps := []message.HandlerMiddleware{w.handler.Decode, w.handler.Combine}
+	steps := []message.HandlerMiddleware{w.decoder.Decode, w.batcher.Middleware}
 	if w.lockMW != nil {
 		steps = append(steps, w.lockMW.Middleware)
 	}
