@@ -510,3 +510,17 @@ func TestALeaderDecidedOneByOneGetsItsOwnOutcome(t *testing.T) {
 		t.Fatalf("errors %v; want only o-3's (the last), permanent, and none for the leader o-1", errs)
 	}
 }
+
+// A single-SKU order that reaches the handler without waiting in the Batcher (a chain built without it)
+// fails, and says why, rather than being taken for an order whose lock is held.
+func TestAnOrderThatSkippedTheBatcherFailsAndSaysWhy(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	close(e.gate)
+	msg := e.order(t, "o-1")
+	if _, err := e.inSection(msg, e.h.Handle); !errors.Is(err, errNotQueued) || errors.Is(err, lockmw.ErrLocked) {
+		t.Fatalf("an order handled without the Batcher: %v, want errNotQueued", err)
+	}
+	if got := e.results(t); len(got) != 0 {
+		t.Fatalf("outcomes %v, want none", got)
+	}
+}

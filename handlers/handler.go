@@ -50,7 +50,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Batcher is the step ahead of the lock middleware in which the single-SKU orders of a SKU wait for a
 	// batch of its leader, whose Handle takes them (Batcher.Take) and hands them their outcome
-	// (Batcher.Done). Required for single-SKU orders.
+	// (Batcher.Done). Required: a single-SKU order that reaches Handle without passing through its
+	// Middleware fails.
 	Batcher *lockmw.Batcher
 }
 
@@ -66,6 +67,9 @@ type Handler struct {
 
 // New returns the handler of cfg.
 func New(cfg Config) *Handler {
+	if cfg.Batcher == nil {
+		cfg.Batcher = &lockmw.Batcher{} // its queues stay empty: single-SKU orders fail (errNotQueued)
+	}
 	h := &Handler{cfg: cfg, server: redisstream.ServerAttributes(cfg.Redis), leadFor: leadFor}
 	h.committer = &committer{h: h}
 	return h

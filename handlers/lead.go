@@ -35,6 +35,10 @@ const leadFor = rlock.DefaultHandOffHold
 // towards MAX_ATTEMPTS, so an order whose data makes the decision panic ends in the poison stream.
 var ErrPanicked = errors.New("handlers: deciding the order's batch panicked")
 
+// errNotQueued: a leader found its own order in no queue: the chain has no Config.Batcher ahead of the
+// lock middleware and the handler.
+var errNotQueued = errors.New("handlers: a single-SKU order reached the handler without waiting in the Batcher (Config.Batcher, ahead of the lock middleware)")
+
 // errTakeLock: an elided batch decided nothing and goes back to be decided under the lock.
 var errTakeLock = errors.New("handlers: the batch is to be decided under the lock")
 
@@ -86,6 +90,9 @@ func (h *Handler) lead(msg *message.Message, sku string, sec *lockmw.Section) er
 	start := time.Now()
 	for first := true; first || time.Since(start) < h.leadFor; first = false {
 		batch, err := h.decideEach(msg, sku, fence)
+		if len(batch) == 0 && first {
+			return errNotQueued
+		}
 		if len(batch) == 0 {
 			break
 		}
