@@ -1,9 +1,11 @@
 package lockmw_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -40,6 +42,44 @@ func ExampleMiddleware() {
 	// Output:
 	// order-1 runs under the lock of SKU-1 with token 1
 	// order-2 runs under the lock of SKU-1 with token 2
+}
+
+func ExampleBatcher() {
+	// The messages of one key that arrive while another message of it is handled wait in the Batcher and
+	// are handled in the first one's batches: it alone goes on to the lock middleware and the handler.
+	b := &lockmw.Batcher{}
+	release := make(chan struct{})
+	handler := b.Middleware(func(leader *message.Message) ([]*message.Message, error) {
+		<-release // here the lock middleware would wait for the lock
+		batch := b.Take("SKU-1", 64)
+		for _, q := range batch {
+			fmt.Println(leader.UUID, "handles", q.Msg.UUID)
+		}
+		b.Done("SKU-1", leader, batch, nil) // each follower returns nil
+		return nil, nil
+	})
+	done := make(chan struct{})
+	for i, id := range []string{"order-1", "order-2", "order-3"} {
+		msg := message.NewMessage(id, nil)
+		msg.SetContext(lockmw.WithKeys(context.Background(), []string{"SKU-1"}, lockmw.MayBatch))
+		go func() {
+			if _, err := handler(msg); err != nil {
+				panic(err)
+			}
+			done <- struct{}{}
+		}()
+		for b.Waiting("SKU-1") <= i { // each joins after the one before it
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release)
+	for range 3 {
+		<-done
+	}
+	// Output:
+	// order-1 handles order-1
+	// order-1 handles order-2
+	// order-1 handles order-3
 }
 
 // The example runs against a redis-server of its own; in your code, the address is where your Redis runs
