@@ -43,8 +43,9 @@ type committer struct {
 type commit struct {
 	ctx context.Context // the batch leader's
 	// sku: the batch is the SKU's waiting orders, taken from the Batcher once, when the round starts
-	// (orders); "": the batch is given.
+	// (orders), for leader, the message that leads the SKU; "": the batch is given.
 	sku     string
+	leader  *message.Message
 	taken   bool
 	batch   []*queued
 	fence   int64
@@ -62,7 +63,7 @@ func (h *Handler) orders(b *commit) []*queued {
 	if !b.taken {
 		b.taken = true
 		if b.sku != "" {
-			b.batch = h.take(b.sku)
+			b.batch = h.take(b.sku, b.leader)
 		}
 	}
 	return b.batch

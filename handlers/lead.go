@@ -50,13 +50,18 @@ type queued struct {
 	q      *lockmw.Queued // nil: decided alone (a basket, a lifecycle event)
 }
 
-// take takes a batch of sku's waiting orders from the Batcher.
-func (h *Handler) take(sku string) []*queued {
-	taken := h.cfg.Batcher.Take(sku, inventory.MaxBatch)
-	batch := make([]*queued, len(taken))
-	for i, q := range taken {
-		o, _ := order.FromContext(q.Msg.Context())
-		batch[i] = &queued{msg: q.Msg, order: o, waited: q.Taken.Sub(q.Since), q: q}
+// take takes a batch of sku's waiting orders from the Batcher. A message that waited there undecoded (a
+// chain without delivery.Decoder ahead of the Batcher) fails as bad input at once.
+func (h *Handler) take(sku string, leader *message.Message) []*queued {
+	var batch []*queued
+	for _, q := range h.cfg.Batcher.Take(sku, inventory.MaxBatch) {
+		o, ok := order.FromContext(q.Msg.Context())
+		if !ok {
+			err := fmt.Errorf("%w: message %s was not decoded", order.ErrBadInput, q.Msg.UUID)
+			h.cfg.Batcher.Done(sku, leader, []*lockmw.Queued{q}, err)
+			continue
+		}
+		batch = append(batch, &queued{msg: q.Msg, order: o, waited: q.Taken.Sub(q.Since), q: q})
 	}
 	return batch
 }
@@ -122,7 +127,7 @@ func (h *Handler) lead(msg *message.Message, sku string, sec *lockmw.Section) er
 // fail on their own count the failure. A batch whose decision panicked fails with ErrPanicked (the
 // committer recovers), every order of it, the leader's too.
 func (h *Handler) decideEach(leader *message.Message, sku string, fence int64) ([]*queued, error) {
-	batch, err := h.committer.decide(&commit{ctx: leader.Context(), sku: sku, fence: fence})
+	batch, err := h.committer.decide(&commit{ctx: leader.Context(), sku: sku, leader: leader, fence: fence})
 	switch oneByOne := len(batch) > 1 && inventory.IsPermanent(err); {
 	case len(batch) == 0:
 		return nil, nil

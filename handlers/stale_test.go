@@ -26,8 +26,11 @@ func TestAStaleRoundPublishesNothingForAnEntryClaimedMeanwhile(t *testing.T) {
 	for i, b := range [][]*queued{claimed, kept} {
 		go func() { _, err := e.h.committer.decide(&commit{ctx: ctx, batch: b, fence: 0}); errs <- err }()
 		if i == 0 { // the first round holds the claimed order alone: the other comes once it is at the gate
-			for e.store.roundsSeen() == 0 {
-				time.Sleep(time.Millisecond)
+			for deadline := time.Now().Add(5 * time.Second); e.store.roundsSeen() == 0; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					close(e.store.gate)
+					t.Fatal("the first round did not reach the store within 5 s")
+				}
 			}
 		}
 	}

@@ -24,6 +24,10 @@ import (
 // most about rlock.DefaultHandOffHold. Only a message whose context says MayBatch for one key (WithKeys)
 // waits here; any other passes through.
 //
+// The leader's handler must settle every batch it takes before it returns: Done (the batch was handled:
+// its followers return the outcome given) or PutBack (it was not: its messages wait again, the leader's
+// own among them). A follower taken into a batch waits for that, without a bound of its own.
+//
 // The zero Batcher is ready to use.
 type Batcher struct {
 	// MaxWait bounds how long a follower waits for a batch to take it, as the locker's MaxWait bounds a lock
@@ -187,16 +191,22 @@ func (b *Batcher) Take(key string, n int) []*Queued {
 func (b *Batcher) PutBack(key string, batch []*Queued) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	q := b.keys[key]
+	if q == nil {
+		return // the key's leader stepped down: nothing of it was taken
+	}
 	var back []*Queued
 	for _, p := range batch {
 		p.taken = false
 		if p.gaveUp != nil {
-			p.wake <- p.gaveUp
+			select { // once: a message put back twice, or after Done, is told nothing more
+			case p.wake <- p.gaveUp:
+			default:
+			}
 			continue
 		}
 		back = append(back, p)
 	}
-	q := b.keys[key]
 	q.waiting = append(back, q.waiting...)
 }
 

@@ -136,7 +136,7 @@ func TestAFollowerGivesUpAfterMaxWaitOrLeadsNext(t *testing.T) {
 		mu.Unlock()
 		if msg.UUID == "leader" {
 			<-gate
-			time.Sleep(100 * time.Millisecond) // past the follower's MaxWait
+			time.Sleep(time.Second) // far past the follower's MaxWait of 50 ms
 		}
 		return nil, nil
 	})
@@ -150,5 +150,22 @@ func TestAFollowerGivesUpAfterMaxWaitOrLeadsNext(t *testing.T) {
 	errs = run(t, b, h, gate, "leader", "f2")
 	if errs[0] != nil || errs[1] != nil || !slices.Equal(ran, []string{"leader", "f2"}) {
 		t.Fatalf("ran %v, errors %v: want the leader, then f2 leading in turn", ran, errs)
+	}
+}
+
+// A follower whose wait ends while a batch holds it waits on for that batch; put back unhandled, it fails
+// with its own give-up, not the batch's outcome, and does not wait again.
+func TestAFollowerThatGivesUpWhileTakenGetsItsGiveUpWhenPutBack(t *testing.T) {
+	b := &Batcher{MaxWait: 50 * time.Millisecond}
+	gate := make(chan struct{})
+	errs := run(t, b, b.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		<-gate
+		batch := b.Take("k", 2)
+		time.Sleep(time.Second) // the follower's MaxWait ends while its message is taken
+		b.PutBack("k", batch)
+		return nil, nil
+	}), gate, "leader", "f1")
+	if errs[0] != nil || !errors.Is(errs[1], ErrGaveUp) || b.Waiting("k") != 0 {
+		t.Fatalf("errors %v, %d waiting: want the follower's ErrGaveUp once its batch came back, none waiting", errs, b.Waiting("k"))
 	}
 }

@@ -68,8 +68,10 @@ func ExampleBatcher() {
 			}
 			done <- struct{}{}
 		}()
-		for b.Waiting("SKU-1") <= i { // each joins after the one before it
-			time.Sleep(time.Millisecond)
+		for deadline := time.Now().Add(5 * time.Second); b.Waiting("SKU-1") <= i; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) { // each joins after the one before it
+				panic("the message did not join within 5 s")
+			}
 		}
 	}
 	close(release)

@@ -185,21 +185,52 @@ func TestDecodeGivesEachOrderItsKeysAndWays(t *testing.T) {
 		{"basket, one Redis", true, false, `{"order_id":"o","lines":[{"sku":"B","quantity":1},{"sku":"A","quantity":2}]}`, "A,B", lockmw.MayElide},
 		{"basket, a cluster", true, true, `{"order_id":"o","lines":[{"sku":"B","quantity":1},{"sku":"A","quantity":2}]}`, "A,B", 0},
 		{"cancel of an order not known", true, false, `{"type":"cancel","order_id":"o","sku":"B"}`, "B", 0},
+		{"cancel of a basket reserved before: all its SKUs", true, false, `{"type":"cancel","order_id":"known","sku":"C"}`, "C,D", 0},
+		{"fulfil of a basket reserved before: all its SKUs", true, false, `{"type":"fulfil","order_id":"known","sku":"D"}`, "C,D", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
 			rdb := redistest.Start(t).Client()
-			d := &Decoder{Lines: inventory.New(rdb), Elide: tc.elide, Cluster: tc.cluster}
+			store := inventory.New(rdb)
+			for _, sku := range []string{"C", "D"} {
+				if err := store.SetStock(ctx, sku, 5); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := store.ReserveLines(ctx, "known", []order.Line{{SKU: "D", Quantity: 1}, {SKU: "C", Quantity: 1}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			d := &Decoder{Lines: store, Elide: tc.elide, Cluster: tc.cluster}
 			msg := entryMessage("1-0")
 			msg.Payload = []byte(tc.payload)
 			var keys []string
 			var ways lockmw.Ways
+			var o order.Order
 			_, err := d.Decode(func(msg *message.Message) ([]*message.Message, error) {
 				keys, ways, _ = lockmw.KeysFrom(msg.Context())
+				o, _ = order.FromContext(msg.Context())
 				return nil, nil
 			})(msg)
 			if err != nil || strings.Join(keys, ",") != tc.keys || ways != tc.ways {
 				t.Fatalf("keys %v, ways %b, %v; want %s, %b", keys, ways, err, tc.keys, tc.ways)
 			}
+			if o.OrderID == "" || !strings.Contains(tc.payload, o.OrderID) {
+				t.Fatalf("the order in the context is %+v, want the decoded one", o)
+			}
 		})
+	}
+}
+
+// A payload that is no valid order fails as bad input (poisoned), and the next step never runs.
+func TestDecodeRefusesABadPayloadAsBadInput(t *testing.T) {
+	d := &Decoder{}
+	for _, payload := range []string{`{"order_id":"o","sku":"B"}`, `not json`, `{"order_id":"o","sku":"B","quantity":0}`} {
+		msg := entryMessage("1-0")
+		msg.Payload = []byte(payload)
+		ran := false
+		_, err := d.Decode(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(msg)
+		if !errors.Is(err, order.ErrBadInput) || ran {
+			t.Errorf("payload %s: %v, next step ran %v; want order.ErrBadInput and no next step", payload, err, ran)
+		}
 	}
 }
