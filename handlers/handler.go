@@ -39,7 +39,7 @@ type Config struct {
 	// Group is the consumer group the orders are read in: an outcome is published only for an entry still
 	// pending to Consumer in it. Required.
 	Group string
-	// ResultsMaxLen caps the results streams (XADD MAXLEN ~); 0: no cap.
+	// ResultsMaxLen caps the results streams (XTRIM MAXLEN ~ once a commit call); 0: no cap.
 	ResultsMaxLen int64
 	// Worker names this worker in outcome events.
 	Worker string
