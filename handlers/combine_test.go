@@ -93,9 +93,8 @@ func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
 		t.Fatal(err)
 	}
 	e.store = &countingStore{Store: inv}
-	parts := order.Partitions(1, false, "orders", "results", "poison")
 	e.b = &lockmw.Batcher{MaxWait: maxWait}
-	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c1", Batcher: e.b})
+	e.h = New(Config{Store: e.store, Outcomes: newOutcomes(t, rdb, "g", "c1"), ResultsTopic: "results", Worker: "w", Batcher: e.b})
 	return e
 }
 
@@ -138,7 +137,7 @@ func (e *combineEnv) order(t *testing.T, id string) *message.Message {
 	if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	msg := redisstream.Entry{ID: entry, Deliveries: 1, Values: map[string]any{"payload": "p"}}.Message()
+	msg := redisstream.Entry{ID: entry, Stream: "orders", Deliveries: 1, Values: map[string]any{"payload": "p"}}.Message()
 	msg.SetContext(lockmw.WithKeys(order.NewContext(ctx, order.Order{OrderID: id, SKU: "SKU-1", Quantity: 1}), []string{"SKU-1"}, lockmw.MayBatch))
 	return msg
 }

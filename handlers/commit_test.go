@@ -77,7 +77,7 @@ func newRoundEnv(t *testing.T) *roundEnv {
 			t.Fatal(err)
 		}
 	}
-	e.h = New(Config{Store: e.store, Redis: rdb, Partitions: e.parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c"})
+	e.h = New(Config{Store: e.store, Outcomes: newOutcomes(t, rdb, "g", "c"), ResultsTopic: "results", Worker: "w"})
 	return e
 }
 
@@ -93,7 +93,7 @@ func (e *roundEnv) batch(t *testing.T, sku string, partitions ...int) []*queued 
 		if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		msg := redisstream.Entry{ID: entry, Partition: i, Deliveries: 1, Values: map[string]any{"payload": id}}.Message()
+		msg := redisstream.Entry{ID: entry, Stream: p.Orders, Partition: i, Deliveries: 1, Values: map[string]any{"payload": id}}.Message()
 		batch = append(batch, &queued{msg: msg, order: order.Order{OrderID: id, SKU: sku, Quantity: 1}})
 		e.delivered.Add(1)
 	}
@@ -217,8 +217,9 @@ func TestAFailedPartitionFailsOnlyItsBatches(t *testing.T) {
 	}
 	opts := *e.rdb.Options()
 	opts.Username, opts.Password = "w", "any" // nopass: any password
-	e.h.cfg.Redis = redis.NewClient(&opts)
-	defer e.h.cfg.Redis.Close()
+	rdb := redis.NewClient(&opts)
+	defer rdb.Close()
+	e.h.cfg.Outcomes = newOutcomes(t, rdb, "g", "c")
 	round := []*commit{
 		{ctx: ctx, batch: e.batch(t, "SKU-A", 0, 0)},
 		{ctx: ctx, batch: e.batch(t, "SKU-B", 1)},

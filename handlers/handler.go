@@ -7,13 +7,10 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw"
 	"github.com/stockflow/stockflow/order"
-	"github.com/stockflow/stockflow/redisstream"
 )
 
 // Store decides orders: *inventory.Store, or a wrapper around it (the fault tests' history recorder).
@@ -31,20 +28,16 @@ type Store interface {
 type Config struct {
 	// Store decides the orders. Required.
 	Store Store
-	// Redis takes the outcome events. Required.
-	Redis redis.UniversalClient
-	// Partitions are the streams of the orders' partitions: an order's outcome goes to the results stream
-	// of the partition its entry was read from (redisstream.EntryPartition).
-	Partitions []order.Partition
-	// Group is the consumer group the orders are read in: an outcome is published only for an entry still
-	// pending to Consumer in it. Required.
-	Group string
-	// ResultsMaxLen caps the results streams (XTRIM MAXLEN ~ once a commit call); 0: no cap.
-	ResultsMaxLen int64
+	// Outcomes publishes the outcome events, each the answer to its order's entry (redisstream.Answer): a
+	// redisstream.Publisher with the consumer's ConsumerGroup and Consumer, which writes an answer only while
+	// its entry is still pending to the consumer (wrapped in a redisstream.TracingPublisher for their spans).
+	// Required.
+	Outcomes message.Publisher
+	// ResultsTopic is the topic of the outcome events: an order read from partition i of its topic gets its
+	// outcome in partition i of ResultsTopic (redisstream.Answer).
+	ResultsTopic string
 	// Worker names this worker in outcome events.
 	Worker string
-	// Consumer is the worker's name in Group, under which it reads the orders; "" means Worker.
-	Consumer string
 	// Logger logs what the handler does not return as an error (an outcome left to the consumer that
 	// claimed its entry); nil means slog.Default().
 	Logger *slog.Logger
@@ -61,8 +54,7 @@ type Config struct {
 type Handler struct {
 	cfg       Config
 	committer *committer
-	leadFor   time.Duration        // how long one consumer leads a SKU: leadFor
-	server    []attribute.KeyValue // the Redis's address, for the spans of the outcome events
+	leadFor   time.Duration // how long one consumer leads a SKU: leadFor
 }
 
 // New returns the handler of cfg.
@@ -70,7 +62,7 @@ func New(cfg Config) *Handler {
 	if cfg.Batcher == nil {
 		cfg.Batcher = &lockmw.Batcher{} // its queues stay empty: single-SKU orders fail (errNotQueued)
 	}
-	h := &Handler{cfg: cfg, server: redisstream.ServerAttributes(cfg.Redis), leadFor: leadFor}
+	h := &Handler{cfg: cfg, leadFor: leadFor}
 	h.committer = &committer{h: h}
 	return h
 }

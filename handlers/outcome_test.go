@@ -16,6 +16,17 @@ import (
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
+// newOutcomes is the outcome publisher the worker gives Config.Outcomes, for consumer of group.
+func newOutcomes(t testing.TB, rdb redis.UniversalClient, group, consumer string) message.Publisher {
+	t.Helper()
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, ConsumerGroup: group, Consumer: consumer,
+		DefaultMaxlen: 1000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
 // A batch whose orders came from two partitions on different masters (a producer routed one elsewhere)
 // publishes each outcome to its own partition's results stream and acks each entry in its own stream: on a
 // cluster each partition's outcomes and ack are a MULTI of their own, since one MULTI cannot span slots.
@@ -28,7 +39,7 @@ func TestABatchOfTwoPartitionsIsPublishedPerPartitionOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	parts := order.Partitions(16, true, "orders", "results", "poison")
-	h := New(Config{Store: store, Redis: rdb, Partitions: parts, Group: "g", ResultsMaxLen: 1000, Worker: "w", Consumer: "c"})
+	h := New(Config{Store: store, Outcomes: newOutcomes(t, rdb, "g", "c"), ResultsTopic: "results", Worker: "w"})
 	home := parts[order.PartitionOf("SKU-1", len(parts))]
 	away := home
 	for _, p := range parts {

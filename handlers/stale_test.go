@@ -72,7 +72,7 @@ func TestACommitsLostReplyPublishesEachOutcomeOnce(t *testing.T) {
 	opts.Addr = dropper.Addr
 	client := redis.NewClient(&opts)
 	defer client.Close()
-	e.h.cfg.Redis = client
+	e.h.cfg.Outcomes = newOutcomes(t, client, "g", "c")
 	batch := e.batch(t, "SKU-A", 0, 0)
 	if _, err := e.h.committer.decide(&commit{ctx: ctx, batch: e.batch(t, "SKU-C", 1), fence: 0}); err != nil { // the scripts are known
 		t.Fatal(err)

@@ -13,21 +13,27 @@ import (
 
 // entryValues are the fields of msg's entry in redisstream's format, as its DefaultMarshallerUnmarshaller
 // writes them (_watermill_message_uuid, metadata: a msgpack map of strings, payload), without the map and
-// the msgpack encoder it makes for each message.
+// the msgpack encoder it makes for each message. MetadataAnswers is not written.
 func entryValues(msg *message.Message) ([]any, error) {
 	if msg.Metadata.Get(redisstream.UUIDHeaderKey) != "" {
 		return nil, fmt.Errorf("metadata %s is reserved by watermill for message UUID", redisstream.UUIDHeaderKey)
 	}
+	n := len(msg.Metadata)
+	if _, ok := msg.Metadata[MetadataAnswers]; ok {
+		n--
+	}
 	var md []byte
-	if len(msg.Metadata) > 0 {
+	if n > 0 {
 		size := 5
 		for k, v := range msg.Metadata {
 			size += len(k) + len(v) + 10
 		}
 		md = make([]byte, 0, size)
-		md = appendMsgpackMapLen(md, len(msg.Metadata))
+		md = appendMsgpackMapLen(md, n)
 		for k, v := range msg.Metadata {
-			md = appendMsgpackStr(appendMsgpackStr(md, k), v)
+			if k != MetadataAnswers {
+				md = appendMsgpackStr(appendMsgpackStr(md, k), v)
+			}
 		}
 	}
 	return []any{redisstream.UUIDHeaderKey, msg.UUID, "metadata", md, "payload", []byte(msg.Payload)}, nil
@@ -35,6 +41,7 @@ func entryValues(msg *message.Message) ([]any, error) {
 
 // sendSpans start the producer spans "send <topic>" of the messages sent to one topic.
 type sendSpans struct {
+	dest string
 	name string
 	opts []trace.SpanStartOption
 }
@@ -42,7 +49,7 @@ type sendSpans struct {
 func newSendSpans(topic string, server []attribute.KeyValue) sendSpans {
 	attrs := append([]attribute.KeyValue{messagingSystem, semconv.MessagingOperationName(operationSend),
 		semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic)}, server...)
-	return sendSpans{name: spanName(operationSend, topic),
+	return sendSpans{dest: topic, name: spanName(operationSend, topic),
 		opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...)}}
 }
 

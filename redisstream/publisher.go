@@ -3,6 +3,7 @@ package redisstream
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -22,6 +23,11 @@ type PublisherConfig struct {
 	Maxlens map[string]int64
 	// DefaultMaxlen is the approximate length bound of every other stream; 0 means unbounded.
 	DefaultMaxlen int64
+	// ConsumerGroup and Consumer make the Publisher a consumer's: a message marked as the answer to an entry
+	// that consumer was handed (Answer) is written only while the entry is still pending to Consumer in
+	// ConsumerGroup, checked in Redis in the same script call as the write. Both or neither; without them a
+	// message marked so is refused.
+	ConsumerGroup, Consumer string
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -37,6 +43,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.DefaultMaxlen < 0 {
 		return fmt.Errorf("redisstream: PublisherConfig.DefaultMaxlen %d is negative", c.DefaultMaxlen)
+	}
+	if (c.ConsumerGroup == "") != (c.Consumer == "") {
+		return fmt.Errorf("redisstream: PublisherConfig.ConsumerGroup %q and Consumer %q: set both or neither", c.ConsumerGroup, c.Consumer)
 	}
 	for topic, n := range c.Maxlens {
 		if n < 0 {
@@ -70,6 +79,12 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // Publish appends msgs to the stream named topic, in order, in one round trip (a pipeline when there are
 // several), and returns once Redis has them. It uses the first message's context. On an error, some of
 // msgs may have been written: publish them again (a subscriber may then see one twice, with one UUID).
+//
+// A message marked as an answer (Answer) goes to topic in its question's slot, only while the question's
+// entry is pending to the Consumer: the answers to one stream's entries in one script call, in the same
+// round trip. An answer not written gets ErrNotPending, in a PublishErrors, which also says which messages
+// failed when some did and others did not. An answer's call is safe to send again after a lost reply (go-redis
+// does): it finds its note and writes nothing twice.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -79,9 +94,8 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	maxlen, ok := p.config.Maxlens[topic]
-	if !ok {
-		maxlen = p.config.DefaultMaxlen
+	if slices.ContainsFunc(msgs, func(m *message.Message) bool { return m.Metadata.Get(MetadataAnswers) != "" }) {
+		return p.publishAnswers(topic, msgs)
 	}
 	args := make([]*redis.XAddArgs, len(msgs))
 	for i, msg := range msgs {
@@ -89,7 +103,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			return fmt.Errorf("redisstream: marshal message %s: %w", msg.UUID, err)
 		}
-		args[i] = &redis.XAddArgs{Stream: topic, Values: values, MaxLen: maxlen, Approx: maxlen > 0}
+		args[i] = p.xaddArgs(topic, values)
 	}
 	ctx := msgs[0].Context()
 	if len(args) == 1 {
@@ -106,6 +120,22 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("redisstream: publish %d messages to %s: %w", len(msgs), topic, err)
 	}
 	return nil
+}
+
+// maxlen is the approximate length bound of the first of streams in Maxlens, else DefaultMaxlen.
+func (p *Publisher) maxlen(streams ...string) int64 {
+	for _, s := range streams {
+		if n, ok := p.config.Maxlens[s]; ok {
+			return n
+		}
+	}
+	return p.config.DefaultMaxlen
+}
+
+// xaddArgs is the XADD of values to topic.
+func (p *Publisher) xaddArgs(topic string, values any) *redis.XAddArgs {
+	maxlen := p.maxlen(topic)
+	return &redis.XAddArgs{Stream: topic, Values: values, MaxLen: maxlen, Approx: maxlen > 0}
 }
 
 // Close makes every later Publish fail with ErrClosed. It does not close Client, which is the caller's.

@@ -8,6 +8,7 @@ package redisstream
 import (
 	"cmp"
 	"context"
+	"errors"
 	"net"
 	"strconv"
 
@@ -163,8 +164,8 @@ func (p ProcessSpans) Start(ctx context.Context, msg *message.Message) (context.
 	return ctx, span
 }
 
-// TracingPublisher traces every publish with a producer span, "send <topic>", and passes the trace context on in
-// the metadata.
+// TracingPublisher traces every message published with a producer span, "send <stream>", and passes the trace
+// context on in the metadata; the messages of one Publish go to the Publisher in one call.
 type TracingPublisher struct {
 	message.Publisher
 	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
@@ -172,20 +173,22 @@ type TracingPublisher struct {
 }
 
 func (p TracingPublisher) Publish(topic string, msgs ...*message.Message) error {
-	for _, msg := range msgs {
-		if err := p.publish(topic, msg); err != nil {
-			return err
+	spans := make([]trace.Span, len(msgs))
+	var send sendSpans
+	for i, msg := range msgs {
+		if dest := destination(topic, msg); send.dest != dest {
+			send = newSendSpans(dest, p.Server)
 		}
+		_, spans[i] = send.start(msg)
 	}
-	return nil
-}
-
-func (p TracingPublisher) publish(topic string, msg *message.Message) error {
-	_, span := newSendSpans(topic, p.Server).start(msg)
-	defer span.End()
-	err := p.Publisher.Publish(topic, msg)
-	if err != nil {
-		Fail(span, err)
+	err := p.Publisher.Publish(topic, msgs...)
+	var failed PublishErrors
+	some := errors.As(err, &failed)
+	for i, span := range spans {
+		if e := err; e != nil && (!some || failed[msgs[i].UUID] != nil) {
+			Fail(span, cmp.Or(failed[msgs[i].UUID], e))
+		}
+		span.End()
 	}
 	return err
 }

@@ -42,8 +42,13 @@ func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
 			done := make(chan struct{})
 			store := tc.store(inventory.New(rdb))
 			batcher := &lockmw.Batcher{}
-			h := handlers.New(handlers.Config{Store: store, Redis: rdb,
-				Partitions: cfg.Partitions(), Group: cfg.ConsumerGroup, Worker: "stand-in", Batcher: batcher})
+			outcomes, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, ConsumerGroup: cfg.ConsumerGroup,
+				Consumer: "stand-in"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := handlers.New(handlers.Config{Store: store, Outcomes: outcomes, ResultsTopic: cfg.ResultsStream,
+				Worker: "stand-in", Batcher: batcher})
 			decoder := &delivery.Decoder{Lines: store}
 			decide := decoder.Decode(batcher.Middleware(h.Handle))
 			go func() { defer close(done); standInWorker(ctx, t, rdb, cfg, decide) }()
@@ -85,7 +90,7 @@ func standInWorker(ctx context.Context, t *testing.T, rdb *redis.Client, cfg Con
 		}
 		for _, e := range streams[0].Messages {
 			payload, _ := e.Values["payload"].(string)
-			msg := redisstream.Entry{ID: e.ID, Deliveries: 1, Values: map[string]any{"payload": payload}}.Message()
+			msg := redisstream.Entry{ID: e.ID, Stream: cfg.OrdersStream, Deliveries: 1, Values: map[string]any{"payload": payload}}.Message()
 			msg.SetContext(ctx)
 			if _, err := decide(msg); err != nil {
 				t.Errorf("decide %s: %v", payload, err)

@@ -214,13 +214,19 @@ func (w *Worker) setHandler(faults *Faults) error {
 	w.decoder = &delivery.Decoder{Lines: store, Redis: w.rdb, Partitions: w.parts, Group: w.cfg.ConsumerGroup,
 		ClaimIdle: w.cfg.ClaimIdle, Elide: elide, Cluster: w.cfg.Cluster}
 	w.batcher = &lockmw.Batcher{MaxWait: w.cfg.LockWait}
-	w.handler = handlers.New(handlers.Config{Store: store, Redis: w.rdb, Partitions: w.parts,
-		Group: w.cfg.ConsumerGroup, ResultsMaxLen: int64(w.cfg.ResultsMaxLen), Worker: w.cfg.Name, Consumer: w.cfg.Name,
-		Logger: w.logger, Batcher: w.batcher})
+	// The outcome events: each the answer to its order's entry, written only while the entry is this
+	// consumer's, to its partition of RESULTS_STREAM.
+	outcomes, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: w.rdb, ConsumerGroup: w.cfg.ConsumerGroup,
+		Consumer: w.cfg.Name, DefaultMaxlen: int64(w.cfg.ResultsMaxLen)}, w.wmLogger)
+	if err != nil {
+		return err
+	}
+	w.handler = handlers.New(handlers.Config{Store: store, Worker: w.cfg.Name, Logger: w.logger, Batcher: w.batcher,
+		Outcomes:     redisstream.TracingPublisher{Publisher: outcomes, Server: redisstream.ServerAttributes(w.rdb)},
+		ResultsTopic: w.cfg.ResultsStream})
 	if w.lockMW != nil && !w.fenceCounterAtStore() {
 		w.lockMW.Fencer = w.store
 	}
-	var err error
 	w.gauges, err = meter.RegisterCallback(w.observeBacklog, pendingGauge, lagGauge, oldestPendingAge)
 	return err
 }

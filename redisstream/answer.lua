@@ -1,22 +1,23 @@
--- Publish the outcome events of a round's orders of one partition, for the entries still pending to this
--- consumer only: an entry another consumer claimed meanwhile (this one stalled past the claim idle time) is
--- that consumer's to settle, and its outcome may have been superseded since (a cancel applied), so a stale
--- round publishes nothing that could contradict what was published meanwhile. The entries are acked later,
--- by the router's ack of each message (the subscriber's batched XACK), once its outcome is here.
+-- Publish the answers to entries of one stream (Publisher, Answer: the worker's outcome events of a round's
+-- orders of one partition), for the entries still pending to this consumer only: an entry another consumer
+-- claimed meanwhile (this one stalled past the claim idle time) is that consumer's to settle, and its answer
+-- may have been superseded since (a cancel applied), so a stale round publishes nothing that could
+-- contradict what was published meanwhile. The entries are acked later, by the router's ack of each message
+-- (the subscriber's batched XACK), once its answer is here.
 -- Safe to send twice: the call notes its request id and reply in KEYS[3] for a minute, and a call made again
 -- (go-redis resends after a lost reply) returns that reply and writes nothing.
--- KEYS[1] the orders partition's stream
--- KEYS[2] its results stream
--- KEYS[3] the consumer's last commit (CommittedKey)
+-- KEYS[1] the answered stream (an orders partition's)
+-- KEYS[2] the stream of the answers (its results stream)
+-- KEYS[3] the consumer's last call on KEYS[1] (CommittedKey)
 -- ARGV[1] consumer group
 -- ARGV[2] consumer
 -- ARGV[3] the results stream's approximate MAXLEN (0: none)
 -- ARGV[4] the least and ARGV[5] the greatest of the entry ids; ARGV[6] how many of ARGV[2]'s pending entries
 --         between them to look at, at most (the round's and its others, in flight or handed back)
 -- ARGV[7] the call's request id
--- ARGV[8..] per order, 4 each: its entry id, then its outcome event's fields in redisstream's format: the
+-- ARGV[8..] per answer, 4 each: the entry id it answers, then its fields in redisstream's format: the
 --           message UUID, metadata (msgpack) and payload
--- Returns one integer per order: 1 published, 0 not pending to ARGV[2] (nothing written for it).
+-- Returns one integer per answer: 1 published, 0 not pending to ARGV[2] (nothing written for it).
 -- Every write follows every check, and a Redis out of memory refuses the first one.
 local group, consumer, maxlen = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local n = (#ARGV - 7) / 4

@@ -1,0 +1,276 @@
+package redisstream
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// Answers: a message published on behalf of one a consumer was handed (its outcome, its reply), written
+// only while that entry is still the consumer's. A consumer that stalled past the claim idle time, its
+// entries claimed by another meanwhile, publishes nothing for them: what it decided cannot come after (and
+// contradict) what the claimer published since. The check and the writes are one script call (answer.lua)
+// per answered stream, all in one pipeline; the entries are acked afterwards, by the Router's ack of their
+// messages.
+
+//go:embed answer.lua
+var answerLua string
+
+var answerScript = redis.NewScript(answerLua)
+
+// MetadataAnswers marks a message as the answer to an entry (Answer): "<stream> <entry id>". It is not
+// written to the stream.
+const MetadataAnswers = "redisstream_answers"
+
+// ErrNotPending is the error of an answer that was not written: the entry it answers is no longer pending
+// to the Publisher's Consumer (another consumer claimed it, or it was acked).
+var ErrNotPending = errors.New("redisstream: the answered entry is no longer pending to the consumer")
+
+// Answer marks answer as the answer to question, a message a Subscriber of this package handed out. A
+// Publisher with a ConsumerGroup and Consumer writes answer only while question's entry is still pending to
+// its Consumer, in the question's slot: to PartitionTopic(topic, i) when the question was read from
+// partition i of its topic, else to topic (on a Redis Cluster topic must then hash with the question's
+// stream).
+func Answer(answer, question *message.Message) {
+	answer.Metadata.Set(MetadataAnswers, Stream(question)+" "+EntryID(question))
+}
+
+// answered is the stream and entry id answer answers; ok false for a message that answers none.
+func answered(answer *message.Message) (stream, id string, ok bool) {
+	v := answer.Metadata.Get(MetadataAnswers)
+	i := strings.LastIndexByte(v, ' ')
+	if i < 0 {
+		return "", "", false
+	}
+	return v[:i], v[i+1:], true
+}
+
+// answerStream is the stream of topic in which an answer to an entry of stream goes: the same partition.
+func answerStream(topic, stream string) string {
+	if i := strings.LastIndex(stream, ":{"); i >= 0 && strings.HasSuffix(stream, "}") {
+		return topic + stream[i:]
+	}
+	return topic
+}
+
+// destination is the stream msg goes to when published to topic.
+func destination(topic string, msg *message.Message) string {
+	if stream, _, ok := answered(msg); ok {
+		return answerStream(topic, stream)
+	}
+	return topic
+}
+
+// PublishErrors is the error of a Publish that wrote some of its messages and not others: the error of
+// each message not written, by its UUID (ErrNotPending for an answer whose entry was no longer the
+// consumer's). Its Unwrap gives every distinct error.
+type PublishErrors map[string]error
+
+func (e PublishErrors) Error() string {
+	errs := e.Unwrap()
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return fmt.Sprintf("redisstream: %d messages not published: %s", len(e), strings.Join(msgs, "; "))
+}
+
+func (e PublishErrors) Unwrap() []error {
+	var errs []error
+	for _, uuid := range slices.Sorted(maps.Keys(e)) {
+		if err := e[uuid]; !slices.ContainsFunc(errs, func(x error) bool { return x.Error() == err.Error() }) {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// answerCall is the script call of the answers to one stream's entries.
+type answerCall struct {
+	stream, results string
+	topic           string // the topic published to (its Maxlens entry bounds results)
+	msgs            []*message.Message
+	ids             []string
+	lo, hi          string // the least and the greatest entry id answered
+	cmd             *redis.Cmd
+}
+
+// otherPending bounds the consumer's other pending entries (its messages in flight, attempts it handed back)
+// that the script's one look at its pending entries in the call's range of ids may meet besides the
+// answered ones. An entry past the bound is taken for settled elsewhere: not answered.
+const otherPending = 10000
+
+// answerCalls groups msgs by the stream each answers; plain are the messages that answer none.
+func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, plain []*message.Message, err error) {
+	for _, msg := range msgs {
+		stream, id, ok := answered(msg)
+		if !ok {
+			plain = append(plain, msg)
+			continue
+		}
+		if stream == "" || id == "" {
+			return nil, nil, fmt.Errorf("redisstream: message %s answers a message that no Subscriber of this package handed out (no stream or entry id in its metadata)", msg.UUID)
+		}
+		i := slices.IndexFunc(calls, func(c *answerCall) bool { return c.stream == stream })
+		if i < 0 {
+			calls = append(calls, &answerCall{stream: stream, results: answerStream(topic, stream), topic: topic, lo: id, hi: id})
+			i = len(calls) - 1
+		}
+		c := calls[i]
+		c.msgs, c.ids = append(c.msgs, msg), append(c.ids, id)
+		if idBefore(id, c.lo) {
+			c.lo = id
+		}
+		if idBefore(c.hi, id) {
+			c.hi = id
+		}
+	}
+	return calls, plain, nil
+}
+
+// publishAnswers writes msgs to topic, each answer only while its entry is pending to the Consumer: one
+// answer.lua call per answered stream and one XADD per other message, all in one pipeline.
+func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error {
+	if p.config.ConsumerGroup == "" {
+		return fmt.Errorf("redisstream: message %s answers an entry (Answer): the publisher needs PublisherConfig.ConsumerGroup and Consumer", msgs[0].UUID)
+	}
+	calls, plain, err := answerCalls(topic, msgs)
+	if err != nil {
+		return err
+	}
+	ctx := msgs[0].Context()
+	pipe := p.config.Client.Pipeline()
+	if err := p.queueAnswers(ctx, pipe, calls); err != nil {
+		return err
+	}
+	xadds := make([]*redis.StringCmd, len(plain))
+	for i, msg := range plain {
+		values, err := p.config.Marshaller.Marshal(topic, msg)
+		if err != nil {
+			return fmt.Errorf("redisstream: marshal message %s: %w", msg.UUID, err)
+		}
+		xadds[i] = pipe.XAdd(ctx, p.xaddArgs(topic, values))
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	again := slices.DeleteFunc(slices.Clone(calls), func(c *answerCall) bool { return !redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") })
+	if len(again) > 0 && answerScript.Load(ctx, p.config.Client).Err() == nil {
+		// Redis restarted, or a node never ran the script: those calls wrote nothing; the others are not sent again.
+		pipe = p.config.Client.Pipeline()
+		if err := p.queueAnswers(ctx, pipe, again); err != nil {
+			return err
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+	errs := PublishErrors{}
+	for _, c := range calls {
+		owned, err := c.owned()
+		for j, msg := range c.msgs {
+			switch {
+			case err != nil:
+				errs[msg.UUID] = fmt.Errorf("redisstream: publish %d answers to %s: %w", len(c.msgs), c.results, err)
+			case !owned[j]:
+				errs[msg.UUID] = fmt.Errorf("%w: %s of %s", ErrNotPending, c.ids[j], c.stream)
+			}
+		}
+	}
+	for i, msg := range plain {
+		if err := xadds[i].Err(); err != nil {
+			errs[msg.UUID] = fmt.Errorf("redisstream: publish message %s to %s: %w", msg.UUID, topic, err)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
+}
+
+// queueAnswers queues the script call of each of calls on pipe (by its SHA: a Redis that does not know it
+// answers NOSCRIPT).
+func (p *Publisher) queueAnswers(ctx context.Context, pipe redis.Pipeliner, calls []*answerCall) error {
+	for _, c := range calls {
+		args, err := p.answerArgs(c)
+		if err != nil {
+			return err
+		}
+		keys := []string{c.stream, c.results, CommittedKey(c.stream, p.config.ConsumerGroup, p.config.Consumer)}
+		c.cmd = answerScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	return nil
+}
+
+// answerArgs are the arguments of c's script call (answer.lua).
+func (p *Publisher) answerArgs(c *answerCall) ([]any, error) {
+	args := make([]any, 0, 8+4*len(c.msgs))
+	args = append(args, p.config.ConsumerGroup, p.config.Consumer, p.maxlen(c.results, c.topic), c.lo, c.hi,
+		len(c.msgs)+otherPending, answerRequests.next())
+	for i, msg := range c.msgs {
+		values, err := p.answerValues(c.results, msg)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, c.ids[i])
+		args = append(args, values...)
+	}
+	return args, nil
+}
+
+// answerValues are the values of msg's entry, its three fields in redisstream's format (answer.lua names
+// them), without MetadataAnswers. A Marshaller of another format cannot write answers.
+func (p *Publisher) answerValues(stream string, msg *message.Message) ([]any, error) {
+	if _, ok := p.config.Marshaller.(DefaultMarshallerUnmarshaller); !ok {
+		return nil, fmt.Errorf("redisstream: message %s answers an entry: answers are written in the default format, not PublisherConfig.Marshaller's", msg.UUID)
+	}
+	values, err := entryValues(msg)
+	if err != nil {
+		return nil, fmt.Errorf("redisstream: marshal message %s for %s: %w", msg.UUID, stream, err)
+	}
+	return []any{values[1], values[3], values[5]}, nil
+}
+
+// CommittedKey is where answer.lua notes consumer's last call on stream (in its slot), for a call made again.
+func CommittedKey(stream, group, consumer string) string {
+	return stream + ":committed:" + group + ":" + consumer
+}
+
+// answerRequests numbers the answer calls of the process (their request ids).
+var answerRequests = newRequestIDs()
+
+// idBefore reports whether stream entry id a comes before b ("<ms>-<seq>"; an id that does not parse
+// counts as 0-0).
+func idBefore(a, b string) bool {
+	am, as := parseID(a)
+	bm, bs := parseID(b)
+	return am < bm || am == bm && as < bs
+}
+
+func parseID(id string) (ms, seq uint64) {
+	m, s, _ := strings.Cut(id, "-")
+	ms, _ = strconv.ParseUint(m, 10, 64)
+	seq, _ = strconv.ParseUint(s, 10, 64)
+	return ms, seq
+}
+
+// owned reports, by message, which answers the call wrote (their entries still the consumer's); an error
+// when the call failed (nothing was written: the script checks before it writes).
+func (c *answerCall) owned() ([]bool, error) {
+	if err := c.cmd.Err(); err != nil {
+		return nil, err
+	}
+	reply, ok := c.cmd.Val().([]any)
+	if !ok || len(reply) != len(c.msgs) {
+		return nil, fmt.Errorf("redisstream: unexpected answer reply %.200v", c.cmd.Val())
+	}
+	owned := make([]bool, len(reply))
+	for i, r := range reply {
+		owned[i] = r == int64(1)
+	}
+	return owned, nil
+}
