@@ -10,8 +10,9 @@
 // handler does not need to know (the fencing token it gets is 0 without a lock, and an elided section
 // makes the stock script take the lock itself): the leader takes its SKU's waiting orders from the Batcher
 // in batches (lead), decides each batch in one stock script call (inventory), with the batches of the other
-// SKUs ready at that moment in one pipeline (the commit round), and publishes the outcome events in one
-// script call per partition (redisstream.Commit), for the entries still its consumer's, and returns: the
+// SKUs ready at that moment in one pipeline (the commit round), and publishes the outcome events through
+// Config.Outcomes, each the answer to its order's entry (redisstream.Answer: written only while the entry
+// is still its consumer's, one script call per partition in one round trip), and returns: the
 // Router acks the message, which acks its entry. An entry claimed by another consumer meanwhile gets no
 // outcome from this worker and fails with ErrClaimed, so that the Router nacks it.
 package handlers

@@ -59,6 +59,9 @@ type Handler struct {
 
 // New returns the handler of cfg.
 func New(cfg Config) *Handler {
+	if cfg.Outcomes == nil {
+		panic("handlers: Config.Outcomes is nil: the outcome events need a publisher")
+	}
 	if cfg.Batcher == nil {
 		cfg.Batcher = &lockmw.Batcher{} // its queues stay empty: single-SKU orders fail (errNotQueued)
 	}

@@ -34,13 +34,15 @@ func (h *Handler) publish(ctx context.Context, batch []*queued, results []*messa
 	if err == nil {
 		return nil
 	}
-	var failed redisstream.PublishErrors
-	some := errors.As(err, &failed)
+	var each redisstream.PublishErrors
+	if !errors.As(err, &each) || len(each) != len(batch) {
+		each = nil
+	}
 	errs := make([]error, len(batch))
 	for i, q := range batch {
 		e := err
-		if some {
-			e = failed[results[i].UUID]
+		if each != nil {
+			e = each[i]
 		}
 		if errors.Is(e, redisstream.ErrNotPending) {
 			cmp.Or(h.cfg.Logger, slog.Default()).WarnContext(ctx, "outcome not published: the entry was claimed by another consumer while this round stalled",

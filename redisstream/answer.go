@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,8 +25,8 @@ var answerLua string
 
 var answerScript = redis.NewScript(answerLua)
 
-// MetadataAnswers marks a message as the answer to an entry (Answer): "<stream> <entry id>". It is not
-// written to the stream.
+// MetadataAnswers marks a message as the answer to an entry (Answer): "<partition> <stream> <entry id>",
+// the partition -1 for an entry of a topic's only stream. It is not written to the stream.
 const MetadataAnswers = "redisstream_answers"
 
 // ErrNotPending is the error of an answer that was not written: the entry it answers is no longer pending
@@ -37,42 +36,49 @@ var ErrNotPending = errors.New("redisstream: the answered entry is no longer pen
 // Answer marks answer as the answer to question, a message a Subscriber of this package handed out. A
 // Publisher with a ConsumerGroup and Consumer writes answer only while question's entry is still pending to
 // its Consumer, in the question's slot: to PartitionTopic(topic, i) when the question was read from
-// partition i of its topic, else to topic (on a Redis Cluster topic must then hash with the question's
-// stream).
+// partition i of its topic (SubscriberConfig.Partitions), else to topic. On a Redis Cluster the question's
+// stream needs a hash tag (a partition's, or its own: {orders}) and an unpartitioned topic the same one.
 func Answer(answer, question *message.Message) {
-	answer.Metadata.Set(MetadataAnswers, Stream(question)+" "+EntryID(question))
+	stream, partition := Stream(question), EntryPartition(question)
+	if !strings.HasSuffix(stream, ":{"+strconv.Itoa(partition)+"}") {
+		partition = -1
+	}
+	answer.Metadata.Set(MetadataAnswers, strconv.Itoa(partition)+" "+stream+" "+EntryID(question))
 }
 
-// answered is the stream and entry id answer answers; ok false for a message that answers none.
-func answered(answer *message.Message) (stream, id string, ok bool) {
+// answered is the entry answer answers (its stream, id and partition: -1 for a topic's only stream); ok
+// false for a message that answers none.
+func answered(answer *message.Message) (stream, id string, partition int, ok bool) {
 	v := answer.Metadata.Get(MetadataAnswers)
-	i := strings.LastIndexByte(v, ' ')
-	if i < 0 {
-		return "", "", false
+	p, rest, _ := strings.Cut(v, " ")
+	i := strings.LastIndexByte(rest, ' ')
+	n, err := strconv.Atoi(p)
+	if v == "" || i < 0 || err != nil {
+		return "", "", 0, v != "" // a mark that does not parse answers nothing Publish can find
 	}
-	return v[:i], v[i+1:], true
+	return rest[:i], rest[i+1:], n, true
 }
 
-// answerStream is the stream of topic in which an answer to an entry of stream goes: the same partition.
-func answerStream(topic, stream string) string {
-	if i := strings.LastIndex(stream, ":{"); i >= 0 && strings.HasSuffix(stream, "}") {
-		return topic + stream[i:]
+// answerStream is the stream of topic in which an answer to an entry of partition goes.
+func answerStream(topic string, partition int) string {
+	if partition < 0 {
+		return topic
 	}
-	return topic
+	return PartitionTopic(topic, partition)
 }
 
 // destination is the stream msg goes to when published to topic.
 func destination(topic string, msg *message.Message) string {
-	if stream, _, ok := answered(msg); ok {
-		return answerStream(topic, stream)
+	if _, _, partition, ok := answered(msg); ok {
+		return answerStream(topic, partition)
 	}
 	return topic
 }
 
-// PublishErrors is the error of a Publish that wrote some of its messages and not others: the error of
-// each message not written, by its UUID (ErrNotPending for an answer whose entry was no longer the
-// consumer's). Its Unwrap gives every distinct error.
-type PublishErrors map[string]error
+// PublishErrors is the error of a Publish that did not write every message: each message's error, by its
+// position in the Publish, nil for a message written (ErrNotPending for an answer whose entry was no longer
+// the consumer's). Its Unwrap gives every distinct error.
+type PublishErrors []error
 
 func (e PublishErrors) Error() string {
 	errs := e.Unwrap()
@@ -80,13 +86,22 @@ func (e PublishErrors) Error() string {
 	for i, err := range errs {
 		msgs[i] = err.Error()
 	}
-	return fmt.Sprintf("redisstream: %d messages not published: %s", len(e), strings.Join(msgs, "; "))
+	n := len(e) - len(slices.DeleteFunc(slices.Clone(e), func(err error) bool { return err != nil }))
+	return fmt.Sprintf("redisstream: %d of %d messages not published: %s", n, len(e), strings.Join(msgs, "; "))
+}
+
+// of is the error of the i-th message; nil for one written, or when e is nil.
+func (e PublishErrors) of(i int) error {
+	if i < len(e) {
+		return e[i]
+	}
+	return nil
 }
 
 func (e PublishErrors) Unwrap() []error {
 	var errs []error
-	for _, uuid := range slices.Sorted(maps.Keys(e)) {
-		if err := e[uuid]; !slices.ContainsFunc(errs, func(x error) bool { return x.Error() == err.Error() }) {
+	for _, err := range e {
+		if err != nil && !slices.ContainsFunc(errs, func(x error) bool { return x.Error() == err.Error() }) {
 			errs = append(errs, err)
 		}
 	}
@@ -97,7 +112,8 @@ func (e PublishErrors) Unwrap() []error {
 type answerCall struct {
 	stream, results string
 	topic           string // the topic published to (its Maxlens entry bounds results)
-	msgs            []*message.Message
+	req             string // the call's request id: the same when it is sent again after NOSCRIPT
+	at              []int  // the positions in the Publish of its answers
 	ids             []string
 	lo, hi          string // the least and the greatest entry id answered
 	cmd             *redis.Cmd
@@ -108,12 +124,12 @@ type answerCall struct {
 // answered ones. An entry past the bound is taken for settled elsewhere: not answered.
 const otherPending = 10000
 
-// answerCalls groups msgs by the stream each answers; plain are the messages that answer none.
-func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, plain []*message.Message, err error) {
-	for _, msg := range msgs {
-		stream, id, ok := answered(msg)
+// answerCalls groups msgs by the stream each answers; plain are the positions of the messages that answer none.
+func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, plain []int, err error) {
+	for k, msg := range msgs {
+		stream, id, partition, ok := answered(msg)
 		if !ok {
-			plain = append(plain, msg)
+			plain = append(plain, k)
 			continue
 		}
 		if stream == "" || id == "" {
@@ -121,11 +137,12 @@ func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, pl
 		}
 		i := slices.IndexFunc(calls, func(c *answerCall) bool { return c.stream == stream })
 		if i < 0 {
-			calls = append(calls, &answerCall{stream: stream, results: answerStream(topic, stream), topic: topic, lo: id, hi: id})
+			calls = append(calls, &answerCall{stream: stream, results: answerStream(topic, partition), topic: topic,
+				req: answerRequests.next(), lo: id, hi: id})
 			i = len(calls) - 1
 		}
 		c := calls[i]
-		c.msgs, c.ids = append(c.msgs, msg), append(c.ids, id)
+		c.at, c.ids = append(c.at, k), append(c.ids, id)
 		if idBefore(id, c.lo) {
 			c.lo = id
 		}
@@ -146,47 +163,52 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 	if err != nil {
 		return err
 	}
+	p.answering.Lock()
+	defer p.answering.Unlock()
 	ctx := msgs[0].Context()
 	pipe := p.config.Client.Pipeline()
-	if err := p.queueAnswers(ctx, pipe, calls); err != nil {
+	if err := p.queueAnswers(ctx, pipe, calls, msgs); err != nil {
 		return err
 	}
 	xadds := make([]*redis.StringCmd, len(plain))
-	for i, msg := range plain {
-		values, err := p.config.Marshaller.Marshal(topic, msg)
+	for i, k := range plain {
+		values, err := p.config.Marshaller.Marshal(topic, msgs[k])
 		if err != nil {
-			return fmt.Errorf("redisstream: marshal message %s: %w", msg.UUID, err)
+			return fmt.Errorf("redisstream: marshal message %s: %w", msgs[k].UUID, err)
 		}
 		xadds[i] = pipe.XAdd(ctx, p.xaddArgs(topic, values))
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	again := slices.DeleteFunc(slices.Clone(calls), func(c *answerCall) bool { return !redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") })
 	if len(again) > 0 && answerScript.Load(ctx, p.config.Client).Err() == nil {
-		// Redis restarted, or a node never ran the script: those calls wrote nothing; the others are not sent again.
+		// Redis restarted, or a node never ran the script: those calls wrote nothing; the others are not sent
+		// again. Each goes under its request id: a NOSCRIPT may be a resend's, on a new master after a failover,
+		// of a call that ran on the old one.
 		pipe = p.config.Client.Pipeline()
-		if err := p.queueAnswers(ctx, pipe, again); err != nil {
+		if err := p.queueAnswers(ctx, pipe, again, msgs); err != nil {
 			return err
 		}
 		_, _ = pipe.Exec(ctx)
 	}
-	errs := PublishErrors{}
+	errs, failed := make(PublishErrors, len(msgs)), false
 	for _, c := range calls {
 		owned, err := c.owned()
-		for j, msg := range c.msgs {
+		for j, k := range c.at {
 			switch {
 			case err != nil:
-				errs[msg.UUID] = fmt.Errorf("redisstream: publish %d answers to %s: %w", len(c.msgs), c.results, err)
+				errs[k] = fmt.Errorf("redisstream: publish %d answers to %s (of entries of %s): %w", len(c.at), c.results, c.stream, err)
 			case !owned[j]:
-				errs[msg.UUID] = fmt.Errorf("%w: %s of %s", ErrNotPending, c.ids[j], c.stream)
+				errs[k] = fmt.Errorf("%w: %s of %s", ErrNotPending, c.ids[j], c.stream)
 			}
+			failed = failed || errs[k] != nil
 		}
 	}
-	for i, msg := range plain {
+	for i, k := range plain {
 		if err := xadds[i].Err(); err != nil {
-			errs[msg.UUID] = fmt.Errorf("redisstream: publish message %s to %s: %w", msg.UUID, topic, err)
+			errs[k], failed = fmt.Errorf("redisstream: publish message %s to %s: %w", msgs[k].UUID, topic, err), true
 		}
 	}
-	if len(errs) == 0 {
+	if !failed {
 		return nil
 	}
 	return errs
@@ -194,9 +216,9 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 
 // queueAnswers queues the script call of each of calls on pipe (by its SHA: a Redis that does not know it
 // answers NOSCRIPT).
-func (p *Publisher) queueAnswers(ctx context.Context, pipe redis.Pipeliner, calls []*answerCall) error {
+func (p *Publisher) queueAnswers(ctx context.Context, pipe redis.Pipeliner, calls []*answerCall, msgs []*message.Message) error {
 	for _, c := range calls {
-		args, err := p.answerArgs(c)
+		args, err := p.answerArgs(c, msgs)
 		if err != nil {
 			return err
 		}
@@ -207,12 +229,12 @@ func (p *Publisher) queueAnswers(ctx context.Context, pipe redis.Pipeliner, call
 }
 
 // answerArgs are the arguments of c's script call (answer.lua).
-func (p *Publisher) answerArgs(c *answerCall) ([]any, error) {
-	args := make([]any, 0, 8+4*len(c.msgs))
+func (p *Publisher) answerArgs(c *answerCall, msgs []*message.Message) ([]any, error) {
+	args := make([]any, 0, 8+4*len(c.at))
 	args = append(args, p.config.ConsumerGroup, p.config.Consumer, p.maxlen(c.results, c.topic), c.lo, c.hi,
-		len(c.msgs)+otherPending, answerRequests.next())
-	for i, msg := range c.msgs {
-		values, err := p.answerValues(c.results, msg)
+		len(c.at)+otherPending, c.req)
+	for i, k := range c.at {
+		values, err := p.answerValues(c.results, msgs[k])
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +287,7 @@ func (c *answerCall) owned() ([]bool, error) {
 		return nil, err
 	}
 	reply, ok := c.cmd.Val().([]any)
-	if !ok || len(reply) != len(c.msgs) {
+	if !ok || len(reply) != len(c.at) {
 		return nil, fmt.Errorf("redisstream: unexpected answer reply %.200v", c.cmd.Val())
 	}
 	owned := make([]bool, len(reply))

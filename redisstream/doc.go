@@ -52,8 +52,13 @@
 //
 // Besides the Pub/Sub, the package holds what the worker adds to it: TracingPublisher (a producer span and
 // the trace context in the metadata of every message published), Consumer and ProcessSpans (the consumer's
-// process span, continuing the producer's trace), and Commit, which publishes messages only for the entries
-// still pending to a consumer, in one script call (the worker's outcomes).
+// process span, continuing the producer's trace).
+//
+// A consumer's Publisher (PublisherConfig.ConsumerGroup and Consumer) writes a message marked as the answer
+// to an entry its consumer was handed (Answer) only while that entry is still pending to the consumer, in
+// the entry's partition of the topic: the answers to one stream's entries in one script call (answer.lua),
+// safe to send again after a lost reply. A consumer that stalled while another claimed its entries so
+// publishes nothing that could contradict what the claimer published since (the worker's outcome events).
 //
 // Delivery is at least once: a lost XADD reply that go-redis resends writes the message twice (with the
 // same UUID), and a message whose ack was lost is claimed and handed out again.

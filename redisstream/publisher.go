@@ -62,6 +62,9 @@ type Publisher struct {
 
 	mu     sync.RWMutex
 	closed bool
+	// answering lets one Publish of answers run at a time: answer.lua's note, which makes a call safe to
+	// send again, is one per answered stream and consumer.
+	answering sync.Mutex
 }
 
 // NewPublisher returns a Publisher; logger may be nil.
@@ -80,11 +83,13 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // several), and returns once Redis has them. It uses the first message's context. On an error, some of
 // msgs may have been written: publish them again (a subscriber may then see one twice, with one UUID).
 //
-// A message marked as an answer (Answer) goes to topic in its question's slot, only while the question's
-// entry is pending to the Consumer: the answers to one stream's entries in one script call, in the same
-// round trip. An answer not written gets ErrNotPending, in a PublishErrors, which also says which messages
-// failed when some did and others did not. An answer's call is safe to send again after a lost reply (go-redis
-// does): it finds its note and writes nothing twice.
+// A message marked as an answer (Answer) goes to topic's partition of its question, in the question's
+// slot, only while the question's entry is pending to the Consumer: the answers to one stream's entries in
+// one script call, in the same round trip, in order among themselves, the other messages after them. An
+// answer not written gets ErrNotPending, in a PublishErrors (each message's error by its position). An
+// answer's call is safe to send again after a lost reply (go-redis does): it finds its note and writes
+// nothing twice. The note is one per answered stream and consumer, so a Publisher sends one Publish of
+// answers at a time, and a consumer's answers go through one Publisher.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()

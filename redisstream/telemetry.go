@@ -182,11 +182,13 @@ func (p TracingPublisher) Publish(topic string, msgs ...*message.Message) error 
 		_, spans[i] = send.start(msg)
 	}
 	err := p.Publisher.Publish(topic, msgs...)
-	var failed PublishErrors
-	some := errors.As(err, &failed)
+	var each PublishErrors
+	if !errors.As(err, &each) || len(each) != len(msgs) {
+		each = nil
+	}
 	for i, span := range spans {
-		if e := err; e != nil && (!some || failed[msgs[i].UUID] != nil) {
-			Fail(span, cmp.Or(failed[msgs[i].UUID], e))
+		if e := err; e != nil && (each == nil || each[i] != nil) {
+			Fail(span, cmp.Or(each.of(i), e))
 		}
 		span.End()
 	}

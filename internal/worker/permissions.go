@@ -100,7 +100,7 @@ func (w *Worker) streamCommands() [][]string {
 		// Watermill's subscribers delete the group's consumers idle for long with nothing pending, every 5 min.
 		{"XINFO", "CONSUMERS", o, g}, {"XGROUP", "DELCONSUMER", o, g, "probe"},
 		{"XADD", p.Results, "*", "payload", "probe"}, {"XADD", p.Poison, "*", "payload", "probe"},
-		{"XTRIM", p.Results, "MAXLEN", "~", "1"}, // commit.lua trims the results once a call
+		{"XTRIM", p.Results, "MAXLEN", "~", "1"}, // answer.lua trims the results once a call
 		{"MULTI"}, {"EXEC"},
 		{"HMGET", probeStock, "available"}, {"HGET", probeStock, "fence"}, {"HINCRBY", probeStock, "available", "1"},
 		{"HSET", probeStock, "fence", "1"}, {"EXISTS", probeStock},

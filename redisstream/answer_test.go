@@ -1,0 +1,152 @@
+package redisstream_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/redisstream"
+	"github.com/stockflow/stockflow/testkit/redistest"
+)
+
+func newAnswerer(t *testing.T, rdb redis.UniversalClient, group, consumer string) *redisstream.Publisher {
+	t.Helper()
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, ConsumerGroup: group, Consumer: consumer}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// An answer is written only while the entry it answers is pending to the publisher's consumer, to the
+// partition of the topic its question was read from; the other messages of the same Publish are written as
+// usual, and PublishErrors names the answer that was not, with ErrNotPending. What a subscriber of the answers
+// reads is the answer as published: its UUID, payload and metadata, without the mark.
+func TestAnAnswerIsWrittenOnlyWhileItsEntryIsPendingToTheConsumer(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	for i := range 2 {
+		publish(t, rdb, redisstream.PartitionTopic("orders", i), 1)
+	}
+	out := subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
+		Partitions: 2}), "orders")
+	questions := map[string]*message.Message{}
+	for range 2 {
+		q := receive(t, out)
+		questions[redisstream.Stream(q)] = q
+	}
+	kept, claimed := questions[redisstream.PartitionTopic("orders", 0)], questions[redisstream.PartitionTopic("orders", 1)]
+	// Another consumer claims one entry, as after the claim idle time.
+	if err := rdb.XClaim(t.Context(), &redis.XClaimArgs{Stream: redisstream.Stream(claimed), Group: "g",
+		Consumer: "other", Messages: []string{redisstream.EntryID(claimed)}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(q *message.Message) *message.Message {
+		a := message.NewMessage(watermill.NewUUID(), []byte("answer to "+redisstream.EntryID(q)))
+		a.Metadata.Set("k", "v")
+		redisstream.Answer(a, q)
+		return a
+	}
+	toKept, toClaimed := answer(kept), answer(claimed)
+	plain := message.NewMessage(watermill.NewUUID(), []byte("plain"))
+	err := newAnswerer(t, rdb, "g", "c").Publish("results", toKept, toClaimed, plain)
+
+	var failed redisstream.PublishErrors
+	if !errors.As(err, &failed) || len(failed) != 3 || failed[0] != nil || !errors.Is(failed[1], redisstream.ErrNotPending) ||
+		failed[2] != nil || !errors.Is(err, redisstream.ErrNotPending) {
+		t.Fatalf("Publish: %v, want PublishErrors with ErrNotPending for the claimed entry's answer alone", err)
+	}
+	if n := rdb.XLen(t.Context(), redisstream.PartitionTopic("results", 1)).Val(); n != 0 {
+		t.Errorf("%d answers in the claimed entry's partition, want none", n)
+	}
+	if n := rdb.XLen(t.Context(), "results").Val(); n != 1 {
+		t.Errorf("%d messages in the topic itself, want the plain one", n)
+	}
+	got := receive(t, subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "readers"}),
+		redisstream.PartitionTopic("results", 0)))
+	if got.UUID != toKept.UUID || string(got.Payload) != string(toKept.Payload) || got.Metadata.Get("k") != "v" {
+		t.Errorf("read %s %q %v, want the answer to the kept entry in its partition of the topic", got.UUID, got.Payload, got.Metadata)
+	}
+	if md, _ := rdb.XRange(t.Context(), redisstream.PartitionTopic("results", 0), "-", "+").Val()[0].Values["metadata"].(string); strings.Contains(md, redisstream.MetadataAnswers) {
+		t.Errorf("the entry's metadata %q holds the answer's mark", md)
+	}
+}
+
+// An answer needs a publisher of a consumer, and a question a Subscriber handed out: anything else is refused
+// before anything is written.
+func TestAnAnswerThatCannotBeCheckedIsRefused(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	question := message.NewMessage(watermill.NewUUID(), nil)
+	question.Metadata.Set(redisstream.MetadataStream, "orders")
+	question.Metadata.Set(redisstream.MetadataEntryID, "1-1")
+	a := message.NewMessage(watermill.NewUUID(), []byte("a"))
+	redisstream.Answer(a, question)
+	plainPub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plainPub.Publish("results", a); err == nil || !strings.Contains(err.Error(), "ConsumerGroup") {
+		t.Errorf("a publisher without a consumer published an answer: %v", err)
+	}
+	stray := message.NewMessage(watermill.NewUUID(), []byte("b"))
+	redisstream.Answer(stray, message.NewMessage(watermill.NewUUID(), nil))
+	if err := newAnswerer(t, rdb, "g", "c").Publish("results", stray); err == nil || !strings.Contains(err.Error(), "no Subscriber") {
+		t.Errorf("an answer to a message no subscriber handed out: %v", err)
+	}
+	if _, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, ConsumerGroup: "g"}, nil); err == nil {
+		t.Error("a ConsumerGroup without a Consumer was accepted")
+	}
+	if n := rdb.Exists(t.Context(), "results").Val(); n != 0 {
+		t.Error("a refused Publish wrote to the topic")
+	}
+}
+
+// On a Redis Cluster whose masters do not all know the answer script yet, the calls that met NOSCRIPT are
+// sent again once it is loaded, and only those: a call that ran is not sent again, so every answer is
+// written once.
+func TestAReloadOfTheAnswerScriptSendsAgainOnlyTheCallsThatMetNOSCRIPT(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rdb := c.Client()
+	const n = 16
+	home := redisstream.PartitionTopic("orders", 0)
+	away := home
+	for i := range n {
+		if p := redisstream.PartitionTopic("orders", i); c.MasterOf(p).Addr != c.MasterOf(home).Addr {
+			away = p
+			break
+		}
+	}
+	publish(t, rdb, home, 1)
+	publish(t, rdb, away, 1)
+	out := subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
+		Partitions: n}), "orders")
+	var answers []*message.Message
+	for range 2 {
+		q := receive(t, out)
+		a := message.NewMessage(watermill.NewUUID(), []byte("a"))
+		redisstream.Answer(a, q)
+		answers = append(answers, a)
+	}
+	script, err := os.ReadFile("answer.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	master := redis.NewClient(&redis.Options{Addr: c.MasterOf(home).Addr})
+	defer master.Close()
+	if err := master.ScriptLoad(t.Context(), string(script)).Err(); err != nil { // the home master alone knows it
+		t.Fatal(err)
+	}
+	if err := newAnswerer(t, rdb, "g", "c").Publish("results", answers...); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{home, away} {
+		results := strings.Replace(p, "orders", "results", 1)
+		if got := rdb.XLen(t.Context(), results).Val(); got != 1 {
+			t.Errorf("%s: %d answers, want 1", results, got)
+		}
+	}
+}
