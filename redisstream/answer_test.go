@@ -1,6 +1,7 @@
 package redisstream_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -149,4 +150,60 @@ func TestAReloadOfTheAnswerScriptSendsAgainOnlyTheCallsThatMetNOSCRIPT(t *testin
 			t.Errorf("%s: %d answers, want 1", results, got)
 		}
 	}
+}
+
+// A call whose reply is lost and whose resend meets NOSCRIPT (a failover's new master, which has the old
+// one's writes but not its script cache) is sent again under its request id once the script is loaded: it
+// finds the note of its run and writes nothing twice.
+func TestAnAnswerCallSentAgainAfterNOSCRIPTWritesOnce(t *testing.T) {
+	s := redistest.Start(t)
+	rdb := s.Client()
+	publish(t, rdb, "orders", 3)
+	out := subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}), "orders")
+	var answers []*message.Message
+	for range 3 {
+		a := message.NewMessage(watermill.NewUUID(), []byte("a"))
+		redisstream.Answer(a, receive(t, out))
+		answers = append(answers, a)
+	}
+	dropper := redistest.NewReplyDropper(t, rdb.Options().Addr)
+	opts := *rdb.Options()
+	opts.Addr = dropper.Addr
+	client := redis.NewClient(&opts)
+	defer client.Close()
+	pub := newAnswerer(t, client, "g", "c")
+	// The script is known, so the first send runs; its reply is lost, and Redis forgets the script.
+	warm := message.NewMessage(watermill.NewUUID(), []byte("plain"))
+	if err := pub.Publish("warm-up", warm); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptLoad(t.Context(), answerLua(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dropper.DropReplyThen("results", 1, func() { rdb.ScriptFlush(context.Background()) })
+	if err := pub.Publish("results", answers[:2]...); err != nil {
+		t.Fatal(err)
+	}
+	if dropper.Dropped() != 1 {
+		t.Fatalf("%d replies dropped, want the answer call's", dropper.Dropped())
+	}
+	if n := rdb.XLen(t.Context(), "results").Val(); n != 2 {
+		t.Errorf("%d answers for 2 entries after a lost reply and NOSCRIPT, want 2", n)
+	}
+	// The next call is a new one: it is not taken for the one before.
+	if err := pub.Publish("results", answers[2]); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XLen(t.Context(), "results").Val(); n != 3 {
+		t.Errorf("%d answers after the next Publish, want 3", n)
+	}
+}
+
+func answerLua(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("answer.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

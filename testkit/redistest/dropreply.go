@@ -32,6 +32,7 @@ type ReplyDropper struct {
 type dropRule struct {
 	pattern []byte
 	left    int
+	then    func() // run once the reply is discarded, before the connection closes; nil: nothing
 }
 
 // NewReplyDropper starts a proxy to the Redis server at target, stopped by t.Cleanup.
@@ -48,10 +49,14 @@ func NewReplyDropper(t testing.TB, target string) *ReplyDropper {
 }
 
 // DropReplyTo drops the replies of the next times commands whose bytes contain pattern.
-func (p *ReplyDropper) DropReplyTo(pattern string, times int) {
+func (p *ReplyDropper) DropReplyTo(pattern string, times int) { p.DropReplyThen(pattern, times, nil) }
+
+// DropReplyThen is DropReplyTo, running then after each reply dropped, before the client sees its
+// connection closed (and sends the command again): a failover's new master, say, with SCRIPT FLUSH.
+func (p *ReplyDropper) DropReplyThen(pattern string, times int, then func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.armed = append(p.armed, dropRule{pattern: []byte(pattern), left: times})
+	p.armed = append(p.armed, dropRule{pattern: []byte(pattern), left: times, then: then})
 }
 
 // Dropped is how many replies were dropped so far.
@@ -75,7 +80,7 @@ func (p *ReplyDropper) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		drop := make(chan struct{}, 1)
+		drop := make(chan func(), 1)
 		p.wg.Go(func() { p.toServer(c, s, drop) })
 		p.wg.Go(func() { p.toClient(c, s, drop) })
 	}
@@ -83,13 +88,13 @@ func (p *ReplyDropper) accept() {
 
 // toServer forwards the client's commands; one that matches an armed rule is forwarded after drop is
 // signalled, so its reply is the one toClient throws away.
-func (p *ReplyDropper) toServer(c, s net.Conn, drop chan<- struct{}) {
+func (p *ReplyDropper) toServer(c, s net.Conn, drop chan<- func()) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
-			if p.matches(buf[:n]) {
-				drop <- struct{}{}
+			if then, ok := p.matches(buf[:n]); ok {
+				drop <- then
 			}
 			if _, werr := s.Write(buf[:n]); werr != nil {
 				err = werr
@@ -104,12 +109,15 @@ func (p *ReplyDropper) toServer(c, s net.Conn, drop chan<- struct{}) {
 
 // toClient forwards the server's replies until it is told to drop one: then it waits for the reply (Redis
 // ran the command), discards it and closes both connections.
-func (p *ReplyDropper) toClient(c, s net.Conn, drop <-chan struct{}) {
+func (p *ReplyDropper) toClient(c, s net.Conn, drop <-chan func()) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := s.Read(buf)
 		select {
-		case <-drop:
+		case then := <-drop:
+			if then != nil {
+				then()
+			}
 			p.closePair(c, s)
 			return
 		default:
@@ -126,17 +134,17 @@ func (p *ReplyDropper) toClient(c, s net.Conn, drop <-chan struct{}) {
 	}
 }
 
-func (p *ReplyDropper) matches(b []byte) bool {
+func (p *ReplyDropper) matches(b []byte) (then func(), ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, r := range p.armed {
 		if r.left > 0 && bytes.Contains(b, r.pattern) {
 			p.armed[i].left--
 			p.drops++
-			return true
+			return r.then, true
 		}
 	}
-	return false
+	return nil, false
 }
 
 func (p *ReplyDropper) closePair(c, s net.Conn) {
