@@ -179,17 +179,31 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 		xadds[i] = pipe.XAdd(ctx, p.xaddArgs(topic, values))
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
-	again := slices.DeleteFunc(slices.Clone(calls), func(c *answerCall) bool { return !redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") })
-	if len(again) > 0 && answerScript.Load(ctx, p.config.Client).Err() == nil {
-		// Redis restarted, or a node never ran the script: those calls wrote nothing; the others are not sent
-		// again. Each goes under its request id: a NOSCRIPT may be a resend's, on a new master after a failover,
-		// of a call that ran on the old one.
-		pipe = p.config.Client.Pipeline()
-		if err := p.queueAnswers(ctx, pipe, again, msgs); err != nil {
-			return err
-		}
-		_, _ = pipe.Exec(ctx)
+	if err := p.sendAgainAfterNOSCRIPT(ctx, calls, msgs); err != nil {
+		return err
 	}
+	return answerErrors(topic, msgs, calls, plain, xadds)
+}
+
+// sendAgainAfterNOSCRIPT sends again the calls that met NOSCRIPT (Redis restarted, or a node never ran the
+// script: they wrote nothing), once the script is loaded; the others are not sent again. Each goes under
+// its request id: a NOSCRIPT may be a resend's, on a new master after a failover, of a call that ran on the
+// old one.
+func (p *Publisher) sendAgainAfterNOSCRIPT(ctx context.Context, calls []*answerCall, msgs []*message.Message) error {
+	again := slices.DeleteFunc(slices.Clone(calls), func(c *answerCall) bool { return !redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") })
+	if len(again) == 0 || answerScript.Load(ctx, p.config.Client).Err() != nil {
+		return nil // a failed load leaves them their NOSCRIPT
+	}
+	pipe := p.config.Client.Pipeline()
+	if err := p.queueAnswers(ctx, pipe, again, msgs); err != nil {
+		return err
+	}
+	_, _ = pipe.Exec(ctx)
+	return nil
+}
+
+// answerErrors is publishAnswers' error: nil when every message was written, else each one's.
+func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, plain []int, xadds []*redis.StringCmd) error {
 	errs, failed := make(PublishErrors, len(msgs)), false
 	for _, c := range calls {
 		owned, err := c.owned()
