@@ -39,11 +39,11 @@ var ErrNotPending = errors.New("redisstream: the answered entry is no longer pen
 // partition i of its topic (SubscriberConfig.Partitions), else to topic. On a Redis Cluster the question's
 // stream needs a hash tag (a partition's, or its own: {orders}) and an unpartitioned topic the same one.
 func Answer(answer, question *message.Message) {
-	stream, partition := Stream(question), EntryPartition(question)
-	if !strings.HasSuffix(stream, ":{"+strconv.Itoa(partition)+"}") {
-		partition = -1
+	stream, partition := Stream(question), strconv.Itoa(EntryPartition(question))
+	if !strings.HasSuffix(stream, ":{"+partition+"}") {
+		partition = "-1"
 	}
-	answer.Metadata.Set(MetadataAnswers, strconv.Itoa(partition)+" "+stream+" "+EntryID(question))
+	answer.Metadata.Set(MetadataAnswers, partition+" "+stream+" "+EntryID(question))
 }
 
 // answered is the entry answer answers (its stream, id and partition: -1 for a topic's only stream); ok
@@ -139,6 +139,8 @@ func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, pl
 		if i < 0 {
 			calls = append(calls, &answerCall{stream: stream, results: answerStream(topic, partition), topic: topic,
 				req: answerRequests.next(), lo: id, hi: id})
+			n := answersTo(stream, msgs[k:])
+			calls[len(calls)-1].at, calls[len(calls)-1].ids = make([]int, 0, n), make([]string, 0, n)
 			i = len(calls) - 1
 		}
 		c := calls[i]
@@ -151,6 +153,17 @@ func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, pl
 		}
 	}
 	return calls, plain, nil
+}
+
+// answersTo counts the messages of msgs that answer entries of stream.
+func answersTo(stream string, msgs []*message.Message) int {
+	n := 0
+	for _, msg := range msgs {
+		if s, _, _, ok := answered(msg); ok && s == stream {
+			n++
+		}
+	}
+	return n
 }
 
 // publishAnswers writes msgs to topic, each answer only while its entry is pending to the Consumer: one
@@ -252,14 +265,13 @@ func (p *Publisher) answerArgs(c *answerCall, msgs []*message.Message) ([]any, e
 		if err != nil {
 			return nil, err
 		}
-		args = append(args, c.ids[i])
-		args = append(args, values...)
+		args = append(args, c.ids[i], values[1], values[3], values[5])
 	}
 	return args, nil
 }
 
-// answerValues are the values of msg's entry, its three fields in redisstream's format (answer.lua names
-// them), without MetadataAnswers. A Marshaller of another format cannot write answers.
+// answerValues are msg's entry's fields and values in redisstream's format (answer.lua names the fields),
+// without MetadataAnswers. A Marshaller of another format cannot write answers.
 func (p *Publisher) answerValues(stream string, msg *message.Message) ([]any, error) {
 	if _, ok := p.config.Marshaller.(DefaultMarshallerUnmarshaller); !ok {
 		return nil, fmt.Errorf("redisstream: message %s answers an entry: answers are written in the default format, not PublisherConfig.Marshaller's", msg.UUID)
@@ -268,7 +280,7 @@ func (p *Publisher) answerValues(stream string, msg *message.Message) ([]any, er
 	if err != nil {
 		return nil, fmt.Errorf("redisstream: marshal message %s for %s: %w", msg.UUID, stream, err)
 	}
-	return []any{values[1], values[3], values[5]}, nil
+	return values, nil
 }
 
 // CommittedKey is where answer.lua notes consumer's last call on stream (in its slot), for a call made again.

@@ -28,6 +28,15 @@ var bin struct {
 	err                                           error
 }
 
+// TestMain removes the binaries the tests built (about 180 MB a run).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin.worker != "" {
+		_ = os.RemoveAll(filepath.Dir(bin.worker))
+	}
+	os.Exit(code)
+}
+
 // binaries builds the commands once per test binary.
 func binaries(t *testing.T) (worker, producer string) {
 	t.Helper()
