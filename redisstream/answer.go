@@ -54,7 +54,7 @@ func answered(answer *message.Message) (stream, id string, partition int, ok boo
 	i := strings.LastIndexByte(rest, ' ')
 	n, err := strconv.Atoi(p)
 	if v == "" || i < 0 || err != nil {
-		return "", "", 0, v != "" // a mark that does not parse answers nothing Publish can find
+		return "", "", -1, v != "" // a mark that does not parse answers nothing Publish can find: refused
 	}
 	return rest[:i], rest[i+1:], n, true
 }
@@ -180,7 +180,7 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 	defer p.answering.Unlock()
 	ctx := msgs[0].Context()
 	pipe := p.config.Client.Pipeline()
-	if err := p.queueAnswers(ctx, pipe, calls, msgs); err != nil {
+	if err := p.queueAnswers(ctx, pipe, calls, msgs, false); err != nil {
 		return err
 	}
 	xadds := make([]*redis.StringCmd, len(plain))
@@ -199,16 +199,17 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 }
 
 // sendAgainAfterNOSCRIPT sends again the calls that met NOSCRIPT (Redis restarted, or a node never ran the
-// script: they wrote nothing), once the script is loaded; the others are not sent again. Each goes under
-// its request id: a NOSCRIPT may be a resend's, on a new master after a failover, of a call that ran on the
-// old one.
+// script: they wrote nothing) with the script's body (EVAL, which also teaches the node the script); the
+// others are not sent again. Each goes under its request id: a NOSCRIPT may be a resend's, on a new master
+// after a failover, of a call that ran on the old one. (Not SCRIPT LOAD first: on a cluster it asks every
+// node, and fails while a failover leaves one unreachable.)
 func (p *Publisher) sendAgainAfterNOSCRIPT(ctx context.Context, calls []*answerCall, msgs []*message.Message) error {
 	again := slices.DeleteFunc(slices.Clone(calls), func(c *answerCall) bool { return !redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") })
-	if len(again) == 0 || answerScript.Load(ctx, p.config.Client).Err() != nil {
-		return nil // a failed load leaves them their NOSCRIPT
+	if len(again) == 0 {
+		return nil
 	}
 	pipe := p.config.Client.Pipeline()
-	if err := p.queueAnswers(ctx, pipe, again, msgs); err != nil {
+	if err := p.queueAnswers(ctx, pipe, again, msgs, true); err != nil {
 		return err
 	}
 	_, _ = pipe.Exec(ctx)
@@ -241,16 +242,20 @@ func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, pl
 	return errs
 }
 
-// queueAnswers queues the script call of each of calls on pipe (by its SHA: a Redis that does not know it
-// answers NOSCRIPT).
-func (p *Publisher) queueAnswers(ctx context.Context, pipe redis.Pipeliner, calls []*answerCall, msgs []*message.Message) error {
+// queueAnswers queues the script call of each of calls on pipe: by its SHA (a Redis that does not know it
+// answers NOSCRIPT), or with body, its text.
+func (p *Publisher) queueAnswers(ctx context.Context, pipe redis.Pipeliner, calls []*answerCall, msgs []*message.Message, body bool) error {
 	for _, c := range calls {
 		args, err := p.answerArgs(c, msgs)
 		if err != nil {
 			return err
 		}
 		keys := []string{c.stream, c.results, CommittedKey(c.stream, p.config.ConsumerGroup, p.config.Consumer)}
-		c.cmd = answerScript.EvalSha(ctx, pipe, keys, args...)
+		if body {
+			c.cmd = answerScript.Eval(ctx, pipe, keys, args...)
+		} else {
+			c.cmd = answerScript.EvalSha(ctx, pipe, keys, args...)
+		}
 	}
 	return nil
 }

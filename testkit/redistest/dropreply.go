@@ -52,7 +52,9 @@ func NewReplyDropper(t testing.TB, target string) *ReplyDropper {
 func (p *ReplyDropper) DropReplyTo(pattern string, times int) { p.DropReplyThen(pattern, times, nil) }
 
 // DropReplyThen is DropReplyTo, running then after each reply dropped, before the client sees its
-// connection closed (and sends the command again): a failover's new master, say, with SCRIPT FLUSH.
+// connection closed (and sends the command again): a failover's new master, say, with SCRIPT FLUSH. then
+// runs in the proxy's goroutine: keep it short, talk to the server directly (not through the proxy), and do
+// not call t.Fatal in it.
 func (p *ReplyDropper) DropReplyThen(pattern string, times int, then func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
