@@ -19,7 +19,9 @@ import (
 // visible just before its entry is acked, so it waits a little.
 func noPending(t *testing.T, rdb *redis.Client) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "no entry is pending", func() bool {
+	// 25 s: after crashes, a killed worker counts as live (a partition's owner) for up to 15 s, and its
+	// entries are claimed CLAIM_IDLE after that (docs/scaling.md: both owners of a partition killed).
+	waitFor(t, 25*time.Second, "no entry is pending", func() bool {
 		p, err := rdb.XPending(context.Background(), "orders", "inventory").Result()
 		if err != nil {
 			t.Fatal(err)
