@@ -93,7 +93,7 @@ func (e *roundEnv) batch(t *testing.T, sku string, partitions ...int) []*queued 
 		if err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{p.Orders, ">"}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		msg := redisstream.Entry{ID: entry, Stream: p.Orders, Partition: i, Deliveries: 1, Values: map[string]any{"payload": id}}.Message()
+		msg := redisstream.Entry{ID: entry, Stream: p.Orders, Partition: i, Partitioned: true, Deliveries: 1, Values: map[string]any{"payload": id}}.Message()
 		batch = append(batch, &queued{msg: msg, order: order.Order{OrderID: id, SKU: sku, Quantity: 1}})
 		e.delivered.Add(1)
 	}

@@ -77,12 +77,15 @@ func (a *acks) flush() {
 }
 
 // byPartition waits for the router's verdict on each message of batch and returns the entry ids of those it
-// acked, by partition.
+// acked, by partition; not those of messages whose answer met ErrNotPending (another consumer's now).
 func (a *acks) byPartition(batch []*message.Message) map[int][]string {
 	ids := make(map[int][]string, 1)
 	for _, msg := range batch {
 		select {
 		case <-msg.Acked():
+			if notPending(msg) {
+				continue
+			}
 			p := EntryPartition(msg)
 			ids[p] = append(ids[p], EntryID(msg))
 		case <-msg.Nacked():

@@ -30,20 +30,42 @@ var answerScript = redis.NewScript(answerLua)
 const MetadataAnswers = "redisstream_answers"
 
 // ErrNotPending is the error of an answer that was not written: the entry it answers is no longer pending
-// to the Publisher's Consumer (another consumer claimed it, or it was acked).
+// to the Publisher's Consumer (another consumer claimed it, or it was acked). Its question is marked
+// (MetadataNotPending): the Subscriber neither acks its entry, which is the claimer's now, nor hands it out
+// again, whether the handler then acks or nacks it.
 var ErrNotPending = errors.New("redisstream: the answered entry is no longer pending to the consumer")
+
+// MetadataNotPending marks a question whose answer met ErrNotPending: its entry is no longer the
+// consumer's, and the Subscriber leaves it alone whatever the message's Ack or Nack.
+const MetadataNotPending = "redisstream_not_pending"
+
+// questionKey holds, in an answer's context, the question it answers (Answer).
+type questionKey struct{}
+
+// notPending reports whether msg's answer met ErrNotPending: its entry is no longer the consumer's.
+func notPending(msg *message.Message) bool { return msg.Metadata.Get(MetadataNotPending) != "" }
 
 // Answer marks answer as the answer to question, a message a Subscriber of this package handed out. A
 // Publisher with a ConsumerGroup and Consumer writes answer only while question's entry is still pending to
 // its Consumer, in the question's slot: to PartitionTopic(topic, i) when the question was read from
 // partition i of its topic (SubscriberConfig.Partitions), else to topic. On a Redis Cluster the question's
 // stream needs a hash tag (a partition's, or its own: {orders}) and an unpartitioned topic the same one.
+// Answer keeps question in answer's context, to mark it should its answer meet ErrNotPending: a context
+// set on answer afterwards should be derived from answer.Context().
 func Answer(answer, question *message.Message) {
-	stream, partition := Stream(question), strconv.Itoa(EntryPartition(question))
-	if !strings.HasSuffix(stream, ":{"+partition+"}") {
+	partition, ok := question.Metadata[metaPartition] // only a partition's entry has it
+	if !ok {
 		partition = "-1"
 	}
-	answer.Metadata.Set(MetadataAnswers, partition+" "+stream+" "+EntryID(question))
+	answer.Metadata.Set(MetadataAnswers, partition+" "+Stream(question)+" "+EntryID(question))
+	answer.SetContext(context.WithValue(answer.Context(), questionKey{}, question))
+}
+
+// markNotPending marks the question of answer, an answer that met ErrNotPending (MetadataNotPending).
+func markNotPending(answer *message.Message) {
+	if q, ok := answer.Context().Value(questionKey{}).(*message.Message); ok {
+		q.Metadata.Set(MetadataNotPending, "true")
+	}
 }
 
 // answered is the entry answer answers (its stream, id and partition: -1 for a topic's only stream); ok
@@ -227,6 +249,7 @@ func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, pl
 				errs[k] = fmt.Errorf("redisstream: publish %d answers to %s (of entries of %s): %w", len(c.at), c.results, c.stream, err)
 			case !owned[j]:
 				errs[k] = fmt.Errorf("%w: %s of %s", ErrNotPending, c.ids[j], c.stream)
+				markNotPending(msgs[k])
 			}
 			failed = failed || errs[k] != nil
 		}

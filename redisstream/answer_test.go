@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -74,6 +75,63 @@ func TestAnAnswerIsWrittenOnlyWhileItsEntryIsPendingToTheConsumer(t *testing.T) 
 	}
 	if md, _ := rdb.XRange(t.Context(), redisstream.PartitionTopic("results", 0), "-", "+").Val()[0].Values["metadata"].(string); strings.Contains(md, redisstream.MetadataAnswers) {
 		t.Errorf("the entry's metadata %q holds the answer's mark", md)
+	}
+}
+
+// Whether a question came from a partition is what its subscription says, not its stream's name: the answer
+// to an entry of an unpartitioned topic named like a partition ("x:{0}") goes to the answers' topic itself.
+func TestAnAnswerToAnUnpartitionedTopicGoesToTheTopicWhateverItsName(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	publish(t, rdb, "x:{0}", 1)
+	q := receive(t, subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}), "x:{0}"))
+	a := message.NewMessage(watermill.NewUUID(), []byte("answer"))
+	redisstream.Answer(a, q)
+	if err := newAnswerer(t, rdb, "g", "c").Publish("results", a); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XLen(t.Context(), "results").Val(); n != 1 {
+		t.Errorf("%d answers in the topic results, want 1 (results:{0} has %d)", n, rdb.XLen(t.Context(), "results:{0}").Val())
+	}
+}
+
+// A question whose answer met ErrNotPending is the claimer's: under Watermill's contract the subscriber
+// neither acks its entry when the handler acks it (XACK would take it from the claimer) nor hands it out
+// again when the handler nacks it.
+func TestAQuestionWhoseAnswerWasRefusedIsLeftToItsClaimer(t *testing.T) {
+	for _, verdict := range []string{"ack", "nack"} {
+		t.Run(verdict, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			publish(t, rdb, "questions", 1)
+			out := subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
+				NackResendSleep: 10 * time.Millisecond}), "questions")
+			q := receive(t, out)
+			if err := rdb.XClaim(t.Context(), &redis.XClaimArgs{Stream: "questions", Group: "g", Consumer: "other",
+				Messages: []string{redisstream.EntryID(q)}}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			a := message.NewMessage(watermill.NewUUID(), []byte("answer"))
+			redisstream.Answer(a, q)
+			if err := newAnswerer(t, rdb, "g", "c").Publish("results", a); !errors.Is(err, redisstream.ErrNotPending) {
+				t.Fatalf("Publish: %v, want ErrNotPending", err)
+			}
+			if q.Metadata.Get(redisstream.MetadataNotPending) == "" {
+				t.Errorf("the question is not marked %s", redisstream.MetadataNotPending)
+			}
+			if verdict == "ack" {
+				q.Ack()
+			} else {
+				q.Nack()
+			}
+			select {
+			case again := <-out:
+				t.Fatalf("the claimer's entry was handed out again: %s", again.UUID)
+			case <-time.After(500 * time.Millisecond):
+			}
+			p, err := rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: "questions", Group: "g", Start: "-", End: "+", Count: 10}).Result()
+			if err != nil || len(p) != 1 || p[0].Consumer != "other" {
+				t.Errorf("pending %v (%v), want the entry pending to its claimer", p, err)
+			}
+		})
 	}
 }
 

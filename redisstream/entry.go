@@ -11,9 +11,13 @@ import (
 
 // Entry is one entry of an orders partition as a reader fetched it (fetch.lua).
 type Entry struct {
-	ID        string
-	Partition int    // its index among the streams read
-	Stream    string // its stream (the partition's)
+	ID string
+	// Partition is its stream's index among the streams read: with Partitioned, among its topic's partitions
+	// (SubscriberConfig.Partitions), and in its message's metadata (EntryPartition); else 0, the topic's only
+	// stream.
+	Partition   int
+	Partitioned bool
+	Stream      string // its stream (the partition's)
 	// Deliveries is how many times the entry was delivered, failed attempts given back not counted.
 	Deliveries int64
 	// Values are its fields; Message may change them. Their strings may be part of the packed entries of
@@ -49,7 +53,9 @@ func (e Entry) MessageWith(u unmarshaller) (msg *message.Message) {
 		}
 		msg.Metadata.Set(MetadataEntryID, e.ID)
 		msg.Metadata.Set(MetadataDeliveries, strconv.FormatInt(e.Deliveries, 10))
-		msg.Metadata.Set(metaPartition, strconv.Itoa(e.Partition))
+		if e.Partitioned {
+			msg.Metadata.Set(metaPartition, strconv.Itoa(e.Partition))
+		}
 		if e.Stream != "" {
 			msg.Metadata.Set(MetadataStream, e.Stream)
 		}

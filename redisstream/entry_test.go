@@ -101,7 +101,7 @@ func FuzzUnmarshaller(f *testing.F) {
 	f.Add("payload", []byte("p"), []byte{0x81, 0xa1, 'k', 0xc4, 1, 'v'}, "u") // bin, read as a string by both
 	f.Fuzz(func(t *testing.T, field string, payload, metadata []byte, uuid string) {
 		values := map[string]any{field: string(payload), "metadata": string(metadata), redisstream.UUIDHeaderKey: uuid}
-		e := Entry{ID: "7-1", Partition: 5, Deliveries: 3, Values: maps.Clone(values)}
+		e := Entry{ID: "7-1", Partition: 5, Partitioned: true, Deliveries: 3, Values: maps.Clone(values)}
 		if plain, ok := e.plainMessage(); ok { // the fast path reads what redisstream reads
 			want, ok := e.unmarshal(maps.Clone(values))
 			if !ok || plain.UUID != want.UUID || !bytes.Equal(plain.Payload, want.Payload) || !maps.Equal(plain.Metadata, want.Metadata) {
@@ -109,7 +109,7 @@ func FuzzUnmarshaller(f *testing.F) {
 					want.UUID, want.Payload, want.Metadata)
 			}
 		}
-		msg := Entry{ID: "7-1", Partition: 5, Deliveries: 3, Values: values}.Message()
+		msg := Entry{ID: "7-1", Partition: 5, Partitioned: true, Deliveries: 3, Values: values}.Message()
 		if msg == nil {
 			t.Fatal("no message")
 		}

@@ -31,8 +31,7 @@ func ExampleAnswer() {
 		}
 	}
 
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
-		NackLeavesPending: true}, nil)
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -57,7 +56,7 @@ func ExampleAnswer() {
 		switch err := answers.Publish("answers", a); {
 		case errors.Is(err, redisstream.ErrNotPending):
 			fmt.Println(q.UUID, "is another consumer's now: not answered")
-			q.Nack() // left pending, to its claimer (NackLeavesPending)
+			q.Nack() // the subscriber leaves the entry to its claimer: not acked, not handed out again
 		case err != nil:
 			panic(err)
 		default:

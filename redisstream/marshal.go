@@ -41,11 +41,12 @@ const (
 	UnmarshalError = "redisstream_unmarshal_error"
 )
 
-// metaPartition is the index of the partition an entry was read from, among the streams of a subscription.
+// metaPartition is the index of the partition an entry was read from, among its topic's partitions; a
+// message of a topic's only stream has none.
 const metaPartition = "stockflow_partition"
 
-// EntryPartition returns the index of the partition msg's entry was read from, among the streams of its
-// subscription (0 with one stream).
+// EntryPartition returns the index of the partition msg's entry was read from, among its topic's partitions
+// (0 for an entry of a topic's only stream).
 func EntryPartition(msg *message.Message) int {
 	n, _ := strconv.Atoi(msg.Metadata.Get(metaPartition))
 	return n

@@ -86,7 +86,8 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // A message marked as an answer (Answer) goes to topic's partition of its question, in the question's
 // slot, only while the question's entry is pending to the Consumer: the answers to one stream's entries in
 // one script call, in the same round trip, in order among themselves, the other messages after them. An
-// answer not written gets ErrNotPending, in a PublishErrors (each message's error by its position). An
+// answer not written gets ErrNotPending, in a PublishErrors (each message's error by its position), and its
+// question is marked MetadataNotPending (the Subscriber then leaves its entry to the claimer). An
 // answer's call is safe to send again after a lost reply (go-redis does): it finds its note and writes
 // nothing twice. The note is one per answered stream and consumer, so a Publisher sends one Publish of
 // answers at a time, and a consumer's answers go through one Publisher.

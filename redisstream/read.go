@@ -340,7 +340,7 @@ func parseFetch(reply []any, p partition) (entries []Entry, poisoned map[string]
 		return nil, poisoned, claim, fmt.Errorf("%w: %w", err, bad())
 	}
 	for i := range entries {
-		entries[i].Partition, entries[i].Stream = p.Index, p.Orders
+		entries[i].Partition, entries[i].Partitioned, entries[i].Stream = p.Index, p.Partitioned, p.Orders
 	}
 	return entries, poisoned, claim, nil
 }

@@ -429,6 +429,35 @@ func isAcked(msg *message.Message) bool {
 	}
 }
 
+func isNacked(msg *message.Message) bool {
+	select {
+	case <-msg.Nacked():
+		return true
+	default:
+		return false
+	}
+}
+
+// lateVerdictWait is how long the ack of a message out when its subscription ended is still sent: as long
+// as Watermill's Router waits for its handlers on Close (RouterConfig.CloseTimeout's default).
+const lateVerdictWait = 30 * time.Second
+
+// lateVerdict sends the ack of msg, out when its subscription ended, should it come within lateVerdictWait:
+// Watermill's Router closes its subscribers first, then waits for the handlers still running, whose acks
+// would otherwise leave their entries pending, to be claimed and handled again. msg stays among those out
+// until then, so that FlushAcks finds its ack.
+func (s *reader) lateVerdict(msg *message.Message) {
+	t := time.NewTimer(lateVerdictWait)
+	defer t.Stop()
+	defer s.out.Delete(msg)
+	select {
+	case <-msg.Acked():
+		s.acks.add(msg)
+	case <-msg.Nacked():
+	case <-t.C:
+	}
+}
+
 // free frees a place in flight.
 func (s *reader) free() {
 	<-s.slots
@@ -447,10 +476,15 @@ func (s *reader) awaitAck(ctx context.Context, out chan<- *message.Message, msg 
 	defer func() {
 		// Whichever way the wait ends, an ack given counts: when the subscription ends, the ack, the
 		// subscription's end and handling's may all be ready at once, and select picks one at random.
-		if isAcked(msg) {
+		switch {
+		case isAcked(msg):
 			s.acks.add(msg)
+			s.out.Delete(msg)
+		case isNacked(msg):
+			s.out.Delete(msg)
+		default: // the subscription (or handling) ended first
+			go s.lateVerdict(msg)
 		}
-		s.out.Delete(msg)
 		s.free()
 	}()
 	var ended <-chan struct{} // the subscription's end, where it ends the wait
@@ -467,6 +501,9 @@ func (s *reader) awaitAck(ctx context.Context, out chan<- *message.Message, msg 
 			return
 		case <-msg.Nacked():
 			end()
+			if notPending(msg) { // another consumer's now: not handed out again
+				return
+			}
 			if !s.cfg.ResendNacked {
 				pauseFor(ctx, s.cfg.NackPause)
 				return
@@ -531,4 +568,5 @@ func pauseFor(ctx context.Context, d time.Duration) bool {
 type partition struct {
 	Index          int
 	Orders, Poison string
+	Partitioned    bool // one of its topic's partitions; false: the topic's only stream
 }

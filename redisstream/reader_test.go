@@ -32,7 +32,7 @@ func testParts(n int, tagged bool) []partition {
 	}
 	parts := make([]partition, n)
 	for i := range parts {
-		parts[i] = partition{Index: i, Orders: PartitionTopic("orders", i), Poison: PartitionTopic("poison", i)}
+		parts[i] = partition{Index: i, Orders: PartitionTopic("orders", i), Poison: PartitionTopic("poison", i), Partitioned: true}
 	}
 	return parts
 }

@@ -355,7 +355,7 @@ func (s *Subscriber) configFor(topic string, streams []string, failing *atomic.I
 	c := s.config
 	parts := make([]partition, len(streams))
 	for i, name := range streams {
-		parts[i] = partition{Index: i, Orders: name, Poison: PoisonTopicOf(name)}
+		parts[i] = partition{Index: i, Orders: name, Poison: PoisonTopicOf(name), Partitioned: c.Partitions > 0}
 		if c.PoisonTopic != "" {
 			parts[i].Poison = c.PoisonTopic
 			if c.Partitions > 0 {
@@ -557,7 +557,10 @@ func (s *Subscriber) createGroup(ctx context.Context, name string) error {
 }
 
 // Close ends every subscription, waits for their channels to close, and sends the acks already given.
-// Messages handed out and not acked stay pending: a claim hands them out again. It does not close Client.
+// Messages handed out and not acked stay pending: a claim hands them out again; but the acks such a message
+// gets after Close (Watermill's Router closes its subscribers before it waits for the handlers still
+// running) are still sent as they come, for up to 30 s, while Client is open: FlushAcks waits for those
+// given so far. It does not close Client.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -304,3 +304,53 @@ func TestSettingsThatCannotWorkAreRefusedByName(t *testing.T) {
 		t.Error("a publisher without a client was accepted")
 	}
 }
+
+// closeSignal is a subscriber that says when the Router closed it.
+type closeSignal struct {
+	*redisstream.Subscriber
+	closed chan struct{}
+}
+
+func (c closeSignal) Close() error {
+	defer close(c.closed)
+	return c.Subscriber.Close()
+}
+
+// Watermill's Router closes its subscribers before it waits for the handlers still running: the acks those
+// handlers' messages get after the subscriber closed still reach Redis, so a shutdown hands nothing out again.
+func TestTheAcksOfHandlersFinishingAfterCloseAreSent(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	const n = 5
+	publish(t, rdb, "orders", n)
+	sub := closeSignal{newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}), make(chan struct{})}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, finish := make(chan struct{}, n), make(chan struct{})
+	router.AddConsumerHandler("h", "orders", sub, func(*message.Message) error {
+		started <- struct{}{}
+		<-finish
+		return nil
+	})
+	go func() { _ = router.Run(t.Context()) }()
+	for range n {
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handlers did not all start within 10 s")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- router.Close() }()
+	<-sub.closed // the subscriber is closed, the handlers still run
+	close(finish)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); pendingCount(t, rdb, "orders", "g") != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries still pending 5 s after the Router acked every message, want 0", pendingCount(t, rdb, "orders", "g"))
+		}
+	}
+}
