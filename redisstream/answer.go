@@ -51,7 +51,8 @@ func notPending(msg *message.Message) bool { return msg.Metadata.Get(MetadataNot
 // partition i of its topic (SubscriberConfig.Partitions), else to topic. On a Redis Cluster the question's
 // stream needs a hash tag (a partition's, or its own: {orders}) and an unpartitioned topic the same one.
 // Answer keeps question in answer's context, to mark it should its answer meet ErrNotPending: a context
-// set on answer afterwards should be derived from answer.Context().
+// set on answer afterwards should be derived from answer.Context(), and Publish then writes question's
+// metadata (MetadataNotPending): question must not be read or answered by another goroutine meanwhile.
 func Answer(answer, question *message.Message) {
 	partition, ok := question.Metadata[metaPartition] // only a partition's entry has it
 	if !ok {
@@ -99,16 +100,17 @@ func destination(topic string, msg *message.Message) string {
 
 // PublishErrors is the error of a Publish that did not write every message: each message's error, by its
 // position in the Publish, nil for a message written (ErrNotPending for an answer whose entry was no longer
-// the consumer's). Its Unwrap gives every distinct error.
+// the consumer's). Its Unwrap gives every non-nil error; its text says each distinct one once.
 type PublishErrors []error
 
 func (e PublishErrors) Error() string {
-	errs := e.Unwrap()
-	msgs := make([]string, len(errs))
-	for i, err := range errs {
-		msgs[i] = err.Error()
+	var msgs []string // each text once
+	for _, err := range e.Unwrap() {
+		if !slices.Contains(msgs, err.Error()) {
+			msgs = append(msgs, err.Error())
+		}
 	}
-	n := len(e) - len(slices.DeleteFunc(slices.Clone(e), func(err error) bool { return err != nil }))
+	n := len(e.Unwrap())
 	return fmt.Sprintf("redisstream: %d of %d messages not published: %s", n, len(e), strings.Join(msgs, "; "))
 }
 
@@ -123,7 +125,7 @@ func (e PublishErrors) of(i int) error {
 func (e PublishErrors) Unwrap() []error {
 	var errs []error
 	for _, err := range e {
-		if err != nil && !slices.ContainsFunc(errs, func(x error) bool { return x.Error() == err.Error() }) {
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -147,7 +149,9 @@ type answerCall struct {
 const otherPending = 10000
 
 // answerCalls groups msgs by the stream each answers; plain are the positions of the messages that answer none.
+// Each mark is parsed once; a call's slices are sized once, by a count of its answers.
 func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, plain []int, err error) {
+	streams, ids := make([]string, len(msgs)), make([]string, len(msgs))
 	for k, msg := range msgs {
 		stream, id, partition, ok := answered(msg)
 		if !ok {
@@ -157,35 +161,38 @@ func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, pl
 		if stream == "" || id == "" {
 			return nil, nil, fmt.Errorf("redisstream: message %s answers a message that no Subscriber of this package handed out (no stream or entry id in its metadata)", msg.UUID)
 		}
-		i := slices.IndexFunc(calls, func(c *answerCall) bool { return c.stream == stream })
-		if i < 0 {
+		streams[k], ids[k] = stream, id
+		if !slices.ContainsFunc(calls, func(c *answerCall) bool { return c.stream == stream }) {
 			calls = append(calls, &answerCall{stream: stream, results: answerStream(topic, partition), topic: topic,
 				req: answerRequests.next(), lo: id, hi: id})
-			n := answersTo(stream, msgs[k:])
-			calls[len(calls)-1].at, calls[len(calls)-1].ids = make([]int, 0, n), make([]string, 0, n)
-			i = len(calls) - 1
 		}
-		c := calls[i]
-		c.at, c.ids = append(c.at, k), append(c.ids, id)
-		if idBefore(id, c.lo) {
-			c.lo = id
+	}
+	for _, c := range calls {
+		n := 0
+		for _, s := range streams {
+			if s == c.stream {
+				n++
+			}
 		}
-		if idBefore(c.hi, id) {
-			c.hi = id
+		c.at, c.ids = make([]int, 0, n), make([]string, 0, n)
+		for k, s := range streams {
+			if s == c.stream {
+				c.add(k, ids[k])
+			}
 		}
 	}
 	return calls, plain, nil
 }
 
-// answersTo counts the messages of msgs that answer entries of stream.
-func answersTo(stream string, msgs []*message.Message) int {
-	n := 0
-	for _, msg := range msgs {
-		if s, _, _, ok := answered(msg); ok && s == stream {
-			n++
-		}
+// add adds the answer at position k in the Publish, to the entry id.
+func (c *answerCall) add(k int, id string) {
+	c.at, c.ids = append(c.at, k), append(c.ids, id)
+	if idBefore(id, c.lo) {
+		c.lo = id
 	}
-	return n
+	if idBefore(c.hi, id) {
+		c.hi = id
+	}
 }
 
 // publishAnswers writes msgs to topic, each answer only while its entry is pending to the Consumer: one
@@ -205,13 +212,17 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 	if err := p.queueAnswers(ctx, pipe, calls, msgs, false); err != nil {
 		return err
 	}
-	xadds := make([]*redis.StringCmd, len(plain))
+	plainMsgs := make([]*message.Message, len(plain))
 	for i, k := range plain {
-		values, err := p.config.Marshaller.Marshal(topic, msgs[k])
-		if err != nil {
-			return fmt.Errorf("redisstream: marshal message %s: %w", msgs[k].UUID, err)
-		}
-		xadds[i] = pipe.XAdd(ctx, p.xaddArgs(topic, values))
+		plainMsgs[i] = msgs[k]
+	}
+	args, err := p.xadds(topic, plainMsgs)
+	if err != nil {
+		return err
+	}
+	xadds := make([]*redis.StringCmd, len(plain))
+	for i, a := range args {
+		xadds[i] = pipe.XAdd(ctx, a)
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	if err := p.sendAgainAfterNOSCRIPT(ctx, calls, msgs); err != nil {

@@ -102,8 +102,9 @@ func TestAQuestionWhoseAnswerWasRefusedIsLeftToItsClaimer(t *testing.T) {
 		t.Run(verdict, func(t *testing.T) {
 			rdb := redistest.Start(t).Client()
 			publish(t, rdb, "questions", 1)
-			out := subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
-				NackResendSleep: 10 * time.Millisecond}), "questions")
+			sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
+				NackResendSleep: 10 * time.Millisecond})
+			out := subscribe(t, sub, "questions")
 			q := receive(t, out)
 			if err := rdb.XClaim(t.Context(), &redis.XClaimArgs{Stream: "questions", Group: "g", Consumer: "other",
 				Messages: []string{redisstream.EntryID(q)}}).Err(); err != nil {
@@ -126,6 +127,9 @@ func TestAQuestionWhoseAnswerWasRefusedIsLeftToItsClaimer(t *testing.T) {
 			case again := <-out:
 				t.Fatalf("the claimer's entry was handed out again: %s", again.UUID)
 			case <-time.After(500 * time.Millisecond):
+			}
+			if err := sub.FlushAcks(t.Context()); err != nil {
+				t.Fatal(err)
 			}
 			p, err := rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: "questions", Group: "g", Start: "-", End: "+", Count: 10}).Result()
 			if err != nil || len(p) != 1 || p[0].Consumer != "other" {

@@ -11,11 +11,12 @@
 //     (XADD topic * payload ...) gets its entry id as UUID;
 //   - Ack acknowledges the entry in Redis (XACK): the acks of every message acked while one XACK is on its way
 //     go together in the next pipeline, one XACK per stream;
-//   - Nack hands the message out again after NackResendSleep, without a Redis call;
+//   - Nack hands the message out again after NackResendSleep, without a Redis call (not a question whose
+//     answer met ErrNotPending: MetadataNotPending);
 //   - a message's context ends at its Ack or Nack, and when its subscription ends (with
 //     SubscriberConfig.HandlingContext, when that ends);
 //   - Close ends every subscription, sends the acks already given, and returns once the output channels are
-//     closed.
+//     closed; the acks given after it (a Router's handlers finishing) are still sent, for up to 30 s.
 //
 // A consumer group's subscription is read by the stockflow worker's own reader (reader.go), kept to the
 // contract above; where it differs from watermill-redisstream, and why:

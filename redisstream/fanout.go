@@ -171,6 +171,10 @@ func (sub *subscription) await(msg *message.Message, cancel context.CancelFunc) 
 			return
 		case <-msg.Nacked():
 			cancel()
+			if notPending(msg) { // its answer was refused (ErrNotPending): not handed out again
+				sub.free(1)
+				return
+			}
 			if msg, cancel = sub.resend(msg); msg == nil {
 				sub.free(1)
 				return

@@ -103,13 +103,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if slices.ContainsFunc(msgs, func(m *message.Message) bool { return m.Metadata.Get(MetadataAnswers) != "" }) {
 		return p.publishAnswers(topic, msgs)
 	}
-	args := make([]*redis.XAddArgs, len(msgs))
-	for i, msg := range msgs {
-		values, err := p.config.Marshaller.Marshal(topic, msg)
-		if err != nil {
-			return fmt.Errorf("redisstream: marshal message %s: %w", msg.UUID, err)
-		}
-		args[i] = p.xaddArgs(topic, values)
+	args, err := p.xadds(topic, msgs)
+	if err != nil {
+		return err
 	}
 	ctx := msgs[0].Context()
 	if len(args) == 1 {
@@ -136,6 +132,19 @@ func (p *Publisher) maxlen(streams ...string) int64 {
 		}
 	}
 	return p.config.DefaultMaxlen
+}
+
+// xadds are the XADDs of msgs to topic, each marshalled by the Marshaller.
+func (p *Publisher) xadds(topic string, msgs []*message.Message) ([]*redis.XAddArgs, error) {
+	args := make([]*redis.XAddArgs, len(msgs))
+	for i, msg := range msgs {
+		values, err := p.config.Marshaller.Marshal(topic, msg)
+		if err != nil {
+			return nil, fmt.Errorf("redisstream: marshal message %s: %w", msg.UUID, err)
+		}
+		args[i] = p.xaddArgs(topic, values)
+	}
+	return args, nil
 }
 
 // xaddArgs is the XADD of values to topic.

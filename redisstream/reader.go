@@ -480,9 +480,9 @@ func (s *reader) awaitAck(ctx context.Context, out chan<- *message.Message, msg 
 		case isAcked(msg):
 			s.acks.add(msg)
 			s.out.Delete(msg)
-		case isNacked(msg):
+		case isNacked(msg) || s.cfg.Handling != nil: // Handling ended: FlushAcks sent the last acks
 			s.out.Delete(msg)
-		default: // the subscription (or handling) ended first
+		default: // the subscription ended first
 			go s.lateVerdict(msg)
 		}
 		s.free()

@@ -328,8 +328,10 @@ func TestTheAcksOfHandlersFinishingAfterCloseAreSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	started, finish := make(chan struct{}, n), make(chan struct{})
-	router.AddConsumerHandler("h", "orders", sub, func(*message.Message) error {
+	router.AddConsumerHandler("h", "orders", sub, func(msg *message.Message) error {
 		started <- struct{}{}
+		<-msg.Context().Done()            // the subscription ended
+		time.Sleep(50 * time.Millisecond) // and the subscriber stopped waiting for this message
 		<-finish
 		return nil
 	})
