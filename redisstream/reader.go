@@ -420,18 +420,13 @@ func (s *reader) FlushAcks(ctx context.Context) error {
 	}
 }
 
-func isAcked(msg *message.Message) bool {
-	select {
-	case <-msg.Acked():
-		return true
-	default:
-		return false
-	}
-}
+func isAcked(msg *message.Message) bool  { return closed(msg.Acked()) }
+func isNacked(msg *message.Message) bool { return closed(msg.Nacked()) }
 
-func isNacked(msg *message.Message) bool {
+// closed reports whether ch is closed (a message's Acked or Nacked), without waiting.
+func closed(ch <-chan struct{}) bool {
 	select {
-	case <-msg.Nacked():
+	case <-ch:
 		return true
 	default:
 		return false
