@@ -149,9 +149,8 @@ type answerCall struct {
 const otherPending = 10000
 
 // answerCalls groups msgs by the stream each answers; plain are the positions of the messages that answer none.
-// Each mark is parsed once; a call's slices are sized once, by a count of its answers.
+// A call's slices are sized once, when its stream is first met (answersTo): no slices of the Publish's length.
 func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, plain []int, err error) {
-	streams, ids := make([]string, len(msgs)), make([]string, len(msgs))
 	for k, msg := range msgs {
 		stream, id, partition, ok := answered(msg)
 		if !ok {
@@ -161,27 +160,27 @@ func answerCalls(topic string, msgs []*message.Message) (calls []*answerCall, pl
 		if stream == "" || id == "" {
 			return nil, nil, fmt.Errorf("redisstream: message %s answers a message that no Subscriber of this package handed out (no stream or entry id in its metadata)", msg.UUID)
 		}
-		streams[k], ids[k] = stream, id
-		if !slices.ContainsFunc(calls, func(c *answerCall) bool { return c.stream == stream }) {
+		i := slices.IndexFunc(calls, func(c *answerCall) bool { return c.stream == stream })
+		if i < 0 {
+			n := answersTo(stream, msgs[k:])
 			calls = append(calls, &answerCall{stream: stream, results: answerStream(topic, partition), topic: topic,
-				req: answerRequests.next(), lo: id, hi: id})
+				req: answerRequests.next(), lo: id, hi: id, at: make([]int, 0, n), ids: make([]string, 0, n)})
+			i = len(calls) - 1
 		}
-	}
-	for _, c := range calls {
-		n := 0
-		for _, s := range streams {
-			if s == c.stream {
-				n++
-			}
-		}
-		c.at, c.ids = make([]int, 0, n), make([]string, 0, n)
-		for k, s := range streams {
-			if s == c.stream {
-				c.add(k, ids[k])
-			}
-		}
+		calls[i].add(k, id)
 	}
 	return calls, plain, nil
+}
+
+// answersTo counts the messages of msgs that answer entries of stream.
+func answersTo(stream string, msgs []*message.Message) int {
+	n := 0
+	for _, msg := range msgs {
+		if s, _, _, ok := answered(msg); ok && s == stream {
+			n++
+		}
+	}
+	return n
 }
 
 // add adds the answer at position k in the Publish, to the entry id.
