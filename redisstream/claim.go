@@ -55,8 +55,13 @@ func (s *reader) claim(ctx context.Context, count int) []*message.Message {
 	if c.next = parts[len(parts)-1].Index + 1; c.next == len(s.cfg.Partitions) {
 		c.next = 0
 	}
-	pipe := s.rdb.Pipeline()
 	claims := s.calls("claim", parts, count)
+	if s.cfg.ShouldClaim != nil {
+		if claims = s.choose(ctx, claims); len(claims) == 0 {
+			return nil
+		}
+	}
+	pipe := s.rdb.Pipeline()
 	for i := range claims {
 		claims[i].queue(ctx, pipe, s)
 	}
@@ -66,6 +71,45 @@ func (s *reader) claim(ctx context.Context, count int) []*message.Message {
 		msgs = append(msgs, s.claimReply(ctx, r)...)
 	}
 	return msgs
+}
+
+// choose narrows a round's claims to the entries ShouldClaim chooses (SubscriberConfig.ShouldClaimPendingMessage,
+// as watermill-redisstream asks it): each partition's entries idle longer than ClaimIdle, from its cursor on
+// (XPENDING, one pipeline), asked about one by one. A call claims those chosen (fetch.lua's claim of the
+// ids given: the same size check and delivery counts as XAUTOCLAIM's) and moves the partition's cursor past those listed;
+// a partition with none chosen has its cursor moved here, and no call, unless its last claim failed (made
+// again, it hands over what the lost one claimed).
+func (s *reader) choose(ctx context.Context, calls []fetchCall) []fetchCall {
+	pipe := s.rdb.Pipeline()
+	listed := make([]*redis.XPendingExtCmd, len(calls))
+	for i, c := range calls {
+		listed[i] = pipe.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: c.Orders, Group: s.cfg.Group,
+			Idle: s.cfg.ClaimIdle, Start: c.cursor, End: "+", Count: int64(c.count)})
+	}
+	_, _ = pipe.Exec(ctx)
+	chosen := calls[:0]
+	for i, c := range calls {
+		pending, err := listed[i].Result()
+		if err != nil {
+			s.logClaimFailure(ctx, c.partition, err)
+			continue
+		}
+		c.cursor = "0-0" // the scan is complete
+		if len(pending) == c.count {
+			c.cursor = "(" + pending[len(pending)-1].ID
+		}
+		for _, p := range pending {
+			if s.cfg.ShouldClaim(p) {
+				c.ids = append(c.ids, p.ID)
+			}
+		}
+		if len(c.ids) == 0 && !s.requests.retried(c) {
+			s.claims.cursors[c.Index] = c.cursor
+			continue
+		}
+		chosen = append(chosen, c)
+	}
+	return chosen
 }
 
 // claimReply reads the reply of one partition's claim: its entries, its next cursor, and the entries it

@@ -43,8 +43,11 @@
 //     baggage, and trace context over W3C's sizes are dropped from what a producer sent.
 //   - A missing group (Redis restarted without its data) is created again at OldestId.
 //   - Close does not close Client: the client is the caller's.
-//   - ShouldClaimPendingMessage, ShouldStopOnReadErrors and DisableIndefiniteInitialBlock do not exist here
-//     (a partition whose reads fail is skipped for a while, 100 ms doubling to 5 s, and logged).
+//   - Every field of watermill-redisstream's configs is here (a test holds it), so a user swaps the import:
+//     ShouldClaimPendingMessage is asked about the idle entries a claim lists first (XPENDING, one round
+//     trip more a claim round), ShouldStopOnReadErrors about each failed read (a partition whose reads
+//     fail is otherwise skipped for a while, 100 ms doubling to 5 s, and logged), and
+//     DisableIndefiniteInitialBlock changes nothing: no read blocks longer than BlockTime.
 //   - On a Redis Cluster, the reader's notes for lost replies are keys named after the stream: a topic
 //     needs a hash tag ({orders}) or Partitions, which gives each partition's streams one; so does a
 //     PoisonTopic set without Partitions (it must hash with the topic).

@@ -44,7 +44,7 @@ func newSubscription(ctx context.Context, s *Subscriber, topic string) *subscrip
 	return sub
 }
 
-func (sub *subscription) start(stream string) { sub.loop(func() { sub.read(stream) }) }
+func (sub *subscription) start(p partition) { sub.loop(func() { sub.read(p) }) }
 
 func (sub *subscription) loop(f func()) {
 	sub.loops.Add(1)
@@ -91,8 +91,9 @@ func (sub *subscription) free(n int64) {
 	}
 }
 
-// read hands out the stream's entries from FanOutOldestId on.
-func (sub *subscription) read(stream string) {
+// read hands out the entries of partition p's stream from FanOutOldestId on.
+func (sub *subscription) read(p partition) {
+	stream := p.Orders
 	from := sub.fanOutStart(stream)
 	var pause backoff
 	for sub.ctx.Err() == nil {
@@ -108,14 +109,20 @@ func (sub *subscription) read(stream string) {
 		}
 		sub.free(n - int64(len(entries)))
 		if err != nil && !errors.Is(err, redis.Nil) {
-			if sub.ctx.Err() == nil {
-				sub.s.logger.Error("Read failed", err, sub.log.Add(watermill.LogFields{"stream": stream}))
-				pause.wait(sub.ctx)
+			if sub.ctx.Err() != nil {
+				continue
 			}
+			if stop := sub.cfg.ShouldStopOnReadErrors; stop != nil && stop(err) {
+				sub.s.logger.Error("Read failed: the subscription ends", err, sub.log.Add(watermill.LogFields{"stream": stream}))
+				sub.cancel()
+				return
+			}
+			sub.s.logger.Error("Read failed", err, sub.log.Add(watermill.LogFields{"stream": stream}))
+			pause.wait(sub.ctx)
 			continue
 		}
 		pause.reset()
-		sub.handOut(stream, entries)
+		sub.handOut(p, entries)
 		if len(entries) > 0 {
 			from = entries[len(entries)-1].ID
 		}
@@ -134,10 +141,11 @@ func (sub *subscription) fanOutStart(stream string) string {
 	return last[0].ID
 }
 
-// handOut hands out entries whose slots are taken.
-func (sub *subscription) handOut(name string, entries []redis.XMessage) {
+// handOut hands out entries of partition p whose slots are taken.
+func (sub *subscription) handOut(p partition, entries []redis.XMessage) {
 	for i, e := range entries {
-		msg := Entry{ID: e.ID, Stream: name, Values: e.Values}.MessageWith(sub.cfg.Unmarshaller)
+		entry := Entry{ID: e.ID, Stream: p.Orders, Partition: p.Index, Partitioned: p.Partitioned, Values: e.Values}
+		msg := entry.MessageWith(sub.cfg.Unmarshaller)
 		if !sub.send(msg) {
 			sub.free(int64(len(entries) - i))
 			return

@@ -18,9 +18,12 @@
 -- ARGV[5] approximate MAXLEN of the poison stream
 -- ARGV[6] how many entries at most
 -- ARGV[7] claim: the minimum idle time in milliseconds (a read: ignored)
--- ARGV[8] claim: the cursor (the id the scan of the pending entries goes on from; 0-0 at first)
+-- ARGV[8] claim: the cursor (the id the scan of the pending entries goes on from; 0-0 at first); with
+--         ARGV[11], the cursor of the next scan, handed back as it is
 -- ARGV[9] the call's request id, the same when it is sent again
 -- ARGV[10] how long KEYS[3] is kept, in milliseconds (an entry is handed over again only while pending to ARGV[3])
+-- ARGV[11] optional, claim: the only entries to claim (those the subscriber chose), their ids comma-separated,
+--         each claimed only while idle for ARGV[7]
 -- Returns {entries, poisoned, cursor, deleted, resent}: entries = the entries as one msgpack string (cmsgpack), an
 -- array of {id, {field, value, ...}} (delivered once: a read) or {id, {field, value, ...}, deliveries};
 -- poisoned = {{id, bytes}, ...}; claim: the next cursor (0-0: the scan is complete) and the ids of the
@@ -113,6 +116,21 @@ if mode == 'read' then
   end
   note(read, '0-0', {})
   return {pack(read), poisoned, '0-0', {}, 0}
+end
+
+if ARGV[11] then
+  local deleted = {}
+  for id in string.gmatch(ARGV[11], '[^,]+') do
+    local e = redis.call('XCLAIM', stream, group, consumer, ARGV[7], id)[1]
+    if e and e[2] then
+      local p = redis.call('XPENDING', stream, group, id, id, 1)
+      keep(id, e[2], p[1][4])
+    elseif #redis.call('XRANGE', stream, id, id) == 0 and #redis.call('XPENDING', stream, group, id, id, 1) == 0 then
+      deleted[#deleted + 1] = id -- deleted while pending: XCLAIM dropped it from the pending list
+    end -- else another consumer took it, or it was acked, since it was chosen
+  end
+  note(entries, ARGV[8], deleted)
+  return {pack(entries), poisoned, ARGV[8], deleted, 0}
 end
 
 local r = redis.call('XAUTOCLAIM', stream, group, consumer, ARGV[7], ARGV[8], 'COUNT', count)

@@ -3,10 +3,14 @@ package redisstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	wrs "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
@@ -172,4 +176,140 @@ func TestASecondSubscriptionOfATopicHandsOutNothingInFlight(t *testing.T) {
 		}
 	}
 	eventually(t, "both entries acked", func() bool { return pendingCount(t, rdb, "t", "g") == 0 })
+}
+
+// A user swaps watermill-redisstream for this package by changing the import: every field of its configs is
+// here, with the same type.
+func TestEveryFieldOfWatermillRedisstreamsConfigsIsHere(t *testing.T) {
+	for _, c := range []struct{ theirs, ours reflect.Type }{
+		{reflect.TypeFor[wrs.SubscriberConfig](), reflect.TypeFor[redisstream.SubscriberConfig]()},
+		{reflect.TypeFor[wrs.PublisherConfig](), reflect.TypeFor[redisstream.PublisherConfig]()},
+	} {
+		for i := range c.theirs.NumField() {
+			f := c.theirs.Field(i)
+			if g, ok := c.ours.FieldByName(f.Name); !ok || g.Type != f.Type {
+				t.Errorf("%s.%s %s: ours is missing or of another type", c.ours.Name(), f.Name, f.Type)
+			}
+		}
+	}
+}
+
+// ShouldClaimPendingMessage, as in watermill-redisstream, is asked about each entry idle past MaxIdleTime
+// before a claim: one it refuses stays with its consumer, the others are claimed with their delivery
+// counts; the size check and the report of deleted entries hold for the chosen as for any claim.
+func TestShouldClaimPendingMessageChoosesTheEntriesClaimed(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := t.Context()
+	sent := publish(t, rdb, "t", 3)
+	big := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "t", Values: []any{"payload", strings.Repeat("x", 2000)}}).Val()
+	gone := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "t", Values: []any{"payload", "deleted"}}).Val()
+	if err := rdb.XGroupCreate(ctx, "t", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	read, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{"t", ">"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.XDel(ctx, "t", gone)
+	left := read[0].Messages[1].ID // sent[1]'s entry: its consumer is alive, says the health check
+	var mu sync.Mutex
+	asked := map[string]int{}
+	idle := 200 * time.Millisecond
+	sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "alive",
+		MaxIdleTime: idle, ClaimInterval: 20 * time.Millisecond, MaxEntryBytes: 1000,
+		ShouldClaimPendingMessage: func(p redis.XPendingExt) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if p.Consumer == "dead" && p.Idle >= idle {
+				asked[p.ID]++
+			} else {
+				asked["wrong: "+p.Consumer+" "+p.Idle.String()]++
+			}
+			return p.ID != left
+		}})
+	out := subscribe(t, sub, "t")
+	for _, want := range []*message.Message{sent[0], sent[2]} {
+		m := receive(t, out)
+		if m.UUID != want.UUID || redisstream.Deliveries(m) != 2 {
+			t.Fatalf("claimed %s with %d deliveries, want %s with 2", m.UUID, redisstream.Deliveries(m), want.UUID)
+		}
+		m.Ack()
+	}
+	eventually(t, "the refused entry asked about in two claim rounds", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return asked[left] >= 2
+	})
+	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "t", Group: "g", Start: "-", End: "+", Count: 10}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || pending[0].ID != left || pending[0].Consumer != "dead" || pending[0].RetryCount != 1 {
+		t.Errorf("pending %+v, want only %s, still the dead consumer's, delivered once", pending, left)
+	}
+	if poison := rdb.XRange(ctx, "{t}:poison", "-", "+").Val(); len(poison) != 1 || poison[0].Values["poison_source_id"] != big {
+		t.Errorf("poison stream %v, want the oversized entry %s", poison, big)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id := range asked {
+		if strings.HasPrefix(id, "wrong") {
+			t.Errorf("asked about an entry not idle for MaxIdleTime or not the dead consumer's: %s", id)
+		}
+	}
+}
+
+// ShouldStopOnReadErrors, as in watermill-redisstream, is asked about each failed read: true ends the
+// subscription (its channel closes), false reads again; for a group's subscription and a fan-out alike.
+func TestShouldStopOnReadErrorsSaysWhetherAFailedReadEndsTheSubscription(t *testing.T) {
+	for _, group := range []string{"g", ""} {
+		for _, stop := range []bool{true, false} {
+			t.Run(fmt.Sprintf("group=%s/stop=%t", group, stop), func(t *testing.T) {
+				rdb := redistest.Start(t).Client()
+				publish(t, rdb, "t", 1)
+				failed := make(chan error, 100)
+				sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: group, FanOutOldestId: "0",
+					BlockTime: 10 * time.Millisecond, ShouldStopOnReadErrors: func(err error) bool {
+						select {
+						case failed <- err:
+						default:
+						}
+						return stop
+					}})
+				out := subscribe(t, sub, "t")
+				receive(t, out).Ack()
+				rdb.Del(t.Context(), "t")
+				rdb.Set(t.Context(), "t", "not a stream", 0) // every read of t fails now: WRONGTYPE
+				for range 2 {
+					select {
+					case err := <-failed:
+						if !strings.Contains(err.Error(), "WRONGTYPE") {
+							t.Fatalf("asked about %v, want the read's WRONGTYPE", err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("not asked about a failed read within 10 s")
+					}
+					if stop {
+						break
+					}
+				}
+				if !stop {
+					select {
+					case _, ok := <-out:
+						t.Fatalf("the subscription ended (or handed a message out: %t) after failed reads it was told to go on after", ok)
+					default:
+						return
+					}
+				}
+				select {
+				case _, ok := <-out:
+					if ok {
+						t.Fatal("handed a message out after a failed read that ends the subscription")
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the subscription did not end within 10 s of a failed read that ends it")
+				}
+			})
+		}
+	}
 }

@@ -143,6 +143,10 @@ func (s *reader) readReplies(ctx context.Context, reads []fetchCall) (msgs []*me
 		s.noteRead(p, err)
 		if err != nil {
 			failures++
+			if s.cfg.StopOnReadError != nil && s.cfg.StopOnReadError(err) {
+				s.cfg.Logger.Error("a read failed: the subscription ends", "stream", p.Orders, "err", err)
+				s.cancel()
+			}
 		}
 		if s.bell != nil && (err != nil || len(got)+reply.poisoned >= r.count) {
 			s.bell.want(p.Index) // it may have more: read it again while subscribed
@@ -224,9 +228,12 @@ func (s *reader) recreateGroup(ctx context.Context, p partition) error {
 // fetchCall is one call of fetch.lua on a partition: a read, or a claim.
 type fetchCall struct {
 	partition
-	mode   string // "read" or "claim"
-	count  int    // the most entries it hands over
-	cursor string // a claim's: where its scan of the pending entries goes on
+	mode  string // "read" or "claim"
+	count int    // the most entries it hands over
+	// cursor is a claim's: where its scan of the pending entries goes on (with ShouldClaim, where the next
+	// scan goes on, which the script only notes)
+	cursor string
+	ids    []string // with ShouldClaim, a claim's: the entries chosen (choose), the only ones it claims
 	// req is its request id: a call made again (go-redis resends it after a lost reply, or the next call
 	// of its partition and mode after a failure, requests) hands the same entries over.
 	req string
@@ -248,8 +255,12 @@ func (c *fetchCall) keys(s *reader) []string {
 }
 
 func (c *fetchCall) args(s *reader) []any {
-	return []any{c.mode, s.cfg.Group, s.cfg.Consumer, s.cfg.MaxEntryBytes, s.cfg.PoisonMaxLen, c.count,
+	args := []any{c.mode, s.cfg.Group, s.cfg.Consumer, s.cfg.MaxEntryBytes, s.cfg.PoisonMaxLen, c.count,
 		s.cfg.ClaimIdle.Milliseconds(), c.cursor, c.req, fetchedFor.Milliseconds()}
+	if c.mode == "claim" && s.cfg.ShouldClaim != nil {
+		args = append(args, strings.Join(c.ids, ","))
+	}
+	return args
 }
 
 // fetchedFor is how long fetch.lua keeps what a call handed over (FetchedKey): longer than go-redis's resends

@@ -97,6 +97,12 @@ type readerConfig struct {
 	// Unmarshaller, if set, reads the entries that have Watermill's UUID field (SubscriberConfig.Unmarshaller);
 	// nil: Entry.Message's reader of watermill-redisstream's format.
 	Unmarshaller unmarshaller
+	// ShouldClaim, if set, chooses which of the entries idle past ClaimIdle a claim takes
+	// (SubscriberConfig.ShouldClaimPendingMessage; choose). nil: all of them.
+	ShouldClaim func(redis.XPendingExt) bool
+	// StopOnReadError, if set, is asked about each read that failed: true ends the subscription
+	// (SubscriberConfig.ShouldStopOnReadErrors). nil: the partition is skipped for a while and read again.
+	StopOnReadError func(error) bool
 }
 
 func (c *readerConfig) setDefaults() {

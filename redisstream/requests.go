@@ -53,3 +53,9 @@ func (r *requests) done(c fetchCall, err error) {
 		delete(r.again, requestOf{c.mode, c.Index})
 	}
 }
+
+// retried reports whether call c is made again, with the id of a call of its mode and partition that failed.
+func (r *requests) retried(c fetchCall) bool {
+	id, ok := r.again[requestOf{c.mode, c.Index}]
+	return ok && id == c.req
+}

@@ -58,7 +58,15 @@ func TestALostReadReplyHandsTheSameEntriesOverAtOnce(t *testing.T) {
 // either: the next claim round makes the same call again (its request id), which hands the claimed entry
 // over as the first claim counted it, at once rather than after another claim idle time. So lost replies
 // never poison an order: an entry delivered once to a consumer that died comes with 2 deliveries, not 6.
+// The same with ShouldClaim, whose next round finds no idle entry to choose (the lost claim took it) and
+// makes the call again all the same: it never waits for the entry to be idle again, its own, and chosen.
 func TestLostClaimRepliesCountNoDelivery(t *testing.T) {
+	for _, chosen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ShouldClaim=%t", chosen), func(t *testing.T) { testLostClaimReplies(t, chosen) })
+	}
+}
+
+func testLostClaimReplies(t *testing.T, chosen bool) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
@@ -79,8 +87,16 @@ func TestLostClaimRepliesCountNoDelivery(t *testing.T) {
 	proxy.DropReplyTo("$5\r\nclaim\r\n", 4) // the first call and go-redis's 3 resends
 	var log syncBuffer
 	msgs := subscribe(t, newTestSubscriber(t, lossy, parts, func(c *readerConfig) {
-		c.ClaimIdle, c.ClaimInterval = 300*time.Millisecond, 100*time.Millisecond
+		c.ClaimIdle, c.ClaimInterval = 300*time.Millisecond, 20*time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+		if chosen {
+			c.ShouldClaim = func(p redis.XPendingExt) bool {
+				if p.Consumer == c.Consumer {
+					t.Errorf("asked about %s, idle again with this consumer after the lost claim: the call was not made again at once", p.ID)
+				}
+				return true
+			}
+		}
 	}))
 	msg := receive(t, msgs)
 	if msg.UUID != id || Deliveries(msg) != 2 {

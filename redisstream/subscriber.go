@@ -78,6 +78,17 @@ type SubscriberConfig struct {
 	OldestId string
 	// FanOutOldestId is where a fan-out subscription starts; empty means "$", the next new entry.
 	FanOutOldestId string
+	// ShouldClaimPendingMessage, if set, is asked about each entry pending longer than MaxIdleTime before
+	// it is claimed: false leaves it with its consumer (which another health check knows to be alive). A
+	// claim then lists the idle entries first (XPENDING): one round trip more a claim round.
+	ShouldClaimPendingMessage func(redis.XPendingExt) bool
+	// ShouldStopOnReadErrors, if set, is asked about each read that failed: true ends the subscription (its
+	// channel closes). Otherwise the stream is read again after a pause (a group's: 100 ms doubling to 5 s,
+	// while its other partitions are read).
+	ShouldStopOnReadErrors func(error) bool
+	// DisableIndefiniteInitialBlock is kept for watermill-redisstream's configs: no read here blocks
+	// longer than BlockTime, the first one included.
+	DisableIndefiniteInitialBlock bool
 
 	// ReadBatchSize bounds the entries one read takes; 0 means DefaultReadBatchSize.
 	ReadBatchSize int64
@@ -379,7 +390,7 @@ func (s *Subscriber) configFor(topic string, streams []string, failing *atomic.I
 		Logger: s.slog.With("topic", topic), Failing: failing, ReplayFrom: recreateFrom, Handling: c.HandlingContext,
 		Released: c.ReleasedByHandler, MessageContexts: contract && !c.SharedContext,
 		ResendNacked: contract && !c.NackLeavesPending, ResendPause: max(c.NackResendSleep, 0), RoomLinger: roomLinger(contract),
-		Unmarshaller: u}
+		Unmarshaller: u, ShouldClaim: c.ShouldClaimPendingMessage, StopOnReadError: c.ShouldStopOnReadErrors}
 }
 
 // Release frees msg's place in flight, err being what its handler returns: with ReleasedByHandler, the
@@ -514,8 +525,8 @@ func (s *Subscriber) fanOut(ctx context.Context, topic string, streams []string)
 	}
 	s.subs.Add(1)
 	sub := newSubscription(ctx, s, topic)
-	for _, name := range streams {
-		sub.start(name)
+	for i, name := range streams {
+		sub.start(partition{Index: i, Orders: name, Partitioned: s.config.Partitions > 0})
 	}
 	go func() {
 		sub.wait()

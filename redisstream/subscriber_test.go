@@ -201,25 +201,33 @@ func TestADeadConsumersEntriesAreClaimedWithTheirDeliveryCount(t *testing.T) {
 	eventually(t, "the claimed entry acked", func() bool { return pendingCount(t, rdb, "t", "g") == 0 })
 }
 
+// A topic's partitions are read under its name, by a group and fanned out alike, and each message says
+// which partition it came from (EntryPartition, which an answer to it goes by).
 func TestPartitionsAreReadUnderOneTopic(t *testing.T) {
-	rdb := redistest.Start(t).Client()
-	want := map[string]bool{}
-	for i := range 4 {
-		for _, m := range publish(t, rdb, redisstream.PartitionTopic("orders", i), 2) {
-			want[m.UUID] = true
-		}
-	}
-	out := subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Partitions: 4}), "orders")
-	for range 8 {
-		m := receive(t, out)
-		if !want[m.UUID] {
-			t.Fatalf("unexpected or repeated message %s", m.UUID)
-		}
-		if s := redisstream.Stream(m); !strings.HasPrefix(s, "orders:{") {
-			t.Errorf("stream metadata %q", s)
-		}
-		delete(want, m.UUID)
-		m.Ack()
+	for _, group := range []string{"g", ""} {
+		t.Run("group="+group, func(t *testing.T) {
+			rdb := redistest.Start(t).Client()
+			want := map[string]int{}
+			for i := range 4 {
+				for _, m := range publish(t, rdb, redisstream.PartitionTopic("orders", i), 2) {
+					want[m.UUID] = i
+				}
+			}
+			out := subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: group,
+				Partitions: 4, FanOutOldestId: "0"}), "orders")
+			for range 8 {
+				m := receive(t, out)
+				i, ok := want[m.UUID]
+				if !ok {
+					t.Fatalf("unexpected or repeated message %s", m.UUID)
+				}
+				if s, p := redisstream.Stream(m), redisstream.EntryPartition(m); s != redisstream.PartitionTopic("orders", i) || p != i {
+					t.Errorf("message of partition %d: stream %q, EntryPartition %d", i, s, p)
+				}
+				delete(want, m.UUID)
+				m.Ack()
+			}
+		})
 	}
 }
 
