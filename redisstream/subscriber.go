@@ -570,8 +570,9 @@ func (s *Subscriber) createGroup(ctx context.Context, name string) error {
 // Close ends every subscription, waits for their channels to close, and sends the acks already given.
 // Messages handed out and not acked stay pending: a claim hands them out again; but the acks such a message
 // gets after Close (Watermill's Router closes its subscribers before it waits for the handlers still
-// running) are still sent as they come, for up to 30 s, while Client is open: FlushAcks waits for those
-// given so far. It does not close Client.
+// running) are still sent as they come, for up to 30 s (the Router's default CloseTimeout; an ack that comes
+// later leaves its entry pending, to be claimed and handled again), while Client is open: FlushAcks waits
+// for those given so far. It does not close Client.
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
