@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -141,6 +142,7 @@ type answerCall struct {
 	ids             []string
 	lo, hi          string // the least and the greatest entry id answered
 	cmd             *redis.Cmd
+	acked           error // with ReplicaAcks: why the replicas may lack what the call wrote
 }
 
 // otherPending bounds the consumer's other pending entries (its messages in flight, attempts it handed back)
@@ -207,8 +209,8 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 	p.answering.Lock()
 	defer p.answering.Unlock()
 	ctx := msgs[0].Context()
-	pipe := p.config.Client.Pipeline()
-	if err := p.queueAnswers(ctx, pipe, calls, msgs, false); err != nil {
+	w := p.newWrites(ctx)
+	if err := p.queueAnswers(ctx, w, calls, msgs, false); err != nil {
 		return err
 	}
 	plainMsgs := make([]*message.Message, len(plain))
@@ -221,13 +223,16 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 	}
 	xadds := make([]*redis.StringCmd, len(plain))
 	for i, a := range args {
-		xadds[i] = pipe.XAdd(ctx, a)
+		xadds[i] = w.to(topic).XAdd(ctx, a)
 	}
-	_, _ = pipe.Exec(ctx) // each command's error is read below
+	w.exec() // each command's error is read below
+	for _, c := range calls {
+		c.acked = w.acked(c.stream)
+	}
 	if err := p.sendAgainAfterNOSCRIPT(ctx, calls, msgs); err != nil {
 		return err
 	}
-	return answerErrors(topic, msgs, calls, plain, xadds)
+	return answerErrors(topic, msgs, calls, plain, xadds, w.acked(topic))
 }
 
 // sendAgainAfterNOSCRIPT sends again the calls that met NOSCRIPT (Redis restarted, or a node never ran the
@@ -240,16 +245,20 @@ func (p *Publisher) sendAgainAfterNOSCRIPT(ctx context.Context, calls []*answerC
 	if len(again) == 0 {
 		return nil
 	}
-	pipe := p.config.Client.Pipeline()
-	if err := p.queueAnswers(ctx, pipe, again, msgs, true); err != nil {
+	w := p.newWrites(ctx)
+	if err := p.queueAnswers(ctx, w, again, msgs, true); err != nil {
 		return err
 	}
-	_, _ = pipe.Exec(ctx)
+	w.exec()
+	for _, c := range again {
+		c.acked = w.acked(c.stream)
+	}
 	return nil
 }
 
-// answerErrors is publishAnswers' error: nil when every message was written, else each one's.
-func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, plain []int, xadds []*redis.StringCmd) error {
+// answerErrors is publishAnswers' error: nil when every message was written (and acknowledged by the
+// replicas ReplicaAcks asks for: plainAcked, the plain messages'), else each one's.
+func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, plain []int, xadds []*redis.StringCmd, plainAcked error) error {
 	errs, failed := make(PublishErrors, len(msgs)), false
 	for _, c := range calls {
 		owned, err := c.owned()
@@ -260,12 +269,14 @@ func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, pl
 			case !owned[j]:
 				errs[k] = fmt.Errorf("%w: %s of %s", ErrNotPending, c.ids[j], c.stream)
 				markNotPending(msgs[k])
+			default:
+				errs[k] = c.acked
 			}
 			failed = failed || errs[k] != nil
 		}
 	}
 	for i, k := range plain {
-		if err := xadds[i].Err(); err != nil {
+		if err := cmp.Or(xadds[i].Err(), plainAcked); err != nil {
 			errs[k], failed = fmt.Errorf("redisstream: publish message %s to %s: %w", msgs[k].UUID, topic, err), true
 		}
 	}
@@ -277,8 +288,9 @@ func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, pl
 
 // queueAnswers queues the script call of each of calls on pipe: by its SHA (a Redis that does not know it
 // answers NOSCRIPT), or with body, its text.
-func (p *Publisher) queueAnswers(ctx context.Context, pipe redis.Pipeliner, calls []*answerCall, msgs []*message.Message, body bool) error {
+func (p *Publisher) queueAnswers(ctx context.Context, w *writes, calls []*answerCall, msgs []*message.Message, body bool) error {
 	for _, c := range calls {
+		pipe := w.to(c.stream)
 		args, err := p.answerArgs(c, msgs)
 		if err != nil {
 			return err

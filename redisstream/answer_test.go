@@ -3,6 +3,8 @@ package redisstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -268,4 +270,66 @@ func answerLua(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// With ReplicaAcks a Publish returns nil only once the replicas have its writes (WAIT on their connection):
+// with a replica online, the replica holds every message when Publish returns; with none, every message of
+// the Publish, answers and plain ones, fails with ErrReplicaAcks (written on the master all the same).
+func TestReplicaAcksMakeAPublishWaitForTheReplicas(t *testing.T) {
+	for _, withReplica := range []bool{true, false} {
+		t.Run(fmt.Sprintf("replica=%t", withReplica), func(t *testing.T) {
+			master := redistest.Start(t)
+			rdb := master.Client()
+			var replica *redis.Client
+			if withReplica {
+				replica = redistest.Start(t).Client()
+				host, port, _ := net.SplitHostPort(master.Addr)
+				rdb.ConfigSet(t.Context(), "repl-diskless-sync-delay", "0")
+				if err := replica.Do(t.Context(), "replicaof", host, port).Err(); err != nil {
+					t.Fatal(err)
+				}
+				eventually(t, "the replica acknowledges a write", func() bool {
+					var wait *redis.Cmd
+					_, _ = rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+						p.Set(t.Context(), "probe", 1, 0)
+						wait = p.Do(t.Context(), "wait", 1, 100)
+						return nil
+					})
+					return wait.Val() == int64(1)
+				})
+			}
+			publish(t, rdb, "orders", 1)
+			q := receive(t, subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}), "orders"))
+			pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
+				ReplicaAcks: 1, ReplicaAckTimeout: 50 * time.Millisecond}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := message.NewMessage(watermill.NewUUID(), []byte("answer"))
+			redisstream.Answer(answer, q)
+			errs := []error{
+				pub.Publish("results", answer, message.NewMessage(watermill.NewUUID(), []byte("plain, with an answer"))),
+				pub.Publish("results", message.NewMessage(watermill.NewUUID(), []byte("plain"))),
+			}
+			if withReplica {
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("Publish with a replica online: %v", err)
+				}
+				if n := replica.XLen(t.Context(), "results").Val(); n != 3 {
+					t.Errorf("the replica holds %d of the 3 messages when Publish returned", n)
+				}
+				return
+			}
+			var each redisstream.PublishErrors
+			if !errors.As(errs[0], &each) || len(each) != 2 || !errors.Is(each[0], redisstream.ErrReplicaAcks) || !errors.Is(each[1], redisstream.ErrReplicaAcks) {
+				t.Errorf("Publish of an answer and a plain message without a replica: %v, want each with ErrReplicaAcks", errs[0])
+			}
+			if !errors.Is(errs[1], redisstream.ErrReplicaAcks) {
+				t.Errorf("Publish of a plain message without a replica: %v, want ErrReplicaAcks", errs[1])
+			}
+			if n := rdb.XLen(t.Context(), "results").Val(); n != 3 {
+				t.Errorf("the master holds %d of the 3 messages, want all: WAIT rolls nothing back", n)
+			}
+		})
+	}
 }

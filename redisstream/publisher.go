@@ -1,10 +1,12 @@
 package redisstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -28,6 +30,16 @@ type PublisherConfig struct {
 	// ConsumerGroup, checked in Redis in the same script call as the write. Both or neither; without them a
 	// message marked so is refused.
 	ConsumerGroup, Consumer string
+	// ReplicaAcks, above 0, makes a Publish return nil only once that many replicas of each stream's
+	// master have its writes (a WAIT after them, on their connection): a message then survives the
+	// master's failover, and a consumer that acks an entry once its answer is published never has the ack
+	// kept by a promoted replica that lost the answer. A message whose WAIT came short gets an error
+	// wrapping ErrReplicaAcks (the master has it: publishing it again may write it twice). The Client must
+	// be a *redis.Client, *redis.ClusterClient or *redis.Ring whose ReadTimeout exceeds ReplicaAckTimeout
+	// by half a second.
+	ReplicaAcks int
+	// ReplicaAckTimeout bounds the WAIT; 0 means DefaultReplicaAckTimeout.
+	ReplicaAckTimeout time.Duration
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -52,7 +64,10 @@ func (c PublisherConfig) Validate() error {
 			return fmt.Errorf("redisstream: PublisherConfig.Maxlens[%q] %d is negative", topic, n)
 		}
 	}
-	return nil
+	if c.ReplicaAcks < 0 || c.ReplicaAckTimeout < 0 {
+		return fmt.Errorf("redisstream: PublisherConfig.ReplicaAcks %d or ReplicaAckTimeout %v is negative", c.ReplicaAcks, c.ReplicaAckTimeout)
+	}
+	return c.checkReplicaAcks()
 }
 
 // Publisher publishes messages to Redis Streams, one entry each (XADD).
@@ -108,6 +123,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return err
 	}
 	ctx := msgs[0].Context()
+	if p.config.ReplicaAcks > 0 {
+		return p.publishWaited(ctx, topic, args)
+	}
 	if len(args) == 1 {
 		if err := p.config.Client.XAdd(ctx, args[0]).Err(); err != nil {
 			return fmt.Errorf("redisstream: publish message %s to %s: %w", msgs[0].UUID, topic, err)
@@ -122,6 +140,22 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		return fmt.Errorf("redisstream: publish %d messages to %s: %w", len(msgs), topic, err)
 	}
 	return nil
+}
+
+// publishWaited writes the entries args to topic in one pipeline with a WAIT for ReplicaAcks replicas.
+func (p *Publisher) publishWaited(ctx context.Context, topic string, args []*redis.XAddArgs) error {
+	w := p.newWrites(ctx)
+	adds := make([]*redis.StringCmd, len(args))
+	for i, a := range args {
+		adds[i] = w.to(topic).XAdd(ctx, a)
+	}
+	w.exec()
+	for _, add := range adds {
+		if err := add.Err(); err != nil {
+			return fmt.Errorf("redisstream: publish %d messages to %s: %w", len(args), topic, err)
+		}
+	}
+	return w.acked(topic)
 }
 
 // maxlen is the approximate length bound of the first of streams in Maxlens, else DefaultMaxlen.

@@ -54,7 +54,7 @@ func (c *Consumer) failed(msg *message.Message, deliveries int, err error) error
 // Redis could not be told.
 func (c *Consumer) handBack(msg *message.Message, kind failureKind, deliveries int, err error) bool {
 	wait := retryDelay
-	if errors.Is(err, inventory.ErrReplicaAcks) {
+	if errors.Is(err, inventory.ErrReplicaAcks) || errors.Is(err, redisstream.ErrReplicaAcks) {
 		wait = replicaRetryDelay
 	}
 	delay := min(wait*time.Duration(80+rand.IntN(41))/100, c.claimIdle/2)

@@ -84,7 +84,8 @@ type Config struct {
 	// appendfsync always nor REPLICA_ACKS); default false: the worker warns (checkDurability).
 	RequireDurable bool
 	// Replicas is how many replicas must have received each stock write before the order's outcome is
-	// published and its entry acked (inventory.WithReplicaAcks).
+	// published (inventory.WithReplicaAcks), and each outcome event before its entry is acked
+	// (redisstream.PublisherConfig.ReplicaAcks).
 	Replicas stream.Replicas
 }
 

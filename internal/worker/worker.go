@@ -215,9 +215,11 @@ func (w *Worker) setHandler(faults *Faults) error {
 		ClaimIdle: w.cfg.ClaimIdle, Elide: elide, Cluster: w.cfg.Cluster}
 	w.batcher = &lockmw.Batcher{MaxWait: w.cfg.LockWait}
 	// The outcome events: each the answer to its order's entry, written only while the entry is this
-	// consumer's, to its partition of RESULTS_STREAM.
+	// consumer's, to its partition of RESULTS_STREAM; with REPLICA_ACKS on the replicas before the entry
+	// is acked (a failover must not keep the ack and lose the outcome).
 	outcomes, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: w.rdb, ConsumerGroup: w.cfg.ConsumerGroup,
-		Consumer: w.cfg.Name, DefaultMaxlen: int64(w.cfg.ResultsMaxLen)}, w.wmLogger)
+		Consumer: w.cfg.Name, DefaultMaxlen: int64(w.cfg.ResultsMaxLen),
+		ReplicaAcks: w.cfg.Replicas.Acks, ReplicaAckTimeout: w.cfg.Replicas.Timeout}, w.wmLogger)
 	if err != nil {
 		return err
 	}
