@@ -166,11 +166,6 @@ func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload, p
 	if err := b.main.ConfigResetStat(ctx).Err(); err != nil {
 		return nil, "", err
 	}
-	if os.Getenv("SLOWLOG") != "" {
-		b.main.ConfigSet(ctx, "slowlog-log-slower-than", "0")
-		b.main.ConfigSet(ctx, "slowlog-max-len", "1000000")
-		b.main.SlowLogReset(ctx)
-	}
 	var elapsed time.Duration
 	cpu, err := b.measureCPU(ctx, []string{b.mainAddr}, procs.pids(), func() error {
 		start := time.Now()
@@ -188,38 +183,6 @@ func (b *bench) drain(ctx context.Context, procs benchWorkers, wl e2eWorkload, p
 	stats, err := b.commandStats(ctx)
 	if err != nil {
 		return nil, "", err
-	}
-	if os.Getenv("SLOWLOG") != "" {
-		b.main.ConfigSet(ctx, "slowlog-log-slower-than", "10000")
-		logs, _ := b.main.Do(ctx, "SLOWLOG", "GET", "-1").Slice()
-		type agg struct{ calls, usec, args float64 }
-		by := map[string]*agg{}
-		for _, l := range logs {
-			e, _ := l.([]any)
-			if len(e) < 4 {
-				continue
-			}
-			us, _ := e[2].(int64)
-			args, _ := e[3].([]any)
-			name := fmt.Sprint(args[0])
-			if len(args) > 3 && (name == "evalsha" || name == "EVALSHA") {
-				name = fmt.Sprintf("evalsha %.8s key %v", args[1], args[3])
-				if k := fmt.Sprint(args[3]); strings.HasPrefix(k, "order:") || strings.HasPrefix(k, "stock:") {
-					name = fmt.Sprintf("evalsha %.8s key stock/order", args[1])
-				}
-			}
-			a := by[name]
-			if a == nil {
-				a = &agg{}
-				by[name] = a
-			}
-			a.calls++
-			a.usec += float64(us)
-			a.args += float64(len(args))
-		}
-		for name, a := range by {
-			fmt.Fprintf(os.Stderr, "SLOWLOG %s %s: %.3f calls/order, %.1f µs/call, %.2f µs/order, %.0f args/call\n", wl.id, name, a.calls/float64(wl.orders), a.usec/a.calls, a.usec/float64(wl.orders), a.args/a.calls)
-		}
 	}
 	n := float64(wl.orders)
 	v = map[string]float64{
