@@ -56,14 +56,16 @@ func (w *writes) to(key string) redis.Pipeliner {
 	if !ok {
 		var err error
 		if server, err = serverOf(w.ctx, w.p.config.Client, key); err != nil {
-			w.err = err
-			server = w.p.config.Client.(*redis.Client) // unreachable: NewPublisher checked the client's type
+			w.err = err // server nil: the client's own pipeline takes the writes, which all fail (acked)
 		}
 		w.of[key] = server
 	}
 	pipe, ok := w.servers[server]
 	if !ok {
-		pipe = server.Pipeline()
+		pipe = w.p.config.Client.Pipeline()
+		if server != nil {
+			pipe = server.Pipeline()
+		}
 		w.servers[server] = pipe
 	}
 	return pipe
