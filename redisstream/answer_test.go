@@ -300,8 +300,12 @@ func TestReplicaAcksMakeAPublishWaitForTheReplicas(t *testing.T) {
 			}
 			publish(t, rdb, "orders", 1)
 			q := receive(t, subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}), "orders"))
+			timeout := 50 * time.Millisecond // for no replica: it fails at once
+			if withReplica {
+				timeout = 2 * time.Second // a loaded machine's replica may take a while to answer WAIT's GETACK
+			}
 			pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c",
-				ReplicaAcks: 1, ReplicaAckTimeout: 50 * time.Millisecond}, nil)
+				ReplicaAcks: 1, ReplicaAckTimeout: timeout}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
