@@ -1,7 +1,6 @@
 package redisstream
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -229,10 +228,17 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 	for _, c := range calls {
 		c.acked = w.acked(c.stream)
 	}
+	if err := w.acked(topic); err != nil && len(xadds) > 0 {
+		for _, x := range xadds {
+			if x.Err() == nil {
+				x.SetErr(err) // written, but perhaps not on the replicas
+			}
+		}
+	}
 	if err := p.sendAgainAfterNOSCRIPT(ctx, calls, msgs); err != nil {
 		return err
 	}
-	return answerErrors(topic, msgs, calls, plain, xadds, w.acked(topic))
+	return answerErrors(topic, msgs, calls, plain, xadds)
 }
 
 // sendAgainAfterNOSCRIPT sends again the calls that met NOSCRIPT (Redis restarted, or a node never ran the
@@ -257,8 +263,8 @@ func (p *Publisher) sendAgainAfterNOSCRIPT(ctx context.Context, calls []*answerC
 }
 
 // answerErrors is publishAnswers' error: nil when every message was written (and acknowledged by the
-// replicas ReplicaAcks asks for: plainAcked, the plain messages'), else each one's.
-func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, plain []int, xadds []*redis.StringCmd, plainAcked error) error {
+// replicas ReplicaAcks asks for), else each one's.
+func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, plain []int, xadds []*redis.StringCmd) error {
 	errs, failed := make(PublishErrors, len(msgs)), false
 	for _, c := range calls {
 		owned, err := c.owned()
@@ -276,7 +282,7 @@ func answerErrors(topic string, msgs []*message.Message, calls []*answerCall, pl
 		}
 	}
 	for i, k := range plain {
-		if err := cmp.Or(xadds[i].Err(), plainAcked); err != nil {
+		if err := xadds[i].Err(); err != nil {
 			errs[k], failed = fmt.Errorf("redisstream: publish message %s to %s: %w", msgs[k].UUID, topic, err), true
 		}
 	}
