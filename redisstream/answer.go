@@ -228,7 +228,7 @@ func (p *Publisher) publishAnswers(topic string, msgs []*message.Message) error 
 	for _, c := range calls {
 		c.acked = w.acked(c.stream)
 	}
-	if err := w.acked(topic); err != nil && len(xadds) > 0 {
+	if err := w.acked(topic); err != nil {
 		for _, x := range xadds {
 			if x.Err() == nil {
 				x.SetErr(err) // written, but perhaps not on the replicas

@@ -309,18 +309,20 @@ func TestReplicaAcksMakeAPublishWaitForTheReplicas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			answer := message.NewMessage(watermill.NewUUID(), []byte("answer"))
+			answer, alone := message.NewMessage(watermill.NewUUID(), []byte("answer")), message.NewMessage(watermill.NewUUID(), []byte("answer alone"))
 			redisstream.Answer(answer, q)
+			redisstream.Answer(alone, q)
 			errs := []error{
 				pub.Publish("results", answer, message.NewMessage(watermill.NewUUID(), []byte("plain, with an answer"))),
 				pub.Publish("results", message.NewMessage(watermill.NewUUID(), []byte("plain"))),
+				pub.Publish("results", alone), // the worker's Publish: answers only
 			}
 			if withReplica {
 				if err := errors.Join(errs...); err != nil {
 					t.Fatalf("Publish with a replica online: %v", err)
 				}
-				if n := replica.XLen(t.Context(), "results").Val(); n != 3 {
-					t.Errorf("the replica holds %d of the 3 messages when Publish returned", n)
+				if n := replica.XLen(t.Context(), "results").Val(); n != 4 {
+					t.Errorf("the replica holds %d of the 4 messages when Publish returned", n)
 				}
 				return
 			}
@@ -331,8 +333,11 @@ func TestReplicaAcksMakeAPublishWaitForTheReplicas(t *testing.T) {
 			if !errors.Is(errs[1], redisstream.ErrReplicaAcks) {
 				t.Errorf("Publish of a plain message without a replica: %v, want ErrReplicaAcks", errs[1])
 			}
-			if n := rdb.XLen(t.Context(), "results").Val(); n != 3 {
-				t.Errorf("the master holds %d of the 3 messages, want all: WAIT rolls nothing back", n)
+			if !errors.Is(errs[2], redisstream.ErrReplicaAcks) {
+				t.Errorf("Publish of an answer alone without a replica: %v, want ErrReplicaAcks", errs[2])
+			}
+			if n := rdb.XLen(t.Context(), "results").Val(); n != 4 {
+				t.Errorf("the master holds %d of the 4 messages, want all: WAIT rolls nothing back", n)
 			}
 		})
 	}

@@ -103,11 +103,14 @@ func (w *writes) acked(key string) error {
 	if w.one != nil {
 		return nil
 	}
+	server, ok := w.of[key]
+	if !ok {
+		return nil // nothing was written to key
+	}
 	if w.err != nil {
 		return w.err
 	}
-	wait := w.waits[w.of[key]]
-	n, err := wait.Int64()
+	n, err := w.waits[server].Int64()
 	if err != nil {
 		return fmt.Errorf("redisstream: WAIT for %d replicas after writing %s: %w", w.p.config.ReplicaAcks, key, err)
 	}

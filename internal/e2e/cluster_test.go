@@ -127,6 +127,10 @@ func failoverRun(t *testing.T, acks int) *producer.Summary {
 func TestClusterFailoverWithReplicaAcks(t *testing.T) {
 	sum := failoverRun(t, 1)
 	assertConsistent(t, sum)
+	// A failover loses at most the acks of its last moment: a few outcome events come twice, not most.
+	if sum.Duplicates > 100 {
+		t.Errorf("%d duplicate outcome events of 10,000 orders: orders are decided again and again", sum.Duplicates)
+	}
 }
 
 // Without replica acks a write the master acknowledged may die with it: what the run lost is logged (the
