@@ -346,9 +346,20 @@ func TestElidedBatchThatFindsTheLockHeldGoesBackToTheQueue(t *testing.T) {
 	e.store.Store = inventory.New(e.rdb, inventory.WithLockElision(rlock.LockKey, rlock.TokenKey, 0))
 	e.elide = true
 	e.rdb.HSet(context.Background(), rlock.LockKey("SKU-1"), "someone:1", 1)
-	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
+	h, msgs, errs := e.handler(), []*message.Message{e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3")}, make([]error, 3)
+	var wg sync.WaitGroup
+	e.store.before = func(batch int) {
+		if batch == 1 { // the leader's elided batch, taken alone: the others join now, before it is refused
+			for i := 1; i < 3; i++ {
+				wg.Go(func() { _, errs[i] = h(msgs[i]) })
+			}
+			e.waitWaiting(t, 2)
+		}
+	}
 	close(e.gate)
-	if errs := wait(); errs[0] != nil || errs[1] != nil || errs[2] != nil {
+	_, errs[0] = h(msgs[0])
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || errs[2] != nil {
 		t.Fatalf("errors %v", errs)
 	}
 	if r := e.results(t); len(r) != 3 || r["o-1"].Fence != 0 || r["o-3"].Status != order.StatusReserved {
