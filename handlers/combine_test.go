@@ -102,7 +102,7 @@ func newCombineEnv(t *testing.T, maxWait time.Duration) *combineEnv {
 // acks the entry of an order whose handler returned nil.
 func (e *combineEnv) handler() message.HandlerFunc {
 	chain := e.b.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		return e.inSection(msg, e.h.Handle)
+		return e.inSection(msg, handlerFunc(e.h))
 	})
 	return func(msg *message.Message) ([]*message.Message, error) {
 		msgs, err := chain(msg)
@@ -111,6 +111,11 @@ func (e *combineEnv) handler() message.HandlerFunc {
 		}
 		return msgs, err
 	}
+}
+
+// handlerFunc is h.Handle as the Router's middlewares see it (message.AddConsumerHandler adapts it so).
+func handlerFunc(h *Handler) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) { return nil, h.Handle(msg) }
 }
 
 // inSection runs h as the lock middleware would: elided first when e.elide, then, after waiting at the
@@ -264,7 +269,7 @@ func TestLeaderThatFailsHandsTheLeadOn(t *testing.T) {
 			first = false
 			return nil, lockErr
 		}
-		return e.inSection(msg, e.h.Handle)
+		return e.inSection(msg, handlerFunc(e.h))
 	})
 	msgs := []*message.Message{e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3")}
 	errs := make([]error, len(msgs))
@@ -527,7 +532,7 @@ func TestAnOrderThatSkippedTheBatcherFailsAndSaysWhy(t *testing.T) {
 	e := newCombineEnv(t, 0)
 	close(e.gate)
 	msg := e.order(t, "o-1")
-	if _, err := e.inSection(msg, e.h.Handle); !errors.Is(err, errNotQueued) || errors.Is(err, lockmw.ErrLocked) {
+	if _, err := e.inSection(msg, handlerFunc(e.h)); !errors.Is(err, errNotQueued) || errors.Is(err, lockmw.ErrLocked) {
 		t.Fatalf("an order handled without the Batcher: %v, want errNotQueued", err)
 	}
 	if got := e.results(t); len(got) != 0 {

@@ -3,13 +3,16 @@ package handlers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/stockflow/stockflow/inventory"
+	"github.com/stockflow/stockflow/redisstream"
 )
 
 // The batches that the SKUs' leaders in this process want decided at one moment are decided together
@@ -110,7 +113,7 @@ func (c *committer) commitRounds(own *commit) {
 		c.mu.Unlock()
 		// Not cancellable: the leader's context ends when its lease is lost (a basket's, when any of its
 		// leases is), which is its own batch's concern (fencing refuses a stale write), not the round's.
-		c.commit(context.WithoutCancel(own.ctx), round)
+		c.h.decideRound(context.WithoutCancel(own.ctx), round)
 		for _, b := range round {
 			if b.wake != nil {
 				b.wake <- false
@@ -121,23 +124,6 @@ func (c *committer) commitRounds(own *commit) {
 			return
 		}
 	}
-}
-
-// commit commits a round. Should it panic, each of its batches is committed again alone (a batch's orders
-// are taken once): only the batch whose data panics gets ErrPanicked, which counts towards MAX_ATTEMPTS.
-func (c *committer) commit(ctx context.Context, round []*commit) {
-	defer func() {
-		if v := recover(); v != nil {
-			if len(round) == 1 {
-				round[0].err = fmt.Errorf("%w: %v", ErrPanicked, v)
-				return
-			}
-			for _, b := range round {
-				c.commit(ctx, []*commit{b})
-			}
-		}
-	}()
-	c.h.decideRound(ctx, round)
 }
 
 // handOn makes the oldest waiting batch's leader commit the next round, or ends the running.
@@ -153,8 +139,9 @@ func (c *committer) handOn() {
 
 // decideRound reserves the batches of a round in one pipeline (Store.ReserveBatches), then publishes the
 // outcome events of every batch that succeeded, and of the orders decided already, in one pipeline of
-// commit calls (publish).
+// commit calls (publish). Should it panic, each of its batches is decided again alone (recoverRound).
 func (h *Handler) decideRound(ctx context.Context, round []*commit) {
+	defer h.recoverRound(ctx, round)
 	round = slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return len(h.orders(b)) == 0 })
 	toReserve := slices.DeleteFunc(slices.Clone(round), func(b *commit) bool { return b.decided })
 	var reserved []inventory.BatchResult
@@ -206,6 +193,23 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	}
 }
 
+// recoverRound, deferred by decideRound, recovers a panic of round's decision: each of its batches is
+// decided again alone (a batch's orders are taken once), so that only the batch whose data panics gets
+// ErrPanicked, which counts towards MAX_ATTEMPTS.
+func (h *Handler) recoverRound(ctx context.Context, round []*commit) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if len(round) == 1 {
+		round[0].err = fmt.Errorf("%w: %v", ErrPanicked, v)
+		return
+	}
+	for _, b := range round {
+		h.decideRound(ctx, []*commit{b})
+	}
+}
+
 // storeOrders are the store's orders of batch.
 func storeOrders(batch []*queued) []inventory.Order {
 	orders := make([]inventory.Order, len(batch))
@@ -226,3 +230,53 @@ func (h *Handler) resultMessages(batch []*queued, outs []inventory.Outcome) ([]*
 	}
 	return msgs, nil
 }
+
+// publish sends the outcome events results of batch's orders (by the batch's order) to the results topic
+// through Config.Outcomes, each the answer to its order's entry (redisstream.Answer): the Pub/Sub's
+// publisher writes an answer only while its entry is still pending to this consumer, one script call per
+// partition, all in one round trip. The entries are acked afterwards, when the Router acks the orders'
+// messages: never before their outcomes are in Redis. An order whose entry is no longer pending to this
+// consumer (claimed by another while this round stalled) gets no event from this round, and ErrClaimed: the
+// claimer settles it, this round's outcome could contradict what was published since, and an ack of the
+// entry would take it from the claimer.
+//
+// It returns nil when every order's outcome is published, else each order's error: ErrClaimed for those
+// claimed meanwhile, and the error of a call that failed (on a cluster another partition's can fail alone).
+func (h *Handler) publish(ctx context.Context, batch []*queued, results []*message.Message) []error {
+	for i, q := range batch {
+		redisstream.Answer(results[i], q.msg)
+	}
+	// Publish runs under its first message's context: not cancellable, as the round (the order's context
+	// ends when its lease is lost, which fencing deals with).
+	results[0].SetContext(context.WithoutCancel(results[0].Context()))
+	err := h.cfg.Outcomes.Publish(h.cfg.ResultsTopic, results...)
+	if err == nil {
+		return nil
+	}
+	var each redisstream.PublishErrors
+	if !errors.As(err, &each) || len(each) != len(batch) {
+		each = nil
+	}
+	errs := make([]error, len(batch))
+	for i, q := range batch {
+		e := err
+		if each != nil {
+			e = each[i]
+		}
+		if errors.Is(e, redisstream.ErrNotPending) {
+			cmp.Or(h.cfg.Logger, slog.Default()).WarnContext(ctx, "outcome not published: the entry was claimed by another consumer while this round stalled",
+				"order_id", q.order.OrderID, "entry", redisstream.EntryID(q.msg), "stream", redisstream.Stream(q.msg))
+			e = ErrClaimed
+		} else if e != nil {
+			e = fmt.Errorf("publish the outcome of order %s: %w", q.order.OrderID, e)
+		}
+		errs[i] = e
+	}
+	return errs
+}
+
+// ErrClaimed fails the orders of a round whose entries another consumer claimed before the round could
+// publish their outcomes (this worker stalled past CLAIM_IDLE): the claimer settles them. Their messages are
+// nacked, not acked (redisstream.ErrLeftPending): an ack would take the entry from the claimer, which would then
+// publish nothing for it.
+var ErrClaimed = fmt.Errorf("handlers: the entry was claimed by another consumer meanwhile: %w", redisstream.ErrLeftPending)

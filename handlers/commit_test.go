@@ -408,7 +408,7 @@ func TestAPanickingRoundIsCommittedBatchByBatch(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
 	round := []*commit{{ctx: ctx, batch: e.batch(t, "SKU-A", 0)}, {ctx: ctx, batch: e.batch(t, "SKU-PANIC", 1)}}
-	e.h.committer.commit(ctx, round)
+	e.h.decideRound(ctx, round)
 	if round[0].err != nil || !errors.Is(round[1].err, ErrPanicked) {
 		t.Fatalf("errors %v, %v: want SKU-A decided, SKU-PANIC's batch ErrPanicked", round[0].err, round[1].err)
 	}

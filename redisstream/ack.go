@@ -16,6 +16,55 @@ import (
 // the message; the subscriber does not pause before its next read, as it does after another failure.
 var ErrLeftPending = errors.New("redisstream: the entry was left pending")
 
+// ReleaseMiddleware is the Router middleware that calls Release for every message as its handler returns,
+// with the handler's error (ErrHandlerPanicked should it panic): with ReleasedByHandler, add it to the
+// handler first, so that it wraps the others (message.Handler.AddMiddleware).
+func (s *Subscriber) ReleaseMiddleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) (msgs []*message.Message, err error) {
+		err = ErrHandlerPanicked
+		defer func() { s.Release(msg, err) }() // a panic too: the Router nacks the message
+		return h(msg)
+	}
+}
+
+// ErrHandlerPanicked is what ReleaseMiddleware releases a message with whose handler panicked.
+var ErrHandlerPanicked = errors.New("redisstream: the handler panicked")
+
+// Release frees msg's place in flight, err being what its handler returns: with ReleasedByHandler, the
+// handler calls it for every message, just before it returns (ReleaseMiddleware does; a deferred call
+// covers a panic). Its entry is acked in Redis once the Router acks the message (err nil). Without
+// ReleasedByHandler it does nothing.
+func (s *Subscriber) Release(msg *message.Message, err error) {
+	if !s.config.ReleasedByHandler {
+		return
+	}
+	if r := s.only.Load(); r != nil {
+		r.Release(msg, err)
+		return
+	}
+	s.mu.Lock()
+	gs := s.first[Stream(msg)] // with ReleasedByHandler, the stream's one subscription
+	s.mu.Unlock()
+	if gs != nil {
+		gs.reader.Release(msg, err)
+	}
+}
+
+// Release frees the place in flight of msg, a message the subscriber sent, with Released set, err being what
+// its handler returned: at once, its entry acked in Redis once the router acks it (err nil); at once when
+// the handler left the entry pending on purpose (ErrLeftPending); else after NackPause (the router nacks
+// it).
+func (s *reader) Release(msg *message.Message, err error) {
+	switch {
+	case err == nil:
+		s.acks.add(msg)
+	case !errors.Is(err, ErrLeftPending):
+		time.AfterFunc(s.cfg.NackPause, s.free)
+		return
+	}
+	s.free()
+}
+
 // acks sends the acks of a subscriber's messages to Redis, as the router gives them: the messages acked
 // while a pipeline is on its way go together in the next, one XACK per partition, so that a busy consumer
 // costs a fraction of a round trip per ack. A message released (reader.Release) is acked once the

@@ -7,9 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	wrs "github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -103,6 +105,60 @@ func TestReleasedByHandlerLeavesANackedEntryPendingAndAcksAnAcked(t *testing.T) 
 	case m := <-out:
 		t.Fatalf("%s handed out again after a nack, want it left pending", m.UUID)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// ReleaseMiddleware in a Router, as the worker runs it: with one place in flight, a handler that fails,
+// one that panics and one that succeeds each free the place for the next message; the succeeded one's
+// entry is acked in Redis, the two others stay pending for a claim. Without the middleware the first
+// message would hold the one place forever.
+func TestReleaseMiddlewareFreesEachPlaceInARouter(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	sent := publish(t, rdb, "t", 3)
+	sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", MaxInFlight: 1,
+		ReleasedByHandler: true, MaxIdleTime: time.Hour})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	handled, entries := make(chan string, 3), make([]string, 0, 3)
+	h := router.AddConsumerHandler("h", "t", sub, func(msg *message.Message) error {
+		entries = append(entries, redisstream.EntryID(msg)) // one at a time: one place in flight
+		handled <- msg.UUID
+		switch calls.Add(1) {
+		case 1:
+			return errors.New("failed")
+		case 2:
+			panic("the handler panics")
+		}
+		return nil
+	})
+	h.AddMiddleware(sub.ReleaseMiddleware)
+	go func() { _ = router.Run(t.Context()) }()
+	defer router.Close()
+	for i := range sent {
+		select {
+		case got := <-handled:
+			if got != sent[i].UUID {
+				t.Fatalf("message %d: %s, want %s", i, got, sent[i].UUID)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("message %d not handled within 5 s: the place in flight was not freed", i)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		pending := rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: "t", Group: "g", Start: "-", End: "+", Count: 10}).Val()
+		ids := make([]string, len(pending))
+		for i, p := range pending {
+			ids[i] = p.ID
+		}
+		if reflect.DeepEqual(ids, entries[:2]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pending %v, want the failed and the panicked entries alone", ids)
+		}
 	}
 }
 

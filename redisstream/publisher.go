@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrClosed is returned by a Publisher or Subscriber used after Close.
@@ -193,4 +196,35 @@ func (p *Publisher) Close() error {
 	defer p.mu.Unlock()
 	p.closed = true
 	return nil
+}
+
+// TracingPublisher traces every message published with a producer span, "send <stream>", and passes the trace
+// context on in the metadata; the messages of one Publish go to the Publisher in one call.
+type TracingPublisher struct {
+	message.Publisher
+	// Server is the address of the Redis it writes to (ServerAttributes); nil: unknown.
+	Server []attribute.KeyValue
+}
+
+func (p TracingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	spans := make([]trace.Span, len(msgs))
+	var send sendSpans
+	for i, msg := range msgs {
+		if dest := destination(topic, msg); send.dest != dest {
+			send = newSendSpans(dest, p.Server)
+		}
+		_, spans[i] = send.start(msg)
+	}
+	err := p.Publisher.Publish(topic, msgs...)
+	var each PublishErrors
+	if !errors.As(err, &each) || len(each) != len(msgs) {
+		each = nil
+	}
+	for i, span := range spans {
+		if e := err; e != nil && (each == nil || each[i] != nil) {
+			Fail(span, cmp.Or(each.of(i), e))
+		}
+		span.End()
+	}
+	return err
 }

@@ -38,6 +38,74 @@ type failure struct {
 	until time.Time
 }
 
+// readLoop claims and reads entries and sends them to out, as many as there are free places in flight,
+// until ctx ends.
+func (s *reader) readLoop(ctx context.Context, out chan<- *message.Message) {
+	for s.awaitRoom(ctx) {
+		room := cap(s.slots) - len(s.slots)
+		msgs := s.claim(ctx, min(room, s.cfg.ReadCount))
+		if len(msgs) == 0 {
+			msgs = s.read(ctx, min(room, s.cfg.ReadCount))
+		}
+		for _, msg := range msgs {
+			if !s.send(ctx, out, msg) {
+				return
+			}
+		}
+	}
+}
+
+// awaitRoom waits until half the places in flight are free, or all of them are when fewer are taken, or
+// RoomLinger after one is; it reports false when ctx ended first.
+func (s *reader) awaitRoom(ctx context.Context) bool {
+	low := max(cap(s.slots)/2, 1)
+	var linger <-chan time.Time // nil until a place is free, with RoomLinger
+	for n := len(s.slots); n > 0 && cap(s.slots)-n < low; n = len(s.slots) {
+		if linger == nil && n < cap(s.slots) && s.cfg.RoomLinger > 0 {
+			t := time.NewTimer(s.cfg.RoomLinger)
+			defer t.Stop()
+			linger = t.C
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.freed:
+		case <-linger:
+			return ctx.Err() == nil
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// send hands msg to out, taking a place in flight until the router acks or nacks it; it reports false when
+// ctx ended first.
+func (s *reader) send(ctx context.Context, out chan<- *message.Message, msg *message.Message) bool {
+	handling := ctx
+	if s.cfg.Handling != nil {
+		handling = s.cfg.Handling
+	}
+	end := s.setContext(msg, handling)
+	s.slots <- struct{}{} // never blocks: the read took no more than the free places
+	if !s.cfg.Released {
+		s.out.Store(msg, nil)
+	}
+	select {
+	case out <- msg:
+	case <-ctx.Done():
+		end()
+		s.out.Delete(msg)
+		<-s.slots
+		return false
+	}
+	if !s.cfg.Released {
+		if s.cfg.ResendNacked {
+			s.resending.Add(1)
+		}
+		go s.awaitAck(ctx, out, msg, handling, end)
+	}
+	return true
+}
+
 // read takes up to count entries from the partitions whose reads work, starting after the one read last,
 // in one pipeline: count split evenly over them, or one each from the next count of them. When every
 // partition was read empty since entries last came it waits for one (idle); it returns nothing then.

@@ -124,7 +124,7 @@ type SubscriberConfig struct {
 	//   - NackLeavesPending: a nacked message is not handed out again; its entry stays pending in Redis
 	//     until a claim (MaxIdleTime), for a handler that hands a failed attempt back to the group itself;
 	//   - ReleasedByHandler: the handler frees each message's place in flight itself, calling Release just
-	//     before it returns, instead of the subscriber awaiting the Ack or Nack in a goroutine per message
+	//     before it returns (ReleaseMiddleware, the handler's outermost middleware, does), instead of the subscriber awaiting the Ack or Nack in a goroutine per message
 	//     (half the goroutines a message costs). A handler that does not stalls the subscription once
 	//     MaxInFlight messages are out. Implies SharedContext and NackLeavesPending.
 	SharedContext, NackLeavesPending, ReleasedByHandler bool
@@ -391,25 +391,6 @@ func (s *Subscriber) configFor(topic string, streams []string, failing *atomic.I
 		Released: c.ReleasedByHandler, MessageContexts: contract && !c.SharedContext,
 		ResendNacked: contract && !c.NackLeavesPending, ResendPause: max(c.NackResendSleep, 0), RoomLinger: roomLinger(contract),
 		Unmarshaller: u, ShouldClaim: c.ShouldClaimPendingMessage, StopOnReadError: c.ShouldStopOnReadErrors}
-}
-
-// Release frees msg's place in flight, err being what its handler returns: with ReleasedByHandler, the
-// handler calls it for every message, just before it returns (a deferred call covers a panic). Its entry
-// is acked in Redis once the Router acks the message (err nil). Without ReleasedByHandler it does nothing.
-func (s *Subscriber) Release(msg *message.Message, err error) {
-	if !s.config.ReleasedByHandler {
-		return
-	}
-	if r := s.only.Load(); r != nil {
-		r.Release(msg, err)
-		return
-	}
-	s.mu.Lock()
-	gs := s.first[Stream(msg)] // with ReleasedByHandler, the stream's one subscription
-	s.mu.Unlock()
-	if gs != nil {
-		gs.reader.Release(msg, err)
-	}
 }
 
 // FlushAcks waits until the acks given so far are sent to Redis, or ctx ends: Close does, and a caller

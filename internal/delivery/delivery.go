@@ -119,21 +119,17 @@ func (c *Consumer) partition(msg *message.Message) order.Partition {
 	return c.parts[redisstream.EntryPartition(msg)]
 }
 
-// Chain wraps h, the handler, in the consumer's delivery steps and then inner, the steps between them and h
-// (outermost first).
-func (c *Consumer) Chain(h message.HandlerFunc, inner ...message.HandlerMiddleware) message.HandlerFunc {
-	steps := append([]message.HandlerMiddleware{c.trace, c.poison, middleware.Recoverer, c.retry, c.keepAlive},
-		inner...)
-	for i := len(steps) - 1; i >= 0; i-- {
-		h = steps[i](h)
-	}
-	return h
+// Steps are the consumer's delivery steps, outermost first, for the Router's handler
+// (message.Handler.AddMiddleware): trace, poison, Watermill's Recoverer, retry, keep alive.
+func (c *Consumer) Steps() []message.HandlerMiddleware {
+	return []message.HandlerMiddleware{c.trace, c.poison, middleware.Recoverer, c.retry, c.keepAlive}
 }
 
 // trace continues the trace the message carries (W3C traceparent in its metadata, set by the producer)
 // with a consumer span around the whole handling, and counts the messages in flight.
 func (c *Consumer) trace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		growStack()
 		orig := msg.Context()
 		ctx, span := c.spans[redisstream.EntryPartition(msg)].Start(orig, msg)
 		inFlight.Add(ctx, 1)
@@ -330,3 +326,24 @@ func (c *Consumer) dueForReset(after time.Duration) (due []*liveEntry, round cha
 	}
 	return due, round, true
 }
+
+// growStack grows the stack of the goroutine the Router starts for each message, at once, while it is
+// shallow: otherwise it grows by doublings deep in the chain, each copy adjusting every frame above it (in a
+// drain profile, 7-18 % of a worker's CPU went to copying stacks). Same-run cost bench, 5 rounds: worker CPU
+// per order 57.5 against 63.5 µs uniform, 58.0 against 67.5 hot.
+//
+//go:noinline
+func growStack() {
+	var pad [stackPad]byte
+	touch(pad[:])
+}
+
+// stackPad is about what a message's goroutine needs below the Router, the decoder's and a waiting
+// follower's depth; a commit round's leader, deeper in go-redis, may grow once more. A larger pad costs
+// more to clear (8 KiB measured no better).
+const stackPad = 4 << 10
+
+// touch keeps pad from being optimised away.
+//
+//go:noinline
+func touch(b []byte) { b[len(b)-1] = 1 }

@@ -50,7 +50,9 @@ func TestRunWaitsForBasketsAndLifecycleEvents(t *testing.T) {
 			h := handlers.New(handlers.Config{Store: store, Outcomes: outcomes, ResultsTopic: cfg.ResultsStream,
 				Worker: "stand-in", Batcher: batcher})
 			decoder := &delivery.Decoder{Lines: store}
-			decide := decoder.Decode(batcher.Middleware(h.Handle))
+			decide := decoder.Decode(batcher.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+				return nil, h.Handle(msg)
+			}))
 			go func() { defer close(done); standInWorker(ctx, t, rdb, cfg, decide) }()
 			defer func() { cancel(); <-done }()
 

@@ -281,43 +281,16 @@ func (w *Worker) addConsumer(faults *Faults) error {
 		return err
 	}
 	w.sub = sub
-	chain := w.consumer.Chain(w.handler.Handle, steps...)
 	// The router acks a message whose handler returned nil (the subscriber then acks its entry in Redis, many
 	// in one XACK), and nacks it otherwise: a failed attempt was handed back (delivery.ErrHandedBack), an
-	// entry claimed meanwhile is the claimer's (handlers.ErrClaimed).
-	w.router.AddConsumerHandler(cfg.Name, cfg.OrdersStream, sub, func(msg *message.Message) error {
-		err := errPanicked
-		defer func() { sub.Release(msg, err) }() // a panic too: the router nacks the message
-		growStack()
-		_, err = chain(msg)
-		return err
-	})
+	// entry claimed meanwhile is the claimer's (handlers.ErrClaimed). The steps are the handler's middlewares,
+	// outermost first: the subscriber's release (ReleasedByHandler), the delivery steps, then steps.
+	h := w.router.AddConsumerHandler(cfg.Name, cfg.OrdersStream, sub, w.handler.Handle)
+	h.AddMiddleware(sub.ReleaseMiddleware)
+	h.AddMiddleware(w.consumer.Steps()...)
+	h.AddMiddleware(steps...)
 	return nil
 }
-
-// errPanicked is a message's error while its handler runs: a panic leaves it so (the router nacks it).
-var errPanicked = errors.New("worker: the handler panicked")
-
-// growStack grows the stack of the goroutine the Router starts for each message, at once, while it is
-// shallow: otherwise it grows by doublings deep in the chain, each copy adjusting every frame above it (in a
-// drain profile, 7-18 % of a worker's CPU went to copying stacks). Same-run cost bench, 5 rounds: worker CPU
-// per order 57.5 against 63.5 µs uniform, 58.0 against 67.5 hot.
-//
-//go:noinline
-func growStack() {
-	var pad [stackPad]byte
-	touch(pad[:])
-}
-
-// stackPad is about what a message's goroutine needs below the Router, the decoder's and a waiting
-// follower's depth; a commit round's leader, deeper in go-redis, may grow once more. A larger pad costs
-// more to clear (8 KiB measured no better).
-const stackPad = 4 << 10
-
-// touch keeps pad from being optimised away.
-//
-//go:noinline
-func touch(b []byte) { b[len(b)-1] = 1 }
 
 // quietLogger is Watermill's slog adapter, which builds the attributes of a Debug or Trace line only when
 // its level is on: the Router logs every message at Trace.
