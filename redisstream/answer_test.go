@@ -282,21 +282,7 @@ func TestReplicaAcksMakeAPublishWaitForTheReplicas(t *testing.T) {
 			rdb := master.Client()
 			var replica *redis.Client
 			if withReplica {
-				replica = redistest.Start(t).Client()
-				host, port, _ := net.SplitHostPort(master.Addr)
-				rdb.ConfigSet(t.Context(), "repl-diskless-sync-delay", "0")
-				if err := replica.Do(t.Context(), "replicaof", host, port).Err(); err != nil {
-					t.Fatal(err)
-				}
-				eventually(t, "the replica acknowledges a write", func() bool {
-					var wait *redis.Cmd
-					_, _ = rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
-						p.Set(t.Context(), "probe", 1, 0)
-						wait = p.Do(t.Context(), "wait", 1, 100)
-						return nil
-					})
-					return wait.Val() == int64(1)
-				})
+				replica = startReplica(t, master).Client()
 			}
 			publish(t, rdb, "orders", 1)
 			q := receive(t, subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}), "orders"))
@@ -340,5 +326,64 @@ func TestReplicaAcksMakeAPublishWaitForTheReplicas(t *testing.T) {
 				t.Errorf("the master holds %d of the 4 messages, want all: WAIT rolls nothing back", n)
 			}
 		})
+	}
+}
+
+// startReplica starts a replica of master and waits until it acknowledges writes.
+func startReplica(t *testing.T, master *redistest.Server) *redistest.Server {
+	t.Helper()
+	replica, rdb := redistest.Start(t), master.Client()
+	host, port, _ := net.SplitHostPort(master.Addr)
+	rdb.ConfigSet(t.Context(), "repl-diskless-sync-delay", "0")
+	if err := replica.Client().Do(t.Context(), "replicaof", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replica acknowledges a write", func() bool {
+		var wait *redis.Cmd
+		_, _ = rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
+			p.Set(t.Context(), "probe", 1, 0)
+			wait = p.Do(t.Context(), "wait", 1, 100)
+			return nil
+		})
+		return wait.Val() == int64(1)
+	})
+	return replica
+}
+
+// An answer call sent again after its reply was lost (go-redis resends the pipeline, WAIT with it, on a new
+// connection) writes no answer twice, and its WAIT still waits for the answers the first send wrote: with the
+// replica stopped, the Publish fails with ErrReplicaAcks. (The redis-server 7.0 the tests run makes a
+// connection's WAIT wait for the server's offset at its last command, so this held there before the call
+// made again rewrote its note; a Redis whose WAIT counts only the connection's own writes needs the rewrite.)
+func TestAResentAnswerCallWaitsForTheReplicasToo(t *testing.T) {
+	master := redistest.Start(t)
+	rdb := master.Client()
+	replica := startReplica(t, master)
+	publish(t, rdb, "orders", 1)
+	q := receive(t, subscribe(t, newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c"}), "orders"))
+	dropper := redistest.NewReplyDropper(t, master.Addr)
+	opts := *rdb.Options()
+	opts.Addr = dropper.Addr
+	client := redis.NewClient(&opts)
+	defer client.Close()
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client, ConsumerGroup: "g", Consumer: "c",
+		ReplicaAcks: 1, ReplicaAckTimeout: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := message.NewMessage(watermill.NewUUID(), []byte("answer"))
+	redisstream.Answer(answer, q)
+	replica.Pause()
+	defer replica.Resume()
+	dropper.DropReplyTo("results", 1)
+	err = pub.Publish("results", answer)
+	if dropper.Dropped() != 1 {
+		t.Fatalf("%d replies dropped, want the answer call's", dropper.Dropped())
+	}
+	if !errors.Is(err, redisstream.ErrReplicaAcks) {
+		t.Errorf("Publish of an answer resent while the replica is stopped: %v, want ErrReplicaAcks", err)
+	}
+	if n := rdb.XLen(t.Context(), "results").Val(); n != 1 {
+		t.Errorf("%d answers on the master, want 1: the call made again writes none", n)
 	}
 }

@@ -46,7 +46,9 @@
 //   - Every field of watermill-redisstream's configs is here (a test holds it), so a user swaps the import:
 //     ShouldClaimPendingMessage is asked about the idle entries a claim lists first (XPENDING, one round
 //     trip more a claim round), ShouldStopOnReadErrors about each failed read (a partition whose reads
-//     fail is otherwise skipped for a while, 100 ms doubling to 5 s, and logged), and
+//     fail is otherwise skipped for a while, 100 ms doubling to 5 s, and logged; a fan-out subscription
+//     reads again after 50 ms doubling to 2 s; true ends the subscription, and the entries the same
+//     pipeline read from other partitions stay pending to the consumer until a claim), and
 //     DisableIndefiniteInitialBlock changes nothing: no read blocks longer than BlockTime.
 //   - On a Redis Cluster, the reader's notes for lost replies are keys named after the stream: a topic
 //     needs a hash tag ({orders}) or Partitions, which gives each partition's streams one; so does a

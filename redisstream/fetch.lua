@@ -121,13 +121,16 @@ end
 if ARGV[11] then
   local deleted = {}
   for id in string.gmatch(ARGV[11], '[^,]+') do
-    local e = redis.call('XCLAIM', stream, group, consumer, ARGV[7], id)[1]
-    if e and e[2] then
-      local p = redis.call('XPENDING', stream, group, id, id, 1)
-      keep(id, e[2], p[1][4])
-    elseif #redis.call('XRANGE', stream, id, id) == 0 and #redis.call('XPENDING', stream, group, id, id, 1) == 0 then
-      deleted[#deleted + 1] = id -- deleted while pending: XCLAIM dropped it from the pending list
-    end -- else another consumer took it, or it was acked, since it was chosen
+    -- Acked since it was chosen (poisoned by another owner's claim, say): not pending, nothing to claim or report.
+    if #redis.call('XPENDING', stream, group, id, id, 1) > 0 then
+      local e = redis.call('XCLAIM', stream, group, consumer, ARGV[7], id)[1]
+      if e and e[2] then
+        local p = redis.call('XPENDING', stream, group, id, id, 1)
+        keep(id, e[2], p[1][4])
+      elseif #redis.call('XRANGE', stream, id, id) == 0 and #redis.call('XPENDING', stream, group, id, id, 1) == 0 then
+        deleted[#deleted + 1] = id -- deleted while pending: XCLAIM dropped it from the pending list
+      end -- else another consumer claimed it since it was chosen
+    end
   end
   note(entries, ARGV[8], deleted)
   return {pack(entries), poisoned, ARGV[8], deleted, 0}

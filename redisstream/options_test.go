@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strings"
 	"sync"
@@ -314,6 +315,75 @@ func TestShouldClaimPendingMessageChoosesTheEntriesClaimed(t *testing.T) {
 		}
 	}
 }
+
+// An entry acked and deleted after a claim round listed it (another owner poisoned it, or a trim after a late
+// ack) is not reported as an order lost: only an entry deleted while still pending is.
+func TestAChosenEntryAckedMeanwhileIsNotReportedLost(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := t.Context()
+	publish(t, rdb, "t", 1)
+	if err := rdb.XGroupCreate(ctx, "t", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	read, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{"t", ">"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := read[0].Messages[0].ID
+	var logs syncBuffer
+	asked := make(chan struct{}, 100)
+	idle := 100 * time.Millisecond
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "alive",
+		MaxIdleTime: idle, ClaimInterval: 20 * time.Millisecond,
+		ShouldClaimPendingMessage: func(p redis.XPendingExt) bool {
+			rdb.XAck(ctx, "t", "g", p.ID) // settled elsewhere between the listing and the claim
+			rdb.XDel(ctx, "t", p.ID)
+			asked <- struct{}{}
+			return true
+		}}, slogAdapter{slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	subscribe(t, sub, "t")
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle entry was never offered to ShouldClaimPendingMessage")
+	}
+	time.Sleep(200 * time.Millisecond) // the claim of the chosen entry, and a round more
+	if strings.Contains(logs.String(), "their orders are lost") || strings.Contains(logs.String(), id) {
+		t.Errorf("an entry acked before the claim was reported deleted while pending:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// slogAdapter is a Watermill logger that hands the subscriber its slog.Logger (NewSubscriber's Slog()).
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Slog() *slog.Logger                               { return a.l }
+func (slogAdapter) Error(string, error, watermill.LogFields)           {}
+func (slogAdapter) Info(string, watermill.LogFields)                   {}
+func (slogAdapter) Debug(string, watermill.LogFields)                  {}
+func (slogAdapter) Trace(string, watermill.LogFields)                  {}
+func (a slogAdapter) With(watermill.LogFields) watermill.LoggerAdapter { return a }
 
 // ShouldStopOnReadErrors, as in watermill-redisstream, is asked about each failed read: true ends the
 // subscription (its channel closes), false reads again; for a group's subscription and a fan-out alike.

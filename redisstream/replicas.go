@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ func (w *writes) to(key string) redis.Pipeliner {
 	if !ok {
 		var err error
 		if server, err = serverOf(w.ctx, w.p.config.Client, key); err != nil {
-			w.err = err // server nil: the client's own pipeline takes the writes, which all fail (acked)
+			w.err = err // server nil: the client's own pipeline takes the writes, unwaited: acked fails them
 		}
 		w.of[key] = server
 	}
@@ -78,16 +79,16 @@ func (w *writes) exec() {
 		_, _ = w.one.Exec(w.ctx)
 		return
 	}
-	timeout := cmpOr(w.p.config.ReplicaAckTimeout, DefaultReplicaAckTimeout)
+	timeout := cmp.Or(w.p.config.ReplicaAckTimeout, DefaultReplicaAckTimeout)
 	var (
 		wg    sync.WaitGroup
-		moved atomic.Bool // a server answered MOVED: its slot has a new owner
+		moved atomic.Bool // a server answered MOVED (its slot has a new owner) or could not be reached
 	)
 	for server, pipe := range w.servers {
 		w.waits[server] = pipe.Do(w.ctx, "wait", w.p.config.ReplicaAcks, max(timeout.Milliseconds(), 1))
 		wg.Go(func() {
 			cmds, _ := pipe.Exec(w.ctx)
-			if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return redis.HasErrorPrefix(c.Err(), "MOVED") }) {
+			if slices.ContainsFunc(cmds, staleServer) {
 				moved.Store(true)
 			}
 		})
@@ -96,6 +97,15 @@ func (w *writes) exec() {
 	if c, ok := w.p.config.Client.(*redis.ClusterClient); ok && moved.Load() {
 		c.ReloadState(w.ctx) // a server's client follows no redirect: the next Publish asks the new owner
 	}
+}
+
+// staleServer reports whether cmd's server may no longer own its keys: it answered MOVED, or could not be
+// reached (a master that died: its replica may be promoted). A slot being migrated (ASK) is not followed
+// either: its writes fail until the migration ends.
+func staleServer(cmd redis.Cmder) bool {
+	err := cmd.Err()
+	var reply redis.Error
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") || !errors.As(err, &reply))
 }
 
 // acked is nil when the writes to key are acknowledged as ReplicaAcks asks (or it asks for none), else why not.
@@ -107,8 +117,8 @@ func (w *writes) acked(key string) error {
 	if !ok {
 		return nil // nothing was written to key
 	}
-	if w.err != nil {
-		return w.err
+	if server == nil {
+		return w.err // its server could not be found: its writes went unwaited
 	}
 	n, err := w.waits[server].Int64()
 	if err != nil {
@@ -160,15 +170,8 @@ func (c PublisherConfig) checkReplicaAcks() error {
 	default:
 		return fmt.Errorf("redisstream: PublisherConfig.ReplicaAcks needs a *redis.Client, *redis.ClusterClient or *redis.Ring, not a %T", c.Client)
 	}
-	if timeout := cmpOr(c.ReplicaAckTimeout, DefaultReplicaAckTimeout); rt > 0 && timeout+replicaAckMargin > rt {
+	if timeout := cmp.Or(c.ReplicaAckTimeout, DefaultReplicaAckTimeout); rt > 0 && timeout+replicaAckMargin > rt {
 		return fmt.Errorf("redisstream: PublisherConfig.ReplicaAckTimeout %v needs a client ReadTimeout of at least %v, not %v", timeout, timeout+replicaAckMargin, rt)
 	}
 	return nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

@@ -83,8 +83,9 @@ type SubscriberConfig struct {
 	// claim then lists the idle entries first (XPENDING): one round trip more a claim round.
 	ShouldClaimPendingMessage func(redis.XPendingExt) bool
 	// ShouldStopOnReadErrors, if set, is asked about each read that failed: true ends the subscription (its
-	// channel closes). Otherwise the stream is read again after a pause (a group's: 100 ms doubling to 5 s,
-	// while its other partitions are read).
+	// channel closes; what the same pipeline read from the topic's other partitions stays pending to the
+	// consumer until a claim). Otherwise the stream is read again after a pause (a group's: 100 ms doubling
+	// to 5 s, while its other partitions are read; a fan-out's: 50 ms doubling to 2 s).
 	ShouldStopOnReadErrors func(error) bool
 	// DisableIndefiniteInitialBlock is kept for watermill-redisstream's configs: no read here blocks
 	// longer than BlockTime, the first one included.
