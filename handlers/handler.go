@@ -209,8 +209,8 @@ func (h *Handler) lead(msg *message.Message, sku string, sec *lockmw.Section) er
 // decideEach decides a batch of sku's waiting orders (taken when the group commit's round starts, so that it
 // holds every order of the SKU waiting by then) and hands each order its outcome. A batch that failed permanently
 // (one order's corrupt record, say) is decided again one order at a time, so that only the orders that
-// fail on their own count the failure. A batch whose decision panicked fails with ErrPanicked (the
-// committer recovers), every order of it, the leader's too.
+// fail on their own count the failure. A batch whose decision panicked fails with ErrPanicked (decideRound
+// recovers), every order of it, the leader's too.
 func (h *Handler) decideEach(leader *message.Message, sku string, fence int64) ([]*queued, error) {
 	batch, err := h.committer.decide(&commit{ctx: leader.Context(), sku: sku, leader: leader, fence: fence})
 	switch oneByOne := len(batch) > 1 && inventory.IsPermanent(err); {

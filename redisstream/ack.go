@@ -18,7 +18,9 @@ var ErrLeftPending = errors.New("redisstream: the entry was left pending")
 
 // ReleaseMiddleware is the Router middleware that calls Release for every message as its handler returns,
 // with the handler's error (ErrHandlerPanicked should it panic): with ReleasedByHandler, add it to the
-// handler first, so that it wraps the others (message.Handler.AddMiddleware).
+// handler first, so that it wraps the others (message.Handler.AddMiddleware), and add no router-level
+// middleware that retries the handler or changes its error (Watermill's Retry, PoisonQueue): those run
+// outside it, and a message must be released once, with the error the Router acks or nacks it by.
 func (s *Subscriber) ReleaseMiddleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (msgs []*message.Message, err error) {
 		err = ErrHandlerPanicked

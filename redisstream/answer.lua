@@ -5,7 +5,7 @@
 -- contradict what was published meanwhile. The entries are acked later, by the router's ack of each message
 -- (the subscriber's batched XACK), once its answer is here.
 -- Safe to send twice: the call notes its request id and reply in KEYS[3] for a minute, and a call made again
--- (go-redis resends after a lost reply) returns that reply and writes no answer (it rewrites the note).
+-- (go-redis resends after a lost reply) returns that reply and writes no answer (it sets the note's expiry again).
 -- KEYS[1] the answered stream (an orders partition's)
 -- KEYS[2] the stream of the answers (its results stream)
 -- KEYS[3] the consumer's last call on KEYS[1] (CommittedKey)
@@ -25,9 +25,10 @@ local last = redis.call('GET', KEYS[3])
 if last and string.sub(last, 1, #ARGV[7] + 1) == ARGV[7] .. '|' then
   local owned = {}
   for i = 1, n do owned[i] = tonumber(string.sub(last, #ARGV[7] + 1 + i, #ARGV[7] + 1 + i)) end
-  -- Rewritten as it is, so that this call writes: a WAIT after it on its connection (PublisherConfig.ReplicaAcks)
-  -- then waits for the answers the first send wrote, where Redis counts a connection's own writes only.
-  redis.call('SET', KEYS[3], last, 'PX', 60000)
+  -- Its expiry set again, so that this call writes (PEXPIRE, which a Redis out of memory still runs): a WAIT
+  -- after it on its connection (PublisherConfig.ReplicaAcks) then waits for the answers the first send wrote,
+  -- where Redis counts a connection's own writes only.
+  redis.call('PEXPIRE', KEYS[3], 60000)
   return owned
 end
 -- One look at the consumer's pending entries in the round's range of ids.

@@ -353,8 +353,9 @@ func startReplica(t *testing.T, master *redistest.Server) *redistest.Server {
 // An answer call sent again after its reply was lost (go-redis resends the pipeline, WAIT with it, on a new
 // connection) writes no answer twice, and its WAIT still waits for the answers the first send wrote: with the
 // replica stopped, the Publish fails with ErrReplicaAcks. (The redis-server 7.0 the tests run makes a
-// connection's WAIT wait for the server's offset at its last command, so this held there before the call
-// made again rewrote its note; a Redis whose WAIT counts only the connection's own writes needs the rewrite.)
+// connection's WAIT wait for the server's offset at its last command, so the error held there before the
+// call made again wrote anything; a Redis whose WAIT counts only the connection's own writes needs that
+// write, which the note's expiry shows.)
 func TestAResentAnswerCallWaitsForTheReplicasToo(t *testing.T) {
 	master := redistest.Start(t)
 	rdb := master.Client()
@@ -375,7 +376,14 @@ func TestAResentAnswerCallWaitsForTheReplicasToo(t *testing.T) {
 	redisstream.Answer(answer, q)
 	replica.Pause()
 	defer replica.Resume()
-	dropper.DropReplyTo("results", 1)
+	if err := rdb.ScriptLoad(t.Context(), answerLua(t)).Err(); err != nil { // the first send runs the script
+		t.Fatal(err)
+	}
+	note := redisstream.CommittedKey("orders", "g", "c")
+	// Between the first send and the one made again, the note's expiry is shortened: the call made again
+	// writes (sets it again) only with the fix, which is what a WAIT after it needs on a Redis counting a
+	// connection's own writes.
+	dropper.DropReplyThen("results", 1, func() { rdb.PExpire(context.Background(), note, 5*time.Second) })
 	err = pub.Publish("results", answer)
 	if dropper.Dropped() != 1 {
 		t.Fatalf("%d replies dropped, want the answer call's", dropper.Dropped())
@@ -385,5 +393,8 @@ func TestAResentAnswerCallWaitsForTheReplicasToo(t *testing.T) {
 	}
 	if n := rdb.XLen(t.Context(), "results").Val(); n != 1 {
 		t.Errorf("%d answers on the master, want 1: the call made again writes none", n)
+	}
+	if ttl := rdb.PTTL(t.Context(), note).Val(); ttl < 30*time.Second {
+		t.Errorf("the note expires in %v after the call made again, want about a minute: it wrote nothing, so its WAIT had nothing of its own to wait for", ttl)
 	}
 }

@@ -57,7 +57,7 @@ func (w *writes) to(key string) redis.Pipeliner {
 	if !ok {
 		var err error
 		if server, err = serverOf(w.ctx, w.p.config.Client, key); err != nil {
-			w.err = err // server nil: the client's own pipeline takes the writes, unwaited: acked fails them
+			w.err = err // server nil: the client's own pipeline takes the writes; acked fails them whatever its WAIT says
 		}
 		w.of[key] = server
 	}
@@ -118,7 +118,7 @@ func (w *writes) acked(key string) error {
 		return nil // nothing was written to key
 	}
 	if server == nil {
-		return w.err // its server could not be found: its writes went unwaited
+		return w.err // its server could not be found: no WAIT on its connection says anything of its writes
 	}
 	n, err := w.waits[server].Int64()
 	if err != nil {

@@ -213,7 +213,7 @@ func PoisonTopicOf(stream string) string {
 }
 
 // Subscriber reads topics of Redis Streams as Watermill messages, in a consumer group or fanned out. A
-// group's subscription is the worker's own reader (reader.go: batched fetch.lua reads
+// group's subscription is the worker's own reader (reader.go, read.go: batched fetch.lua reads
 // and claims over the partitions in one pipeline, delivery counts, oversized entries kept out of the
 // process, lost replies made good), kept to Watermill's contract: a context per message, a nacked message
 // sent again.
