@@ -85,8 +85,9 @@ func (c *committer) reserveBasket(ctx context.Context, q *queued, basket *invent
 	return err
 }
 
-// decide queues b for the next round, commits the rounds when no round is running or b's leader is asked
-// to lead the next one, and returns b's batch and outcome once its round is done.
+// decide queues b for the next round and returns b's batch and outcome once its round is done. When no
+// round is running, or b's leader is asked to lead the next one, it commits the waiting batches, round after
+// round, until b's round is done; then the oldest batch still waiting (if any) leads the next round.
 func (c *committer) decide(b *commit) ([]*queued, error) {
 	c.mu.Lock()
 	c.waiting = append(c.waiting, b)
@@ -99,13 +100,6 @@ func (c *committer) decide(b *commit) ([]*queued, error) {
 	if !leads && !<-b.wake {
 		return b.batch, b.err
 	}
-	c.commitRounds(b)
-	return b.batch, b.err
-}
-
-// commitRounds commits the waiting batches, round after round, until own's round is done; then the oldest
-// batch still waiting (if any) leads the next round.
-func (c *committer) commitRounds(own *commit) {
 	for {
 		c.mu.Lock()
 		round := c.waiting
@@ -113,15 +107,15 @@ func (c *committer) commitRounds(own *commit) {
 		c.mu.Unlock()
 		// Not cancellable: the leader's context ends when its lease is lost (a basket's, when any of its
 		// leases is), which is its own batch's concern (fencing refuses a stale write), not the round's.
-		c.h.decideRound(context.WithoutCancel(own.ctx), round)
-		for _, b := range round {
-			if b.wake != nil {
-				b.wake <- false
+		c.h.decideRound(context.WithoutCancel(b.ctx), round)
+		for _, w := range round {
+			if w.wake != nil {
+				w.wake <- false
 			}
 		}
-		if slices.Contains(round, own) { // else own came after this round was taken: it is in the next
+		if slices.Contains(round, b) { // else b came after this round was taken: it is in the next
 			c.handOn()
-			return
+			return b.batch, b.err
 		}
 	}
 }

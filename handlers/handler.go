@@ -33,8 +33,7 @@ type Config struct {
 	Store Store
 	// Outcomes publishes the outcome events, each the answer to its order's entry (redisstream.Answer): a
 	// redisstream.Publisher with the consumer's ConsumerGroup and Consumer, which writes an answer only while
-	// its entry is still pending to the consumer (wrapped in a redisstream.TracingPublisher for their spans).
-	// Required.
+	// its entry is still pending to the consumer (and traces each with a producer span). Required.
 	Outcomes message.Publisher
 	// ResultsTopic is the topic of the outcome events: an order read from partition i of its topic gets its
 	// outcome in partition i of ResultsTopic (redisstream.Answer).

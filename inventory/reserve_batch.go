@@ -47,10 +47,9 @@ func (s *Store) ReserveBatch(ctx context.Context, orders []Order, fence int64) (
 	if err := s.validateBatch(orders, fence); err != nil {
 		return nil, err
 	}
-	return traceReserveBatch(ctx, orders, fence, func(ctx context.Context) ([]Outcome, error) {
-		cmd := s.eval(ctx, reserveBatchScript, s.batchKeys(orders, fence), s.batchArgs(orders, fence)...)
-		return batchOutcomes(orders, fence, cmd)
-	})
+	ctx, span := startBatch(ctx, orders, fence)
+	outs, err := batchOutcomes(orders, fence, s.eval(ctx, reserveBatchScript, s.batchKeys(orders, fence), s.batchArgs(orders, fence)...))
+	return endBatch(ctx, span, outs, err)
 }
 
 // Batch is one batch of ReserveBatches: orders of one SKU under one fence (what ReserveBatch takes), or
@@ -77,16 +76,16 @@ type BatchResult struct {
 	Err      error
 }
 
-// ReserveBatches decides several batches, of different SKUs, as ReserveBatch decides each (ReserveLines a
-// basket), with their script calls in one pipeline: one round trip (per node of a cluster) for all of them
-// (group commit). Each batch succeeds or fails on its own, as alone; ctx bounds the round trip. With
+// ReserveBatches decides batches, of different SKUs, as ReserveBatch decides each (ReserveLines a basket),
+// with their script calls in one pipeline (one batch too): one round trip (per node of a cluster) for all of
+// them (group commit). Each batch succeeds or fails on its own, as alone; ctx bounds the round trip. With
 // WithReplicaAcks, whose WAIT must follow each write on its connection, or on a client without pipelines,
 // the batches are decided one after the other; a basket the store reserves line by line (a cluster) is
 // decided alone after the others.
 func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResult {
 	results := make([]BatchResult, len(batches))
 	p, pipelined := s.pipelined()
-	if !pipelined || len(batches) == 1 {
+	if !pipelined {
 		for i, b := range batches {
 			results[i] = s.reserveAlone(b)
 		}
@@ -149,9 +148,9 @@ func (s *Store) pipedResult(b Batch, call pipedCall) (r BatchResult) {
 		})
 		return r
 	}
-	r.Outcomes, r.Err = traceReserveBatch(b.Ctx, b.Orders, b.Fence, func(context.Context) ([]Outcome, error) {
-		return batchOutcomes(b.Orders, b.Fence, call.cmd)
-	})
+	ctx, span := startBatch(b.Ctx, b.Orders, b.Fence)
+	outs, err := batchOutcomes(b.Orders, b.Fence, call.cmd)
+	r.Outcomes, r.Err = endBatch(ctx, span, outs, err)
 	return r
 }
 

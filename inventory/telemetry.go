@@ -82,16 +82,20 @@ func traceReserve(ctx context.Context, o Order, fence int64, reserve func(contex
 	return out, nil
 }
 
-// traceReserveBatch runs reserve inside one SpanReserveBatch span and counts the outcome of each order;
-// the outcomes are not span attributes, a batch has many.
-func traceReserveBatch(ctx context.Context, batch []Order, fence int64, reserve func(context.Context) ([]Outcome, error)) ([]Outcome, error) {
+// startBatch starts the SpanReserveBatch span of a batch; endBatch ends it once the batch is decided.
+func startBatch(ctx context.Context, batch []Order, fence int64) (context.Context, trace.Span) {
 	ctx, span := startSpan(ctx, SpanReserveBatch)
-	defer span.End()
 	if span.IsRecording() { // with no tracing, nothing is built
 		span.SetAttributes(AttrSKU.String(batch[0].SKU), AttrFence.Int64(fence), AttrBatchSize.Int(len(batch)),
 			AttrLockElided.Bool(fence == ElideLock))
 	}
-	outs, err := reserve(ctx)
+	return ctx, span
+}
+
+// endBatch ends a batch's span (startBatch) and counts the outcome of each of its orders; the outcomes are
+// not span attributes, a batch has many.
+func endBatch(ctx context.Context, span trace.Span, outs []Outcome, err error) ([]Outcome, error) {
+	defer span.End()
 	if err != nil {
 		return nil, failed(span, err)
 	}

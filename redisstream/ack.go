@@ -23,8 +23,12 @@ var ErrLeftPending = errors.New("redisstream: the entry was left pending")
 // outside it, and a message must be released once, with the error the Router acks or nacks it by.
 func (s *Subscriber) ReleaseMiddleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) (msgs []*message.Message, err error) {
+		r := s.readerOf(msg)
+		if r == nil {
+			return h(msg)
+		}
 		err = ErrHandlerPanicked
-		defer func() { s.Release(msg, err) }() // a panic too: the Router nacks the message
+		defer func() { r.Release(msg, err) }() // a panic too: the Router nacks the message
 		return h(msg)
 	}
 }
@@ -37,19 +41,26 @@ var ErrHandlerPanicked = errors.New("redisstream: the handler panicked")
 // covers a panic). Its entry is acked in Redis once the Router acks the message (err nil). Without
 // ReleasedByHandler it does nothing.
 func (s *Subscriber) Release(msg *message.Message, err error) {
+	if r := s.readerOf(msg); r != nil {
+		r.Release(msg, err)
+	}
+}
+
+// readerOf is the reader that sent msg, with ReleasedByHandler (the stream's one subscription); nil
+// without it, or when msg's stream has no subscription.
+func (s *Subscriber) readerOf(msg *message.Message) *reader {
 	if !s.config.ReleasedByHandler {
-		return
+		return nil
 	}
 	if r := s.only.Load(); r != nil {
-		r.Release(msg, err)
-		return
+		return r
 	}
 	s.mu.Lock()
-	gs := s.first[Stream(msg)] // with ReleasedByHandler, the stream's one subscription
-	s.mu.Unlock()
-	if gs != nil {
-		gs.reader.Release(msg, err)
+	defer s.mu.Unlock()
+	if gs := s.first[Stream(msg)]; gs != nil {
+		return gs.reader
 	}
+	return nil
 }
 
 // Release frees the place in flight of msg, a message the subscriber sent, with Released set, err being what

@@ -56,9 +56,10 @@
 //
 // Without a ConsumerGroup (fan-out), every subscriber reads every entry with XREAD, from FanOutOldestId.
 //
-// Besides the Pub/Sub, the package holds what the worker adds to it: TracingPublisher (a producer span and
-// the trace context in the metadata of every message published), Consumer and ProcessSpans (the consumer's
-// process span, continuing the producer's trace).
+// The Publisher traces every message it publishes with a producer span and puts the trace context in its
+// metadata (with the global TracerProvider and propagator; none set: nothing is recorded or written);
+// besides the Pub/Sub, the package holds what the worker adds to it: Consumer and ProcessSpans (the
+// consumer's process span, continuing the producer's trace).
 //
 // A consumer's Publisher (PublisherConfig.ConsumerGroup and Consumer) writes a message marked as the answer
 // to an entry its consumer was handed (Answer) only while that entry is still pending to the consumer, in

@@ -54,8 +54,7 @@ func TestMessagingSpansFollowTheConventions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := redisstream.TracingPublisher{Publisher: wpub, Server: redisstream.ServerAttributes(rdb)}
-	if err := pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
+	if err := wpub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte(`{}`))); err != nil {
 		t.Fatal(err)
 	}
 	msg := readBack(t, rdb, "orders")
@@ -110,7 +109,7 @@ func TestTheNoopTracerPassesTheProducersTraceContextOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (redisstream.TracingPublisher{Publisher: pub}).Publish("results", out); err != nil {
+	if err := pub.Publish("results", out); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.Metadata.Get("traceparent"); got != traceparent {
@@ -150,7 +149,7 @@ func TestFailedSendRecordsItsErrorType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perr := redisstream.TracingPublisher{Publisher: wpub}.Publish("order-results", message.NewMessage("1", nil))
+	perr := wpub.Publish("order-results", message.NewMessage("1", nil))
 	if perr == nil {
 		t.Fatal("publishing with a closed client succeeded")
 	}

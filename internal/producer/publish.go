@@ -70,7 +70,7 @@ func (r *run) publish(ctx context.Context) (map[eventKey]placedOrder, error) {
 		cfg:    r.cfg,
 		parts:  r.parts,
 		skus:   r.skus,
-		pub:    redisstream.TracingPublisher{Publisher: wpub, Server: redisstream.ServerAttributes(r.rdb)}, // a trace per order, to the workers
+		pub:    wpub, // a trace per order (its send span), to the workers
 		bar:    newBar(r.progress, "published", r.cfg.Orders),
 		placed: make(map[eventKey]placedOrder, r.cfg.Orders),
 	}

@@ -224,8 +224,7 @@ func (w *Worker) setHandler(faults *Faults) error {
 		return err
 	}
 	w.handler = handlers.New(handlers.Config{Store: store, Worker: w.cfg.Name, Logger: w.logger, Batcher: w.batcher,
-		Outcomes:     redisstream.TracingPublisher{Publisher: outcomes, Server: redisstream.ServerAttributes(w.rdb)},
-		ResultsTopic: w.cfg.ResultsStream})
+		Outcomes: outcomes, ResultsTopic: w.cfg.ResultsStream})
 	if w.lockMW != nil && !w.fenceCounterAtStore() {
 		w.lockMW.Fencer = w.store
 	}
