@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockflow/stockflow/order"
 )
@@ -110,6 +111,9 @@ func (s *Store) ReserveBatches(ctx context.Context, batches []Batch) []BatchResu
 type pipedCall struct {
 	cmd    *redis.Cmd
 	basket basket // a basket's, checked
+	// The span of a batch of orders (startBatch), from its call's queueing to its reply, and its context.
+	ctx  context.Context
+	span trace.Span
 }
 
 // queueBatch checks b and queues its script call on pipe.
@@ -118,7 +122,9 @@ func (s *Store) queueBatch(ctx context.Context, pipe redis.Pipeliner, b Batch) (
 		if err := s.validateBatch(b.Orders, b.Fence); err != nil {
 			return pipedCall{}, err
 		}
-		return pipedCall{cmd: pipe.EvalSha(ctx, reserveBatchScript.Hash(), s.batchKeys(b.Orders, b.Fence), s.batchArgs(b.Orders, b.Fence)...)}, nil
+		sctx, span := startBatch(b.Ctx, b.Orders, b.Fence)
+		cmd := pipe.EvalSha(ctx, reserveBatchScript.Hash(), s.batchKeys(b.Orders, b.Fence), s.batchArgs(b.Orders, b.Fence)...)
+		return pipedCall{cmd: cmd, ctx: sctx, span: span}, nil
 	}
 	if s.lineByLine() {
 		return pipedCall{}, nil
@@ -139,6 +145,9 @@ func (s *Store) pipedResult(b Batch, call pipedCall) (r BatchResult) {
 		return s.reserveAlone(b)
 	}
 	if err := call.cmd.Err(); err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || slotMoving(err)) {
+		if call.span != nil {
+			call.span.End() // the batch is decided again alone, under a span of its own
+		}
 		return s.reserveAlone(b)
 	}
 	if b.Basket != nil {
@@ -148,9 +157,8 @@ func (s *Store) pipedResult(b Batch, call pipedCall) (r BatchResult) {
 		})
 		return r
 	}
-	ctx, span := startBatch(b.Ctx, b.Orders, b.Fence)
 	outs, err := batchOutcomes(b.Orders, b.Fence, call.cmd)
-	r.Outcomes, r.Err = endBatch(ctx, span, outs, err)
+	r.Outcomes, r.Err = endBatch(call.ctx, call.span, outs, err)
 	return r
 }
 

@@ -85,8 +85,16 @@ const (
 func spanName(operation, destination string) string { return operation + " " + destination }
 
 // ServerAttributes are server.address and server.port of the Redis a client talks to, for the messaging
-// spans; none for a client of several servers (a cluster).
+// spans; none for a client of several servers (a cluster). A client that wraps another (an Unwrap method
+// returning it) is the one it wraps.
 func ServerAttributes(rdb redis.UniversalClient) []attribute.KeyValue {
+	for {
+		w, ok := rdb.(interface{ Unwrap() redis.UniversalClient })
+		if !ok {
+			break
+		}
+		rdb = w.Unwrap()
+	}
 	c, ok := rdb.(*redis.Client)
 	if !ok {
 		return nil

@@ -171,7 +171,15 @@ func TestServerAttributesOfOtherClients(t *testing.T) {
 	if got := redisstream.ServerAttributes(cluster); got != nil {
 		t.Errorf("cluster client: %v, want none", got)
 	}
+	// A client wrapping another (the producer's, which waits for replicas) names the server it wraps.
+	if got := redisstream.ServerAttributes(wrapped{unix}); !slices.Equal(got, []attribute.KeyValue{semconv.ServerAddress("/run/redis.sock")}) {
+		t.Errorf("wrapped client: %v", got)
+	}
 }
+
+type wrapped struct{ redis.UniversalClient }
+
+func (w wrapped) Unwrap() redis.UniversalClient { return w.UniversalClient }
 
 // checkSpan fails unless the span has the name, kind and exactly the attributes given.
 func checkSpan(t *testing.T, sp sdktrace.ReadOnlySpan, name string, kind trace.SpanKind, want []attribute.KeyValue) {

@@ -63,6 +63,9 @@ type replicated struct {
 	r Replicas
 }
 
+// Unwrap is the client c wraps (redisstream.ServerAttributes names its server on the producer's spans).
+func (c replicated) Unwrap() redis.UniversalClient { return c.UniversalClient }
+
 func (c replicated) XAdd(ctx context.Context, a *redis.XAddArgs) *redis.StringCmd {
 	node, err := masterFor(ctx, c.UniversalClient, a.Stream)
 	if err != nil {
