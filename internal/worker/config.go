@@ -22,7 +22,7 @@ import (
 
 // Defaults of the settings.
 const (
-	DefaultConcurrency     = 512
+	DefaultConcurrency     = 128
 	DefaultLockWait        = 5 * time.Second
 	DefaultClaimIdle       = 30 * time.Second
 	DefaultShutdownTimeout = 20 * time.Second
