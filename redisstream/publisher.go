@@ -120,14 +120,14 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) (err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	spans := p.startSends(topic, msgs) // a Publish after Close too: its spans record ErrClosed
+	defer func() { endSends(spans, err) }()
 	if p.closed {
 		return ErrClosed
 	}
 	if len(msgs) == 0 {
 		return nil
 	}
-	spans := p.startSends(topic, msgs)
-	defer func() { endSends(spans, err) }()
 	if slices.ContainsFunc(msgs, func(m *message.Message) bool { return m.Metadata.Get(MetadataAnswers) != "" }) {
 		return p.publishAnswers(topic, msgs)
 	}

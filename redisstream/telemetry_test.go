@@ -2,6 +2,7 @@ package redisstream_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"strconv"
@@ -157,6 +158,24 @@ func TestFailedSendRecordsItsErrorType(t *testing.T) {
 	et, ok := attr(sp, semconv.ErrorTypeKey)
 	if sp.Name() != "send order-results" || sp.Status().Code != codes.Error || !ok || et.AsString() == "" {
 		t.Fatalf("span %q status %v error.type %q, want send order-results failed with an error.type", sp.Name(), sp.Status(), et.AsString())
+	}
+}
+
+// A Publish after Close fails its messages' send spans with ErrClosed.
+func TestAPublishAfterCloseRecordsItsSpansFailed(t *testing.T) {
+	spans := recordSpans(t)
+	rdb := redistest.Start(t).Client()
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Close()
+	if err := pub.Publish("orders", message.NewMessage("1", nil)); !errors.Is(err, redisstream.ErrClosed) {
+		t.Fatalf("Publish after Close: %v, want ErrClosed", err)
+	}
+	ended := spans.Ended()
+	if len(ended) != 1 || ended[0].Name() != "send orders" || ended[0].Status().Code != codes.Error {
+		t.Fatalf("spans %v, want send orders failed", ended)
 	}
 }
 
