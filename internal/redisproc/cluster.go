@@ -27,6 +27,11 @@ const (
 	clusterTimeout = 30 * time.Second
 	pollInterval   = 50 * time.Millisecond
 	roundTimeout   = time.Second // for checking every node once
+	// formingNodeTimeout is every node's cluster-node-timeout while the nodes meet. A node drops a node
+	// whose handshake has not finished within the node timeout (at least 1 s); on a loaded machine a
+	// handshake can take longer than a test's short timeout, and redis-cli then waits for a join that
+	// never comes.
+	formingNodeTimeout = 15 * time.Second
 )
 
 // ClusterOptions configure a Redis Cluster.
@@ -93,13 +98,32 @@ func (c *Cluster) start(o ClusterOptions) error {
 	ctx, cancel := context.WithTimeoutCause(context.Background(), clusterTimeout,
 		fmt.Errorf("cluster not formed after %v", clusterTimeout))
 	defer cancel()
+	if err := c.setNodeTimeout(ctx, formingNodeTimeout); err != nil {
+		return err
+	}
 	if err := c.create(ctx, o.ReplicasPerMaster); err != nil {
 		return err
 	}
 	if err := c.WaitHealthy(ctx); err != nil {
 		return err
 	}
+	if err := c.setNodeTimeout(ctx, cmp.Or(o.NodeTimeout, DefaultNodeTimeout)); err != nil {
+		return err
+	}
 	return c.orderMastersFirst(ctx)
+}
+
+// setNodeTimeout sets every node's cluster-node-timeout until it restarts (a restart reads its options).
+func (c *Cluster) setNodeTimeout(ctx context.Context, d time.Duration) error {
+	for _, s := range c.Nodes {
+		cl := adminClient(s)
+		err := cl.ConfigSet(ctx, "cluster-node-timeout", strconv.FormatInt(d.Milliseconds(), 10)).Err()
+		_ = cl.Close()
+		if err != nil {
+			return fmt.Errorf("%s: set cluster-node-timeout: %w", s.Addr, err)
+		}
+	}
+	return nil
 }
 
 // create joins the nodes: the first Masters become masters and share the slots, the others their replicas.

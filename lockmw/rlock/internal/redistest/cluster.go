@@ -24,6 +24,11 @@ const (
 	// meet, and the replicas then sync.
 	clusterTimeout = 30 * time.Second
 	pollInterval   = 50 * time.Millisecond
+	// formingNodeTimeout is every node's cluster-node-timeout while the nodes meet. A node drops a node
+	// whose handshake has not finished within the node timeout (at least 1 s); on a loaded machine a
+	// handshake can take longer than clusterNodeTimeout, and redis-cli then waits for a join that never
+	// comes.
+	formingNodeTimeout = 15 * time.Second
 )
 
 // Cluster is a Redis Cluster of a test: three masters, each with a replica. Its nodes use CLUSTER SHARDS,
@@ -48,6 +53,7 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
+	c.setNodeTimeout(ctx, formingNodeTimeout)
 	// redis-cli makes the first nodes masters and the others their replicas.
 	args := append([]string{"--cluster", "create"}, c.addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
@@ -57,7 +63,21 @@ func StartCluster(t testing.TB) *Cluster {
 	if err := c.waitHealthy(ctx); err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
+	c.setNodeTimeout(ctx, clusterNodeTimeout)
 	return c
+}
+
+// setNodeTimeout sets every node's cluster-node-timeout until it restarts (a restart reads its options).
+func (c *Cluster) setNodeTimeout(ctx context.Context, d time.Duration) {
+	c.t.Helper()
+	for _, s := range c.Nodes {
+		cl := adminClient(s.Addr)
+		err := cl.ConfigSet(ctx, "cluster-node-timeout", strconv.FormatInt(d.Milliseconds(), 10)).Err()
+		_ = cl.Close()
+		if err != nil {
+			c.t.Fatalf("redistest: %s: set cluster-node-timeout: %v", s.Addr, err)
+		}
+	}
 }
 
 // clusterArgs make a cluster node: its state in nodes.conf, its bus on busPort (redis's default,
