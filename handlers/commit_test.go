@@ -19,6 +19,7 @@ import (
 	"github.com/stockflow/stockflow/lockmw/rlock"
 	"github.com/stockflow/stockflow/order"
 	"github.com/stockflow/stockflow/redisstream"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -172,7 +173,7 @@ func TestARoundReservesABasketWithTheBatches(t *testing.T) {
 func TestARoundDecidesEachBatchAsAlone(t *testing.T) {
 	e := newRoundEnv(t)
 	ctx := context.Background()
-	e.rdb.HSet(ctx, inventory.StockKey("SKU-BAD"), "available", "many")
+	e.rdb.HSet(ctx, stock.Key("SKU-BAD"), "available", "many")
 	round := []*commit{
 		{ctx: ctx, batch: e.batch(t, "SKU-A", 0, 1, 0)},
 		{ctx: ctx, batch: e.batch(t, "SKU-BAD", 1)},

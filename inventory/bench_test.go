@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -21,7 +22,7 @@ func BenchmarkReserve(b *testing.B) {
 	ctx := context.Background()
 	rdb := redistest.Start(b).Client()
 	store := inventory.New(rdb)
-	if err := store.SetStock(ctx, "SKU-1", inventory.MaxStock); err != nil {
+	if err := store.SetStock(ctx, "SKU-1", stock.MaxStock); err != nil {
 		b.Fatal(err)
 	}
 	var next atomic.Int64
@@ -51,7 +52,7 @@ func benchmarkReserveBatch(b *testing.B, size int) {
 	ctx := context.Background()
 	rdb := redistest.Start(b).Client()
 	store := inventory.New(rdb)
-	if err := store.SetStock(ctx, "SKU-1", inventory.MaxStock); err != nil {
+	if err := store.SetStock(ctx, "SKU-1", stock.MaxStock); err != nil {
 		b.Fatal(err)
 	}
 	var next atomic.Int64
@@ -111,7 +112,7 @@ func BenchmarkReserveBatchesElided(b *testing.B) {
 				store, fence = inventory.New(rdb, inventory.WithLockElision(lockKey, counterKey, time.Hour)), inventory.ElideLock
 			}
 			for i := range 200 {
-				if err := store.SetStock(ctx, "SKU-"+strconv.Itoa(i), inventory.MaxStock); err != nil {
+				if err := store.SetStock(ctx, "SKU-"+strconv.Itoa(i), stock.MaxStock); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -37,7 +37,7 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 		if err != nil || outs[0].Fence != wantToken {
 			t.Fatalf("elided batch %s: %+v, %v; want decided under token %d", id, outs, err, wantToken)
 		}
-		want(t, map[string]string{"fence": stock(t, rdb, "P")["fence"]}, map[string]string{"fence": strconv.FormatInt(wantToken, 10)})
+		want(t, map[string]string{"fence": stockHash(t, rdb, "P")["fence"]}, map[string]string{"fence": strconv.FormatInt(wantToken, 10)})
 	}
 	rdb.Set(ctx, rlock.TokenKey("P"), 6, 0) // the lock's last holder had token 6
 	orders := batchOf("P", inventory.Order{ID: "o-1", Quantity: 2}, inventory.Order{ID: "o-2", Quantity: 3})
@@ -46,7 +46,7 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 	if err != nil || outs[0].Fence != 7 || outs[1].Fence != 7 || outs[1].AvailableAfter != 5 {
 		t.Fatalf("elided batch: %+v, %v; want both reserved under token 7, 5 left", outs, err)
 	}
-	want(t, stock(t, rdb, "P"), map[string]string{"available": "5", "reserved": "5", "fence": "7", "elided": "7:6"})
+	want(t, stockHash(t, rdb, "P"), map[string]string{"available": "5", "reserved": "5", "fence": "7", "elided": "7:6"})
 	counter("6")
 	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-3", Quantity: 1}), 6); !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("the holder of token 6 writing after the elided batch: %v, want ErrStaleFence", err)
@@ -63,7 +63,7 @@ func TestReserveBatchElidesAFreeLock(t *testing.T) {
 
 	// A holder (Redisson's layout: a hash of owner -> count) has the lock: nothing is written.
 	rdb.HSet(ctx, rlock.LockKey("P"), "someone:1", 1)
-	before, keys := stock(t, rdb, "P"), dbsize(t, rdb)
+	before, keys := stockHash(t, rdb, "P"), dbsize(t, rdb)
 	if _, err := store.ReserveBatch(ctx, batchOf("P", inventory.Order{ID: "o-7", Quantity: 1}), inventory.ElideLock); !errors.Is(err, inventory.ErrLocked) {
 		t.Fatalf("lock held: %v, want ErrLocked", err)
 	}
@@ -120,8 +120,8 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 	if err != nil || out.Status != order.StatusReserved || out.Lines[0].Fence != 1 || out.Lines[1].Fence != 5 {
 		t.Fatalf("elided basket: %+v, %v; want reserved, A under token 1, B under 5", out, err)
 	}
-	want(t, stock(t, rdb, "A"), map[string]string{"available": "8", "reserved": "2", "fence": "1", "elided": "1:0"})
-	want(t, stock(t, rdb, "B"), map[string]string{"available": "7", "reserved": "3", "fence": "5", "elided": "5:4"})
+	want(t, stockHash(t, rdb, "A"), map[string]string{"available": "8", "reserved": "2", "fence": "1", "elided": "1:0"})
+	want(t, stockHash(t, rdb, "B"), map[string]string{"available": "7", "reserved": "3", "fence": "5", "elided": "5:4"})
 	if a, b := rdb.Get(ctx, rlock.TokenKey("A")).Val(), rdb.Get(ctx, rlock.TokenKey("B")).Val(); a != "0" || b != "4" {
 		t.Fatalf("fencing counters A %q B %q after an elided basket, want 0 (created) and 4 (untouched)", a, b)
 	}
@@ -131,7 +131,7 @@ func TestReserveLinesElidesFreeLocks(t *testing.T) {
 
 	// B's lock is held: nothing is written, no token drawn.
 	rdb.HSet(ctx, rlock.LockKey("B"), "someone:1", 1)
-	beforeA, beforeB, keys := stock(t, rdb, "A"), stock(t, rdb, "B"), dbsize(t, rdb)
+	beforeA, beforeB, keys := stockHash(t, rdb, "A"), stockHash(t, rdb, "B"), dbsize(t, rdb)
 	if _, err := store.ReserveLines(ctx, "o-3", lines("A", 1, "B", 1), elide); !errors.Is(err, inventory.ErrLocked) {
 		t.Fatalf("B's lock held: %v, want ErrLocked", err)
 	}
@@ -176,7 +176,7 @@ func TestAnElidedBasketBegunLineByLineTakesItsLocks(t *testing.T) {
 	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	// The first line's record as the saga writes it (its stock left as it was: only the records count here).
 	rdb.Set(ctx, "order:{A}:o-2", `{"status":"reserved","reason":"","quantity":1,"available_after":9,"fence":0,"lines":[{"sku":"A","quantity":1},{"sku":"B","quantity":1}]}`, time.Hour)
-	beforeB, keys := stock(t, rdb, "B"), dbsize(t, rdb)
+	beforeB, keys := stockHash(t, rdb, "B"), dbsize(t, rdb)
 	_, err := store.ReserveLines(ctx, "o-2", lines("A", 1, "B", 1), inventory.Fences{"A": inventory.ElideLock, "B": inventory.ElideLock})
 	if !errors.Is(err, inventory.ErrLocked) {
 		t.Fatalf("elided basket begun line by line: %v, want ErrLocked", err)

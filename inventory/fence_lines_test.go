@@ -42,7 +42,7 @@ func TestABasketBelowTheLocksCounterIsRefused(t *testing.T) {
 	seed(t, store, map[string]int64{"A": 10, "B": 10})
 	rdb.Set(ctx, rlock.TokenKey("A"), 5, 0)
 	rdb.Set(ctx, rlock.TokenKey("B"), 6, 0) // B's lock has a newer holder, token 6
-	beforeA, beforeB, keys := stock(t, rdb, "A"), stock(t, rdb, "B"), dbsize(t, rdb)
+	beforeA, beforeB, keys := stockHash(t, rdb, "A"), stockHash(t, rdb, "B"), dbsize(t, rdb)
 	_, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1), inventory.Fences{"A": 5, "B": 5})
 	var stale *inventory.StaleFenceError
 	if !errors.As(err, &stale) || !stale.Current || stale.Stored != 6 {
@@ -62,7 +62,7 @@ func TestABasketReusingAnotherOrdersIDIsAConflict(t *testing.T) {
 	if _, err := store.ReserveLines(ctx, "o-1", lines("A", 1, "B", 1), nil); err != nil {
 		t.Fatal(err)
 	}
-	beforeC, keys := stock(t, rdb, "C"), dbsize(t, rdb)
+	beforeC, keys := stockHash(t, rdb, "C"), dbsize(t, rdb)
 	if _, err := store.ReserveLines(ctx, "o-1", lines("A", 2, "C", 2), nil); !errors.Is(err, inventory.ErrOrderConflict) {
 		t.Fatalf("basket o-1 of A and C after o-1 of A and B: %v, want ErrOrderConflict", err)
 	}

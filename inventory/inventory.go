@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // DefaultOutcomeTTL is how long the outcome of an order is kept: 7 days.
@@ -19,8 +20,6 @@ var (
 	ErrStaleFence = errors.New("inventory: stale fencing token")
 	// ErrNotReserved means Release found no reservation to give back.
 	ErrNotReserved = errors.New("inventory: order not reserved")
-	// ErrUnknownSKU means the SKU was never stocked.
-	ErrUnknownSKU = errors.New("inventory: unknown sku")
 	// ErrCorrupt means the SKU's stock hash holds a value no script can work with (a field that is not an
 	// integer). Retrying cannot help until an operator repairs the hash.
 	ErrCorrupt = errors.New("inventory: corrupt stock")
@@ -56,16 +55,6 @@ type Outcome struct {
 	Fence int64 `json:"fence"`
 	// Replayed is true when the outcome was recorded by an earlier call and returned as is.
 	Replayed bool `json:"replayed"`
-}
-
-// Stock is the state of one SKU.
-type Stock struct {
-	Available int64 `json:"available"`
-	Reserved  int64 `json:"reserved"`
-	Fence     int64 `json:"fence"`
-	// Fulfilled is what fulfilled orders took out of the stock for good: available + reserved + fulfilled
-	// is what was stocked.
-	Fulfilled int64 `json:"fulfilled"`
 }
 
 // Store reserves and restocks inventory in one Redis. It is safe for concurrent use.
@@ -127,7 +116,7 @@ func WithLockElision(lock, counter func(sku string) string, counterTTL time.Dura
 // keys are the keys of a write about the order of sku: the stock, the outcome record, and the lock's
 // fencing counter when the store compares with it.
 func (s *Store) keys(sku, orderID string) []string {
-	keys := []string{StockKey(sku), OrderKey(sku, orderID)}
+	keys := []string{stock.Key(sku), OrderKey(sku, orderID)}
 	if s.fenceCounter != nil {
 		keys = append(keys, s.fenceCounter(sku))
 	}
@@ -142,10 +131,6 @@ func New(rdb redis.Scripter, opts ...Option) *Store {
 	}
 	return s
 }
-
-// StockKey is the Redis key of a SKU's stock hash ("stock:{SKU}"); every key of a SKU shares its hash tag,
-// so the scripts touching them run in one Redis Cluster slot.
-func StockKey(sku string) string { return "stock:{" + sku + "}" }
 
 // OrderKey is the Redis key of an order's outcome record for one of its SKUs ("order:{SKU}:<order_id>").
 func OrderKey(sku, orderID string) string { return "order:{" + sku + "}:" + orderID }

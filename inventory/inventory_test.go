@@ -17,9 +17,9 @@ import (
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
-// stock reads the stock hash directly, so tests check the key layout other clients rely on.
+// stockHash reads the stock hash directly, so tests check the key layout other clients rely on.
 
-func stock(t *testing.T, rdb *redis.Client, sku string) map[string]string {
+func stockHash(t *testing.T, rdb *redis.Client, sku string) map[string]string {
 	t.Helper()
 	h, err := rdb.HGetAll(context.Background(), "stock:{"+sku+"}").Result()
 	if err != nil {
@@ -139,5 +139,5 @@ func TestScriptsSurviveScriptFlushAndRestart(t *testing.T) {
 	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 0); err != nil || !o.Replayed || o.AvailableAfter != 9 {
 		t.Fatalf("replay after restart: %+v, %v", o, err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
 }

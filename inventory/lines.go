@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 var (
@@ -187,7 +188,7 @@ func (s *Store) reserveSaga(ctx context.Context, b basket) ([]Outcome, error) {
 func (s *Store) checkStocks(ctx context.Context, b basket) (early bool, err error) {
 	var earlies int64
 	for _, l := range b.lines {
-		reply, err := checkLineScript.Run(ctx, s.rdb, []string{StockKey(l.SKU), OrderKey(l.SKU, b.id)}).Slice()
+		reply, err := checkLineScript.Run(ctx, s.rdb, []string{stock.Key(l.SKU), OrderKey(l.SKU, b.id)}).Slice()
 		if err != nil {
 			return false, scriptError("check the stock of", b.id, l.SKU, 0, err)
 		}
@@ -558,7 +559,7 @@ func (s *Store) checkLines(b *basket, minFence int64) (err error) {
 		return err
 	}
 	for _, l := range b.lines {
-		if err := checkRange("fence of sku "+quote(l.SKU), b.fences[l.SKU], minFence, MaxStock); err != nil {
+		if err := checkRange("fence of sku "+quote(l.SKU), b.fences[l.SKU], minFence, stock.MaxStock); err != nil {
 			return err
 		}
 		if (b.fences[l.SKU] == ElideLock) != b.elided() {

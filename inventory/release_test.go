@@ -7,6 +7,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -29,7 +30,7 @@ func TestReleaseGivesStockBackOnce(t *testing.T) {
 		t.Fatalf("release: %+v, %v; want %+v", o, err, w)
 	}
 	released := map[string]string{"available": "10", "reserved": "0", "fence": "3"}
-	want(t, stock(t, rdb, "SKU-1"), released)
+	want(t, stockHash(t, rdb, "SKU-1"), released)
 	if pttl, _ := rdb.PTTL(ctx, "order:{SKU-1}:o-1").Result(); pttl <= 0 {
 		t.Fatalf("the released record lost its TTL: PTTL %v", pttl)
 	}
@@ -47,7 +48,7 @@ func TestReleaseGivesStockBackOnce(t *testing.T) {
 		if o, err := call.run(); err != nil || o != w {
 			t.Fatalf("%s: %+v, %v; want %+v", call.name, o, err, w)
 		}
-		want(t, stock(t, rdb, "SKU-1"), released)
+		want(t, stockHash(t, rdb, "SKU-1"), released)
 	}
 }
 
@@ -62,7 +63,7 @@ func TestReleaseOfAnOrderNotReservedWritesNothing(t *testing.T) {
 	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-big", SKU: "SKU-1", Quantity: 5}, 0); err != nil || o.Status != order.StatusRejected {
 		t.Fatalf("reserve: %+v, %v", o, err)
 	}
-	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+	before, keys := stockHash(t, rdb, "SKU-1"), dbsize(t, rdb)
 	record, _ := rdb.Get(ctx, "order:{SKU-1}:o-big").Result()
 
 	for _, order := range []string{"o-big", "o-never"} {
@@ -72,7 +73,7 @@ func TestReleaseOfAnOrderNotReservedWritesNothing(t *testing.T) {
 		}
 		t.Log(err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), before)
+	want(t, stockHash(t, rdb, "SKU-1"), before)
 	if n := dbsize(t, rdb); n != keys {
 		t.Fatalf("DBSIZE = %d, want %d", n, keys)
 	}
@@ -92,13 +93,13 @@ func TestReleaseWithAStaleFenceWritesNothing(t *testing.T) {
 	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 3}, 5); err != nil {
 		t.Fatal(err)
 	}
-	before := stock(t, rdb, "SKU-1")
+	before := stockHash(t, rdb, "SKU-1")
 	record, _ := rdb.Get(ctx, "order:{SKU-1}:o-1").Result()
 
 	if _, err := store.Release(ctx, "o-1", "SKU-1", 4); !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("got %v, want ErrStaleFence", err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), before)
+	want(t, stockHash(t, rdb, "SKU-1"), before)
 	if after, _ := rdb.Get(ctx, "order:{SKU-1}:o-1").Result(); after != record {
 		t.Fatalf("record changed from %s to %s", record, after)
 	}
@@ -118,8 +119,8 @@ func TestReleaseOfADeletedSKUWritesNothing(t *testing.T) {
 	rdb.Del(ctx, "stock:{SKU-1}")
 	keys := dbsize(t, rdb) // the order record, and the stock count's latch
 
-	if _, err := store.Release(ctx, "o-1", "SKU-1", 0); !errors.Is(err, inventory.ErrUnknownSKU) {
-		t.Fatalf("got %v, want ErrUnknownSKU", err)
+	if _, err := store.Release(ctx, "o-1", "SKU-1", 0); !errors.Is(err, stock.ErrUnknownSKU) {
+		t.Fatalf("got %v, want stock.ErrUnknownSKU", err)
 	}
 	if n := dbsize(t, rdb); n != keys || rdb.Exists(ctx, "stock:{SKU-1}").Val() != 0 {
 		t.Fatalf("DBSIZE = %d, want %d, and no stock hash created again", n, keys)

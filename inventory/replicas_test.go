@@ -19,6 +19,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -94,16 +95,16 @@ func TestReplicaAcksReplicaHasTheWriteWhenTheCallReturns(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	want(t, stock(t, rc, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
+	want(t, stockHash(t, rc, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
 	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 3}, 0); err != nil {
 		t.Fatal(err)
 	}
-	want(t, stock(t, rc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
+	want(t, stockHash(t, rc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
 	batch := batchOf("SKU-1", inventory.Order{ID: "o-2", Quantity: 1}, inventory.Order{ID: "o-3", Quantity: 2})
 	if _, err := store.ReserveBatch(ctx, batch, 0); err != nil {
 		t.Fatal(err)
 	}
-	want(t, stock(t, rc, "SKU-1"), map[string]string{"available": "4", "reserved": "6"})
+	want(t, stockHash(t, rc, "SKU-1"), map[string]string{"available": "4", "reserved": "6"})
 	if got, w := records(t, rc, "SKU-1"), records(t, mc, "SKU-1"); fmt.Sprint(got) != fmt.Sprint(w) || len(got) != 3 {
 		t.Fatalf("the replica's records %v, want the master's %v", got, w)
 	}
@@ -137,7 +138,7 @@ func TestReplicaAcksReplicaHasTheWriteWhenTheCallReturns(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	want(t, stock(t, rc, "SKU-1"), map[string]string{"available": "0", "reserved": "10"})
+	want(t, stockHash(t, rc, "SKU-1"), map[string]string{"available": "0", "reserved": "10"})
 }
 
 // attr is the value of the span's attribute key, "" when it has none.
@@ -169,14 +170,14 @@ func TestReplicaAcksTimeoutThenRetryReplaysOnce(t *testing.T) {
 	if !errors.Is(err, inventory.ErrReplicaAcks) || !strings.Contains(err.Error(), "0 of 1 replicas acknowledged the write within 300ms") {
 		t.Fatalf("Reserve with the replica paused: %v, want ErrReplicaAcks saying 0 of 1 within 300ms", err)
 	}
-	want(t, stock(t, mc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
+	want(t, stockHash(t, mc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
 
 	out, err := inventory.New(master.Client(), opts...).Reserve(ctx, o, 0)
 	if err != nil || !out.Replayed || out.Status != order.StatusReserved || out.AvailableAfter != 7 {
 		t.Fatalf("the retry: %+v, %v; want the reservation replayed, 7 left", out, err)
 	}
-	want(t, stock(t, mc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
-	want(t, stock(t, rc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
+	want(t, stockHash(t, mc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
+	want(t, stockHash(t, rc, "SKU-1"), map[string]string{"available": "7", "reserved": "3"})
 	if got, w := records(t, rc, "SKU-1"), records(t, mc, "SKU-1"); fmt.Sprint(got) != fmt.Sprint(w) || len(got) != 1 {
 		t.Fatalf("the replica's records %v, want the master's %v", got, w)
 	}
@@ -226,7 +227,7 @@ func TestReplicaAcksMakeReplaysPropagate(t *testing.T) {
 		{"a RaiseFence to the stored fence", func(s *inventory.Store) error { return s.RaiseFence(ctx, "SKU-1", 5) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stockBefore, recordsBefore := stock(t, mc, "SKU-1"), records(t, mc, "SKU-1")
+			stockBefore, recordsBefore := stockHash(t, mc, "SKU-1"), records(t, mc, "SKU-1")
 			for _, c := range []struct {
 				store  *inventory.Store
 				writes bool
@@ -239,7 +240,7 @@ func TestReplicaAcksMakeReplaysPropagate(t *testing.T) {
 					t.Errorf("with replica acks %v the replay wrote: %v", c.writes, wrote)
 				}
 			}
-			want(t, stock(t, mc, "SKU-1"), stockBefore)
+			want(t, stockHash(t, mc, "SKU-1"), stockBefore)
 			if got := records(t, mc, "SKU-1"); fmt.Sprint(got) != fmt.Sprint(recordsBefore) {
 				t.Errorf("records %v after the replays, want them unchanged: %v", got, recordsBefore)
 			}
@@ -346,7 +347,7 @@ func TestReplicaAcksEveryBatchOfARoundWaitsForTheReplica(t *testing.T) {
 		t.Errorf("%d WAITs for a round of 3 writes (2 batches, 1 basket), want one after each", n)
 	}
 	for sku, want := range map[string]string{"A": "1", "B": "1", "C": "3", "D": "3"} {
-		if got := rc.HGet(ctx, inventory.StockKey(sku), "available").Val(); got != want {
+		if got := rc.HGet(ctx, stock.Key(sku), "available").Val(); got != want {
 			t.Errorf("replica right after the round: %s available %q, want %s", sku, got, want)
 		}
 	}

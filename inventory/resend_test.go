@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -31,7 +32,7 @@ type resendCase struct {
 // Internal test: it names each script by its file and loads it before the call, so that the reply lost is
 // that of a send that ran (not a NOSCRIPT).
 var scriptFiles = map[string]*redis.Script{
-	"set_stock.lua": setStockScript, "restock.lua": restockScript, "raise_fence.lua": raiseFenceScript,
+	"../stock/set.lua": stock.SetScript, "restock.lua": restockScript, "raise_fence.lua": raiseFenceScript,
 	"reserve.lua": reserveScript, "reserve_batch.lua": reserveBatchScript, "reserve_lines.lua": reserveLinesScript,
 	"release.lua": releaseScript, "transition.lua": transitionScript, "cancel_early.lua": cancelEarlyScript,
 	"get_stock.lua": getStockScript, "get_record.lua": getRecordScript, "outlives.lua": outlivesScript,
@@ -87,7 +88,7 @@ var (
 
 // resendCases are every write of the package (TestEveryWriteScriptHasAResendCase checks the scripts).
 var resendCases = []resendCase{
-	{"SetStock", "set_stock.lua", nil, then(stocked("A"), reservedOrder),
+	{"SetStock", "../stock/set.lua", nil, then(stocked("A"), reservedOrder),
 		func(ctx context.Context, s *Store, p string) (any, error) { return nil, s.SetStock(ctx, p+"A", 50) }},
 	{"Restock", "restock.lua", nil, stocked("A"),
 		func(ctx context.Context, s *Store, p string) (any, error) { return s.Restock(ctx, p+"A", 50) }},
@@ -198,7 +199,7 @@ func TestAResentStockCountKeepsTheReservationsMadeMeanwhile(t *testing.T) {
 		return err
 	}})
 	t.Cleanup(func() { _ = resending.Close() })
-	proxy.DropReplyTo(setStockScript.Hash(), 1)
+	proxy.DropReplyTo(stock.SetScript.Hash(), 1)
 	if err := New(resending).SetStock(ctx, "A", 50); err != nil || proxy.Dropped() != 1 || dials.Load() != 2 {
 		t.Fatalf("SetStock: %v, %d replies lost, %d connections; want nil, 1 and 2", err, proxy.Dropped(), dials.Load())
 	}

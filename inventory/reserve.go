@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 var (
@@ -46,7 +47,7 @@ func (s *Store) Reserve(ctx context.Context, o Order, fence int64) (Outcome, err
 	if err := order.ValidateOrder(o.ID, o.SKU, o.Quantity); err != nil {
 		return Outcome{}, err
 	}
-	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
+	if err := checkRange("fence", fence, 0, stock.MaxStock); err != nil {
 		return Outcome{}, err
 	}
 	return traceReserve(ctx, o, fence, func(ctx context.Context) (Outcome, error) {
@@ -69,7 +70,7 @@ func (s *Store) Release(ctx context.Context, orderID, sku string, fence int64) (
 	if err := order.ValidateSKU(sku); err != nil {
 		return Outcome{}, err
 	}
-	if err := checkRange("fence", fence, 0, MaxStock); err != nil {
+	if err := checkRange("fence", fence, 0, stock.MaxStock); err != nil {
 		return Outcome{}, err
 	}
 	reply, err := s.eval(ctx, releaseScript, s.keys(sku, orderID), fence, s.replayWrites()).Slice()
@@ -88,10 +89,10 @@ func (s *Store) RaiseFence(ctx context.Context, sku string, token int64) error {
 	if err := order.ValidateSKU(sku); err != nil {
 		return err
 	}
-	if err := checkRange("fence", token, 1, MaxStock); err != nil {
+	if err := checkRange("fence", token, 1, stock.MaxStock); err != nil {
 		return err
 	}
-	if err := s.eval(ctx, raiseFenceScript, []string{StockKey(sku)}, token, s.replayWrites()).Err(); err != nil {
+	if err := s.eval(ctx, raiseFenceScript, []string{stock.Key(sku)}, token, s.replayWrites()).Err(); err != nil {
 		return scriptError("raise the fence of", "", sku, token, err)
 	}
 	return nil
@@ -161,7 +162,7 @@ var scriptErrors = map[string]struct {
 	"IDCONFLICT": {ErrOrderConflict, " (line %s of the call has another order's record)"},
 	"LOCKED":     {ErrLocked, ""},
 	"NOTEARLY":   {ErrNotLocked, " (the order came meanwhile)"},
-	"UNKNOWNSKU": {ErrUnknownSKU, ""},
+	"UNKNOWNSKU": {stock.ErrUnknownSKU, ""},
 	"CORRUPT":    {ErrCorrupt, ": stock field %s is not an integer"},
 }
 

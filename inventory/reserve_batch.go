@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // ElideLock as ReserveBatch's fence takes the SKU's lock inside the script (lock elision: Rajwar and
@@ -210,7 +211,7 @@ func (s *Store) validateBatch(orders []Order, fence int64) error {
 				order.ErrInvalid, quote(o.SKU), i, quote(o.ID), quote(sku))
 		}
 	}
-	return checkRange("fence", fence, s.minFence, MaxStock)
+	return checkRange("fence", fence, s.minFence, stock.MaxStock)
 }
 
 // batchKeys are the keys of reserve_batch.lua: the stock, the lock's fencing counter when the store
@@ -218,7 +219,7 @@ func (s *Store) validateBatch(orders []Order, fence int64) error {
 func (s *Store) batchKeys(orders []Order, fence int64) []string {
 	sku := orders[0].SKU
 	keys := make([]string, 0, len(orders)+2)
-	keys = append(keys, StockKey(sku))
+	keys = append(keys, stock.Key(sku))
 	if s.fenceCounter != nil {
 		keys = append(keys, s.fenceCounter(sku))
 	}

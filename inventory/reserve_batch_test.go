@@ -15,6 +15,7 @@ import (
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -92,7 +93,7 @@ func TestReserveBatchEqualsSequentialReserves(t *testing.T) {
 				}
 			}
 			checkDecisions(t, got)
-			want(t, stock(t, rdb, batch), stock(t, rdb, seq))
+			want(t, stockHash(t, rdb, batch), stockHash(t, rdb, seq))
 			if b, s := records(t, rdb, batch), records(t, rdb, seq); fmt.Sprint(b) != fmt.Sprint(s) || len(b) != 6 {
 				t.Fatalf("records of the batch %v, of the Reserve calls %v", b, s)
 			}
@@ -118,7 +119,7 @@ func checkDecisions(t *testing.T, got []inventory.Outcome) {
 // checkUntouched fails unless the SKU's stock and the key count are as before.
 func checkUntouched(t *testing.T, rdb *redis.Client, sku string, before map[string]string, keys int64) {
 	t.Helper()
-	want(t, stock(t, rdb, sku), before)
+	want(t, stockHash(t, rdb, sku), before)
 	if n := dbsize(t, rdb); n != keys {
 		t.Fatalf("DBSIZE = %d after a refused batch, want %d", n, keys)
 	}
@@ -134,7 +135,7 @@ func TestReserveBatchWithAStaleFenceWritesNothing(t *testing.T) {
 	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-0", SKU: "SKU-1", Quantity: 1}, 7); err != nil {
 		t.Fatal(err)
 	}
-	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+	before, keys := stockHash(t, rdb, "SKU-1"), dbsize(t, rdb)
 
 	_, err := store.ReserveBatch(ctx, batchOf("SKU-1", inventory.Order{ID: "o-0", Quantity: 1},
 		inventory.Order{ID: "o-1", Quantity: 1}, inventory.Order{ID: "o-2", Quantity: 1}), 6)
@@ -155,7 +156,7 @@ func TestReserveBatchWithAStaleFenceWritesNothing(t *testing.T) {
 	if _, err := store.ReserveBatch(ctx, batchOf("SKU-1", inventory.Order{ID: "o-1", Quantity: 1}), 9); err != nil {
 		t.Fatal(err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "9"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "9"})
 }
 
 func TestReserveBatchRefusesATokenBelowTheFenceCounter(t *testing.T) {
@@ -166,7 +167,7 @@ func TestReserveBatchRefusesATokenBelowTheFenceCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb.Set(ctx, "token:{SKU-1}", 2, 0) // holder 2 took the lock and has not written
-	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+	before, keys := stockHash(t, rdb, "SKU-1"), dbsize(t, rdb)
 	orders := batchOf("SKU-1", inventory.Order{ID: "o-1", Quantity: 1}, inventory.Order{ID: "o-2", Quantity: 1})
 
 	_, err := store.ReserveBatch(ctx, orders, 1)
@@ -179,7 +180,7 @@ func TestReserveBatchRefusesATokenBelowTheFenceCounter(t *testing.T) {
 	if outs, err := store.ReserveBatch(ctx, orders, 2); err != nil || outs[1].AvailableAfter != 8 {
 		t.Fatalf("the current token: %+v, %v", outs, err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "2"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "2"})
 }
 
 func TestReserveBatchOnCorruptStockWritesNothing(t *testing.T) {
@@ -189,7 +190,7 @@ func TestReserveBatchOnCorruptStockWritesNothing(t *testing.T) {
 	for _, field := range []string{"available", "reserved"} {
 		t.Run(field, func(t *testing.T) {
 			rdb.HSet(ctx, "stock:{SKU-1}", "available", "10", "reserved", "0", field, "1.5")
-			before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+			before, keys := stockHash(t, rdb, "SKU-1"), dbsize(t, rdb)
 
 			_, err := store.ReserveBatch(ctx, batchOf("SKU-1", inventory.Order{ID: "o-1", Quantity: 1}), 4)
 			if !errors.Is(err, inventory.ErrCorrupt) || !strings.Contains(err.Error(), "stock field "+field) {
@@ -326,7 +327,7 @@ func TestReserveBatchesDecidesEachBatchAsAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rdb.HSet(ctx, inventory.StockKey("BAD"), "available", "many")
+	rdb.HSet(ctx, stock.Key("BAD"), "available", "many")
 	rdb.ScriptFlush(ctx)
 	results := store.ReserveBatches(ctx, []inventory.Batch{
 		{Ctx: ctx, Orders: batchOf("A", inventory.Order{ID: "a1", Quantity: 2}, inventory.Order{ID: "a2", Quantity: 2})},
@@ -423,6 +424,6 @@ func TestReserveBatchesReservesABasketAsReserveLinesWould(t *testing.T) {
 		t.Errorf("o-5: %+v, want its saga finished, both lines reserved", r)
 	}
 	for _, sku := range []string{"A", "B", "C", "D"} {
-		want(t, stock(t, rdbs[0], sku), stock(t, rdbs[1], sku))
+		want(t, stockHash(t, rdbs[0], sku), stockHash(t, rdbs[1], sku))
 	}
 }

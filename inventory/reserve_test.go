@@ -74,7 +74,7 @@ func TestConcurrentOrdersNeverOversell(t *testing.T) {
 	if reserved != 5000 || rejected != 1000 {
 		t.Fatalf("reserved %d, rejected %d; want 5000 and 1000", reserved, rejected)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "0", "reserved": "5000"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "0", "reserved": "5000"})
 	if n := dbsize(t, rdb); n != 6002 {
 		t.Fatalf("DBSIZE = %d, want 6002 (stock hash, the stock count's latch and one outcome per order)", n)
 	}
@@ -88,7 +88,7 @@ func TestRedeliveredOrdersReplayTheirFirstOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := reserveAll(t, stores, "SKU-1", 6000)
-	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+	before, keys := stockHash(t, rdb, "SKU-1"), dbsize(t, rdb)
 
 	again := reserveAll(t, stores, "SKU-1", 6000)
 
@@ -99,7 +99,7 @@ func TestRedeliveredOrdersReplayTheirFirstOutcome(t *testing.T) {
 			t.Fatalf("o-%d replayed as %+v, want %+v", i, again[i], w)
 		}
 	}
-	want(t, stock(t, rdb, "SKU-1"), before)
+	want(t, stockHash(t, rdb, "SKU-1"), before)
 	if n := dbsize(t, rdb); n != keys {
 		t.Fatalf("DBSIZE = %d after replay, want %d", n, keys)
 	}
@@ -125,7 +125,7 @@ func TestReplayWithAnotherQuantityReturnsTheRecordedOutcome(t *testing.T) {
 	if o != w {
 		t.Fatalf("replay = %+v, want %+v", o, w)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2"})
 }
 
 func TestInsufficientStockReportsWhatIsAvailable(t *testing.T) {
@@ -143,13 +143,13 @@ func TestInsufficientStockReportsWhatIsAvailable(t *testing.T) {
 	if err != nil || o != w {
 		t.Fatalf("4 of 3: %+v, %v; want %+v", o, err, w)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "3", "reserved": "0"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "3", "reserved": "0"})
 
 	o, err = store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 3}, 0)
 	if err != nil || o.Status != order.StatusReserved || o.AvailableAfter != 0 {
 		t.Fatalf("3 of 3: %+v, %v", o, err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "0", "reserved": "3"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "0", "reserved": "3"})
 }
 
 func TestStaleFenceIsRefusedAndWritesNothing(t *testing.T) {
@@ -163,14 +163,14 @@ func TestStaleFenceIsRefusedAndWritesNothing(t *testing.T) {
 	if o, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 1}, 7); err != nil || o.Fence != 7 {
 		t.Fatalf("token 7: %+v, %v", o, err)
 	}
-	before, keys := stock(t, rdb, "SKU-1"), dbsize(t, rdb)
+	before, keys := stockHash(t, rdb, "SKU-1"), dbsize(t, rdb)
 
 	_, err := store.Reserve(ctx, inventory.Order{ID: "o-2", SKU: "SKU-1", Quantity: 1}, 6)
 	if !errors.Is(err, inventory.ErrStaleFence) {
 		t.Fatalf("token 6: got %v, want ErrStaleFence", err)
 	}
 	t.Log(err)
-	want(t, stock(t, rdb, "SKU-1"), before)
+	want(t, stockHash(t, rdb, "SKU-1"), before)
 	if n := dbsize(t, rdb); n != keys {
 		t.Fatalf("DBSIZE = %d after a stale reserve, want %d", n, keys)
 	}
@@ -179,13 +179,13 @@ func TestStaleFenceIsRefusedAndWritesNothing(t *testing.T) {
 	if err != nil || o.Status != order.StatusReserved || o.Fence != 8 || o.AvailableAfter != 8 {
 		t.Fatalf("token 8: %+v, %v", o, err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "8"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "8", "reserved": "2", "fence": "8"})
 
 	// Unfenced calls neither check nor lower the fence.
 	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-3", SKU: "SKU-1", Quantity: 1}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := stock(t, rdb, "SKU-1")["fence"]; got != "8" {
+	if got := stockHash(t, rdb, "SKU-1")["fence"]; got != "8" {
 		t.Fatalf("fence = %s after an unfenced reserve, want 8", got)
 	}
 }

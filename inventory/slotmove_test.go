@@ -12,6 +12,7 @@ import (
 	"github.com/stockflow/stockflow/internal/redisproc"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -151,7 +152,7 @@ func clusterStore(t *testing.T, sku string) (*redistest.Cluster, *redis.ClusterC
 func TestAReserveThatMeetsTryAgainGoesThroughOnceTheSlotHasMoved(t *testing.T) {
 	ctx := context.Background()
 	c, cl, store := clusterStore(t, "SKU-1")
-	move := startSlotMove(t, c, inventory.StockKey("SKU-1"))
+	move := startSlotMove(t, c, stock.Key("SKU-1"))
 	hook := &tryAgainHook{then: move.finish}
 	cl.AddHook(hook)
 
@@ -162,7 +163,7 @@ func TestAReserveThatMeetsTryAgainGoesThroughOnceTheSlotHasMoved(t *testing.T) {
 	if hook.count() != 1 {
 		t.Fatalf("the client handed back %d TRYAGAIN replies, want 1 (the slot was not moving?)", hook.count())
 	}
-	if got := c.MasterOf(inventory.StockKey("SKU-1")).Addr; got != move.dstAddr {
+	if got := c.MasterOf(stock.Key("SKU-1")).Addr; got != move.dstAddr {
 		t.Fatalf("the stock is on %s, want %s: the slot did not move", got, move.dstAddr)
 	}
 }
@@ -170,7 +171,7 @@ func TestAReserveThatMeetsTryAgainGoesThroughOnceTheSlotHasMoved(t *testing.T) {
 func TestAReserveWhoseSlotKeepsMovingFailsTransientlyAndWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	c, cl, store := clusterStore(t, "SKU-1")
-	move := startSlotMove(t, c, inventory.StockKey("SKU-1"))
+	move := startSlotMove(t, c, stock.Key("SKU-1"))
 	hook := &tryAgainHook{}
 	cl.AddHook(hook)
 
@@ -194,10 +195,10 @@ func TestAPipelinedBatchThatMeetsTryAgainIsRetriedAlone(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-2", 10); err != nil {
 		t.Fatal(err)
 	}
-	if cl.ClusterKeySlot(ctx, inventory.StockKey("SKU-2")).Val() == cl.ClusterKeySlot(ctx, inventory.StockKey("SKU-1")).Val() {
+	if cl.ClusterKeySlot(ctx, stock.Key("SKU-2")).Val() == cl.ClusterKeySlot(ctx, stock.Key("SKU-1")).Val() {
 		t.Fatal("SKU-1 and SKU-2 share a slot: pick others")
 	}
-	move := startSlotMove(t, c, inventory.StockKey("SKU-1"))
+	move := startSlotMove(t, c, stock.Key("SKU-1"))
 	hook := &tryAgainHook{then: move.finish}
 	cl.AddHook(hook)
 

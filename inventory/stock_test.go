@@ -7,6 +7,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -16,13 +17,13 @@ func TestStockOperations(t *testing.T) {
 	rdb := s.Client()
 	store := inventory.New(rdb)
 
-	if _, err := store.Get(ctx, "SKU-1"); !errors.Is(err, inventory.ErrUnknownSKU) {
-		t.Fatalf("Get before stocking: got %v, want ErrUnknownSKU", err)
+	if _, err := store.Get(ctx, "SKU-1"); !errors.Is(err, stock.ErrUnknownSKU) {
+		t.Fatalf("Get before stocking: got %v, want stock.ErrUnknownSKU", err)
 	}
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
 	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 4}, 9); err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestStockOperations(t *testing.T) {
 	if err := store.SetStock(ctx, "SKU-1", 20); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := store.Get(ctx, "SKU-1"); err != nil || got != (inventory.Stock{Available: 20, Reserved: 4, Fence: 9}) {
+	if got, err := store.Get(ctx, "SKU-1"); err != nil || got != (stock.Stock{Available: 20, Reserved: 4, Fence: 9}) {
 		t.Fatalf("Get after SetStock: %+v, %v", got, err)
 	}
 
@@ -41,11 +42,11 @@ func TestStockOperations(t *testing.T) {
 	if n, err := store.Restock(ctx, "SKU-2", 5); err != nil || n != 5 {
 		t.Fatalf("Restock of a new SKU: %d, %v; want 5", n, err)
 	}
-	want(t, stock(t, rdb, "SKU-2"), map[string]string{"available": "5", "reserved": "0"})
+	want(t, stockHash(t, rdb, "SKU-2"), map[string]string{"available": "5", "reserved": "0"})
 
-	_, err := store.Restock(ctx, "SKU-1", inventory.MaxStock)
+	_, err := store.Restock(ctx, "SKU-1", stock.MaxStock)
 	if !errors.Is(err, order.ErrInvalid) {
-		t.Fatalf("Restock past MaxStock: got %v, want ErrInvalid", err)
+		t.Fatalf("Restock past stock.MaxStock: got %v, want ErrInvalid", err)
 	}
 	t.Log(err)
 	if got, _ := store.Get(ctx, "SKU-1"); got.Available != 25 {
@@ -66,7 +67,7 @@ func TestCorruptStockIsRefusedBeforeAnyWrite(t *testing.T) {
 	} else {
 		t.Log(err)
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "1.5"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "1.5"})
 	if n := dbsize(t, rdb); n != 1 {
 		t.Fatalf("DBSIZE = %d, want 1", n)
 	}
@@ -77,8 +78,8 @@ func TestReadStockReadsWhatGetReads(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
 	store := inventory.New(rdb)
-	if _, err := inventory.ReadStock(ctx, rdb, "SKU-1"); !errors.Is(err, inventory.ErrUnknownSKU) {
-		t.Fatalf("ReadStock before stocking: got %v, want ErrUnknownSKU", err)
+	if _, err := stock.Read(ctx, rdb, "SKU-1"); !errors.Is(err, stock.ErrUnknownSKU) {
+		t.Fatalf("ReadStock before stocking: got %v, want stock.ErrUnknownSKU", err)
 	}
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
@@ -86,11 +87,11 @@ func TestReadStockReadsWhatGetReads(t *testing.T) {
 	if _, err := store.Reserve(ctx, inventory.Order{ID: "o-1", SKU: "SKU-1", Quantity: 4}, 9); err != nil {
 		t.Fatal(err)
 	}
-	got, err := inventory.ReadStock(ctx, rdb, "SKU-1")
-	if want, _ := store.Get(ctx, "SKU-1"); err != nil || got != want || got != (inventory.Stock{Available: 6, Reserved: 4, Fence: 9}) {
+	got, err := stock.Read(ctx, rdb, "SKU-1")
+	if want, _ := store.Get(ctx, "SKU-1"); err != nil || got != want || got != (stock.Stock{Available: 6, Reserved: 4, Fence: 9}) {
 		t.Fatalf("ReadStock: %+v, %v; want what Get reads, %+v", got, err, want)
 	}
-	if _, err := inventory.ReadStock(ctx, rdb, "a b"); !errors.Is(err, order.ErrInvalid) {
+	if _, err := stock.Read(ctx, rdb, "a b"); !errors.Is(err, order.ErrInvalid) {
 		t.Errorf("ReadStock of an invalid SKU: %v, want ErrInvalid", err)
 	}
 }

@@ -6,10 +6,6 @@ import (
 	"github.com/stockflow/stockflow/order"
 )
 
-// MaxStock is the most a SKU may hold available: 10^15, well inside the integers that Lua's float64
-// numbers compare exactly.
-const MaxStock = 1_000_000_000_000_000
-
 // checkRange refuses v outside lo..hi with an error that wraps order.ErrInvalid and names field.
 func checkRange(field string, v, lo, hi int64) error {
 	if v >= lo && v <= hi {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -49,7 +50,7 @@ func TestInvalidInputIsRefusedBeforeRedis(t *testing.T) {
 		{"a release with an invalid sku", func() error { _, err := store.Release(ctx, "o-1", "a b", 0); return err }, `sku "a b"`},
 		{"a release with an invalid order id", func() error { _, err := store.Release(ctx, "", "SKU-1", 0); return err }, `order id ""`},
 		{"a stock count below 0", func() error { return store.SetStock(ctx, "SKU-1", -1) }, "available -1"},
-		{"a stock count above MaxStock", func() error { return store.SetStock(ctx, "SKU-1", inventory.MaxStock+1) }, "available 1000000000000001"},
+		{"a stock count above stock.MaxStock", func() error { return store.SetStock(ctx, "SKU-1", stock.MaxStock+1) }, "available 1000000000000001"},
 		{"a restock of 0", func() error { _, err := store.Restock(ctx, "SKU-1", 0); return err }, "quantity 0"},
 		{"a stock read with an invalid sku", func() error { _, err := store.Get(ctx, "a b"); return err }, `sku "a b"`},
 	} {
@@ -66,7 +67,7 @@ func TestInvalidInputIsRefusedBeforeRedis(t *testing.T) {
 			}
 		})
 	}
-	want(t, stock(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
+	want(t, stockHash(t, rdb, "SKU-1"), map[string]string{"available": "10", "reserved": "0"})
 }
 
 func TestValidateMessages(t *testing.T) {

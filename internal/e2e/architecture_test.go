@@ -88,6 +88,25 @@ func TestThePackageTableHoldsForTheImports(t *testing.T) {
 	}
 }
 
+// A producer publishes orders and reads the stock; it links neither the engine that decides orders
+// (inventory, handlers) nor the locks (lockmw, lockmw/rlock): what cmd/producer builds from is what a team
+// publishing orders in Go needs of stockflow.
+func TestTheProducerLinksNoEngine(t *testing.T) {
+	out, err := exec.Command("go", "-C", "../..", "list", "-deps", "./cmd/producer").Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/producer: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, engine := range []string{"inventory", "handlers", "lockmw", "lockmw/rlock"} {
+		if slices.Contains(deps, "github.com/stockflow/stockflow/"+engine) {
+			t.Errorf("cmd/producer links %s", engine)
+		}
+	}
+	if !slices.Contains(deps, "github.com/stockflow/stockflow/stock") {
+		t.Errorf("cmd/producer does not link stock: is the list the producer's? %v", deps)
+	}
+}
+
 // docs/architecture.md lists one order's way call by call: every function it names exists in the package it
 // names, and the count it gives (calls, files, packages) is the list's.
 func TestTheCallByCallPathNamesFunctionsThatExist(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // Run seeds, publishes and (with Wait) waits and checks; with no Orders it only seeds. Progress goes to
@@ -27,7 +27,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Summary, error) 
 		return nil, err
 	}
 	defer rdb.Close()
-	r := &run{cfg: cfg, rdb: rdb, parts: cfg.Partitions(), store: inventory.New(rdb), skus: cfg.skus(), progress: progress,
+	r := &run{cfg: cfg, rdb: rdb, parts: cfg.Partitions(), skus: cfg.skus(), progress: progress,
 		sum: &Summary{RunID: cfg.RunID, Orders: cfg.Orders, SKUs: map[string]*SKUSummary{}}}
 	if err := r.seed(ctx); err != nil {
 		return nil, err
@@ -56,7 +56,6 @@ type run struct {
 	cfg      Config
 	rdb      redis.UniversalClient
 	parts    []order.Partition
-	store    *inventory.Store
 	skus     []string
 	progress io.Writer
 	sum      *Summary
@@ -95,7 +94,7 @@ func (r *run) seed(ctx context.Context) error {
 		}
 	}
 	for _, sku := range distinct(r.skus) {
-		if err := r.store.SetStock(ctx, sku, int64(r.cfg.SeedStock)); err != nil {
+		if err := stock.Set(ctx, r.rdb, sku, int64(r.cfg.SeedStock)); err != nil {
 			return fmt.Errorf("seed stock: %w", err)
 		}
 		r.sum.Seeded++
@@ -108,9 +107,9 @@ func (r *run) seed(ctx context.Context) error {
 func (r *run) refuseStocked(ctx context.Context) error {
 	var stocked []string
 	for _, sku := range distinct(r.skus) {
-		_, err := inventory.ReadStock(ctx, r.rdb, sku)
+		_, err := stock.Read(ctx, r.rdb, sku)
 		switch {
-		case errors.Is(err, inventory.ErrUnknownSKU):
+		case errors.Is(err, stock.ErrUnknownSKU):
 		case err != nil:
 			return fmt.Errorf("seed stock: %w", err)
 		default:
@@ -164,9 +163,9 @@ func (r *run) checkStock(ctx context.Context) error {
 
 // stock reads a SKU's stock; a SKU that was never set has none. It runs no script: the producer's Redis
 // user (deploy/users.acl) may not.
-func (r *run) stock(ctx context.Context, sku string) (inventory.Stock, error) {
-	st, err := inventory.ReadStock(ctx, r.rdb, sku)
-	if errors.Is(err, inventory.ErrUnknownSKU) {
+func (r *run) stock(ctx context.Context, sku string) (stock.Stock, error) {
+	st, err := stock.Read(ctx, r.rdb, sku)
+	if errors.Is(err, stock.ErrUnknownSKU) {
 		return st, nil
 	}
 	return st, err

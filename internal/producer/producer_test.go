@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 	"github.com/stockflow/stockflow/testkit/redistest"
 )
 
@@ -211,7 +212,7 @@ func TestSeedingRefusesToOverwriteStockUnlessForced(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--seed-stock 50 would overwrite the stock of 2 SKU(s) that have some: SKU-1, SKU-3; give --force") {
 		t.Fatalf("seeding over stock: %v, want a refusal naming SKU-1 and SKU-3 and --force", err)
 	}
-	if st, _ := store.Get(ctx, "SKU-1"); st.Available != 4 || rdb.Exists(ctx, inventory.StockKey("SKU-0"), cfg.OrdersStream).Val() != 0 {
+	if st, _ := store.Get(ctx, "SKU-1"); st.Available != 4 || rdb.Exists(ctx, stock.Key("SKU-0"), cfg.OrdersStream).Val() != 0 {
 		t.Fatalf("the refused run wrote: SKU-1 %+v, or SKU-0's stock or orders exist", st)
 	}
 

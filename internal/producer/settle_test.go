@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/stream"
-	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // scenario is a run in miniature: the events placed, the outcomes the workers published, and the stock
@@ -18,7 +18,7 @@ import (
 type scenario struct {
 	placed        map[eventKey]placedOrder
 	outcomes      []order.Result
-	before, after map[string]inventory.Stock
+	before, after map[string]stock.Stock
 }
 
 // verdict runs the consistency check over the scenario, as Run does after the outcomes came in or the
@@ -99,8 +99,8 @@ func baseScenario() scenario {
 			{OrderID: "o-5", SKU: "B", Quantity: 1, Status: order.StatusReserved},
 			{Type: order.TypeCancel, OrderID: "o-5", SKU: "B", Status: order.StatusRejected, Reason: order.ReasonUnknownOrder},
 		},
-		before: map[string]inventory.Stock{"A": {Available: 10}, "B": {Available: 10}, "C": {Available: 10}},
-		after: map[string]inventory.Stock{
+		before: map[string]stock.Stock{"A": {Available: 10}, "B": {Available: 10}, "C": {Available: 10}},
+		after: map[string]stock.Stock{
 			"A": {Available: 7, Reserved: 2, Fulfilled: 1}, // o-1 reserved 2, o-3 fulfilled 1
 			"B": {Available: 8, Reserved: 2},               // o-1 and o-5 reserved 1 each
 			"C": {Available: 8, Fulfilled: 2},              // o-3 fulfilled 2
@@ -140,15 +140,15 @@ func TestConsistencyCheckOfBasketsAndLifecycleEvents(t *testing.T) {
 		},
 		{
 			name:   "a SKU that lost a unit no order holds is reported",
-			change: func(sc *scenario) { sc.after["A"] = inventory.Stock{Available: 6, Reserved: 3, Fulfilled: 1} },
+			change: func(sc *scenario) { sc.after["A"] = stock.Stock{Available: 6, Reserved: 3, Fulfilled: 1} },
 			wantProblems: []string{"A: available fell by 4 but outcomes took 3",
 				"A: reserved grew by 3 but outcomes reserved 2"},
 		},
 		{
 			name: "a cancel that came back cancelled while the stock stayed reserved is reported",
 			change: func(sc *scenario) {
-				sc.after["B"] = inventory.Stock{Available: 5, Reserved: 5}
-				sc.after["C"] = inventory.Stock{Available: 7, Reserved: 1, Fulfilled: 2}
+				sc.after["B"] = stock.Stock{Available: 5, Reserved: 5}
+				sc.after["C"] = stock.Stock{Available: 7, Reserved: 1, Fulfilled: 2}
 			},
 			wantProblems: []string{"B: available fell by 5 but outcomes took 2", "B: reserved grew by 5 but outcomes reserved 2",
 				"C: available fell by 3 but outcomes took 2", "C: reserved grew by 1 but outcomes reserved 0"},
@@ -156,8 +156,8 @@ func TestConsistencyCheckOfBasketsAndLifecycleEvents(t *testing.T) {
 		{
 			name: "a fulfil that came back fulfilled while the stock stayed reserved is reported",
 			change: func(sc *scenario) {
-				sc.after["A"] = inventory.Stock{Available: 7, Reserved: 3}
-				sc.after["C"] = inventory.Stock{Available: 8, Reserved: 2}
+				sc.after["A"] = stock.Stock{Available: 7, Reserved: 3}
+				sc.after["C"] = stock.Stock{Available: 8, Reserved: 2}
 			},
 			wantProblems: []string{"A: reserved grew by 3 but outcomes reserved 2", "A: fulfilled grew by 0 but outcomes fulfilled 1",
 				"C: reserved grew by 2 but outcomes reserved 0", "C: fulfilled grew by 0 but outcomes fulfilled 2"},
@@ -165,8 +165,8 @@ func TestConsistencyCheckOfBasketsAndLifecycleEvents(t *testing.T) {
 		{
 			name: "an oversold SKU is reported",
 			change: func(sc *scenario) {
-				sc.before["B"] = inventory.Stock{Available: 1}
-				sc.after["B"] = inventory.Stock{Available: -1, Reserved: 2}
+				sc.before["B"] = stock.Stock{Available: 1}
+				sc.after["B"] = stock.Stock{Available: -1, Reserved: 2}
 			},
 			wantProblems: []string{"B: available -1 is negative (oversold)"},
 		},
@@ -187,7 +187,7 @@ func TestConsistencyCheckOfBasketsAndLifecycleEvents(t *testing.T) {
 			name: "a cancel refused before its order was decided and done by its redelivery counts as done",
 			change: func(sc *scenario) {
 				sc.outcomes = append(sc.outcomes, decided(cancelKey("o-5"), order.StatusCancelled, ln("B", 1)))
-				sc.after["B"] = inventory.Stock{Available: 9, Reserved: 1}
+				sc.after["B"] = stock.Stock{Available: 9, Reserved: 1}
 			},
 		},
 		{

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // lockHolder is one field of the lock hash: an owner and its reentry count.
@@ -67,7 +67,7 @@ func oneSKU(args []string) (string, error) {
 
 // readLock reads the fence stored with the stock of sku, and its lock and counter on each lock server.
 func (a *app) readLock(ctx context.Context, sku string) (*lockReport, error) {
-	r := &lockReport{SKU: sku, LockKey: rlock.LockKey(sku), CounterKey: rlock.TokenKey(sku), StockKey: inventory.StockKey(sku),
+	r := &lockReport{SKU: sku, LockKey: rlock.LockKey(sku), CounterKey: rlock.TokenKey(sku), StockKey: stock.Key(sku),
 		Redlock: len(a.masters) > 0, Warnings: []string{}}
 	st, err := a.readStock(ctx, sku)
 	if err != nil {

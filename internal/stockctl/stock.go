@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockflow/stockflow/internal/config"
-	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // skuStock is the stock of one SKU (stock:{SKU}); Found is false for a SKU that was never stocked.
@@ -79,11 +79,11 @@ func runStock(ctx context.Context, a *app, args []string) (report, error) {
 func (a *app) stockedSKUs(ctx context.Context) (skus []string, more bool, err error) {
 	var mu sync.Mutex
 	scan := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, inventory.StockKey("*"), 1000).Iterator()
+		iter := c.Scan(ctx, 0, stock.Key("*"), 1000).Iterator()
 		for iter.Next(ctx) {
 			sku, ok := strings.CutSuffix(strings.TrimPrefix(iter.Val(), "stock:{"), "}")
 			mu.Lock()
-			if ok && inventory.StockKey(sku) == iter.Val() {
+			if ok && stock.Key(sku) == iter.Val() {
 				skus = append(skus, sku)
 			}
 			done := len(skus) > a.opts.limit
@@ -142,7 +142,7 @@ func checkSKUs(skus ...string) error {
 func (a *app) readStock(ctx context.Context, sku string) (skuStock, error) {
 	st, err := a.store.Get(ctx, sku)
 	switch {
-	case errors.Is(err, inventory.ErrUnknownSKU):
+	case errors.Is(err, stock.ErrUnknownSKU):
 		return skuStock{SKU: sku}, nil
 	case err != nil:
 		return skuStock{}, err

@@ -15,6 +15,7 @@ import (
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
 	"github.com/stockflow/stockflow/redisstream"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // errPermission stops a worker whose Redis user lacks a permission it needs: without the check it would
@@ -29,7 +30,7 @@ var permissionsScript = redis.NewScript(permissionsLua)
 // The probe's keys: of a SKU named "probe", in the layout of docs/formats.md. Checking a command does not
 // run it.
 var (
-	probeStock   = inventory.StockKey("probe")
+	probeStock   = stock.Key("probe")
 	probeRecord  = inventory.OrderKey("probe", "probe")
 	probeLock    = rlock.LockKey("probe")
 	probeChannel = rlock.ChannelKey("probe")

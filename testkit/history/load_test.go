@@ -21,6 +21,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 func TestEventsAreOneJSONLineEach(t *testing.T) {
@@ -269,7 +270,7 @@ func TestClassify(t *testing.T) {
 		{&inventory.StaleFenceError{Op: "reserve", SKU: "S", Token: 1, Stored: 2}, Refused},
 		{fmt.Errorf("%w: quantity 0", order.ErrInvalid), Refused},
 		{fmt.Errorf("release: %w", inventory.ErrNotReserved), Refused},
-		{inventory.ErrUnknownSKU, Refused},
+		{stock.ErrUnknownSKU, Refused},
 		{inventory.ErrCorrupt, Refused},
 		{context.DeadlineExceeded, Unknown},
 		{context.Canceled, Unknown},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
 )
 
 // Recorder appends events to a history file. It is safe for concurrent use, and every method of a nil
@@ -160,7 +161,7 @@ func (c *Call) Fail(err error) {
 // retries a command whose reply was lost, so the last attempt's error says nothing about the first.
 func Classify(err error) Failure {
 	for _, definite := range []error{inventory.ErrStaleFence, order.ErrInvalid, inventory.ErrNotReserved,
-		inventory.ErrUnknownSKU, inventory.ErrCorrupt, inventory.ErrLocked} {
+		stock.ErrUnknownSKU, inventory.ErrCorrupt, inventory.ErrLocked} {
 		if errors.Is(err, definite) {
 			return Refused
 		}

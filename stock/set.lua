@@ -1,4 +1,4 @@
--- Set the available stock of a SKU, creating it if needed, once per request.
+-- Set the available stock of a SKU, creating it if needed, once per request (Set, SetScript).
 -- KEYS[1] stock:{SKU}                       hash: available, reserved, fence
 -- KEYS[2] stock:{SKU}:latch:<request id>    string: set once the request ran, so that a resend after a lost
 --                                           reply does not set available again over the reservations made

@@ -1,0 +1,85 @@
+package stock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/stockflow/stockflow/order"
+	"github.com/stockflow/stockflow/stock"
+	"github.com/stockflow/stockflow/testkit/redistest"
+)
+
+// Set creates a SKU with nothing reserved and Read reads it back with one HMGET; a SKU never set is
+// ErrUnknownSKU; a count already reserved against stays as it is.
+func TestSetThenRead(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	if _, err := stock.Read(ctx, rdb, "A"); !errors.Is(err, stock.ErrUnknownSKU) {
+		t.Fatalf("Read of a SKU never set: %v; want ErrUnknownSKU", err)
+	}
+	if err := stock.Set(ctx, rdb, "A", 10); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := stock.Read(ctx, rdb, "A"); err != nil || got != (stock.Stock{Available: 10}) {
+		t.Fatalf("Read = %+v, %v; want available 10, the rest 0", got, err)
+	}
+	rdb.HSet(ctx, stock.Key("A"), "reserved", 4, "fence", 7, "fulfilled", 2)
+	if err := stock.Set(ctx, rdb, "A", 20); err != nil {
+		t.Fatal(err)
+	}
+	want := stock.Stock{Available: 20, Reserved: 4, Fence: 7, Fulfilled: 2}
+	if got, err := stock.Read(ctx, rdb, "A"); err != nil || got != want {
+		t.Fatalf("Read = %+v, %v; want %+v: a count leaves the reservations, the fence and the fulfilled as they are", got, err, want)
+	}
+}
+
+// A bad SKU or count is order.ErrInvalid, and nothing is written; a field that is not an integer is an
+// error naming it, not a zero.
+func TestBadInputIsRefused(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	for _, tc := range []struct {
+		sku string
+		n   int64
+	}{{"", 1}, {"A B", 1}, {"A", -1}, {"A", stock.MaxStock + 1}} {
+		if err := stock.Set(ctx, rdb, tc.sku, tc.n); !errors.Is(err, order.ErrInvalid) {
+			t.Errorf("Set(%q, %d) = %v; want order.ErrInvalid", tc.sku, tc.n, err)
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("the refused writes left %d keys", n)
+	}
+	rdb.HSet(ctx, stock.Key("B"), "available", 1, "reserved", "many")
+	if _, err := stock.Read(ctx, rdb, "B"); err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("Read of a corrupt hash: %v; want an error", err)
+	}
+}
+
+// A count whose reply is lost does not set available again over a reservation made before go-redis's
+// resend: the resend finds its latch. (A plain HSET resent would hand out the reserved units twice.)
+func TestAResentCountKeepsTheReservationsMadeMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	direct := srv.Client()
+	if err := stock.Set(ctx, direct, "A", 10); err != nil { // loads the script: the lost reply is of a run
+		t.Fatal(err)
+	}
+	proxy := redistest.NewReplyDropper(t, srv.Addr)
+	resending := redis.NewClient(&redis.Options{Addr: proxy.Addr}) // go-redis's default: 3 retries
+	t.Cleanup(func() { _ = resending.Close() })
+	proxy.DropReplyThen(stock.SetScript.Hash(), 1, func() { // a reservation of 3, before the resend
+		direct.HIncrBy(ctx, stock.Key("A"), "available", -3)
+		direct.HIncrBy(ctx, stock.Key("A"), "reserved", 3)
+	})
+	if err := stock.Set(ctx, resending, "A", 50); err != nil || proxy.Dropped() != 1 {
+		t.Fatalf("Set: %v, %d replies lost; want nil and 1", err, proxy.Dropped())
+	}
+	want := stock.Stock{Available: 47, Reserved: 3}
+	if got, err := stock.Read(ctx, direct, "A"); err != nil || got != want {
+		t.Fatalf("stock %+v, %v; want %+v (the count, then the reservation)", got, err, want)
+	}
+}
