@@ -6,7 +6,7 @@
 // # Guarantees
 //
 //   - available never goes below 0, and available + reserved + fulfilled changes only through SetStock and
-//     Restock: a reservation moves units from available to reserved, a cancel back, a fulfil from reserved
+//     Restock (and stock.Set, the same script as SetStock): a reservation moves units from available to reserved, a cancel back, a fulfil from reserved
 //     to fulfilled.
 //   - An order is decided once. Reserve for an order that already has a recorded outcome returns that
 //     outcome with Replayed set and changes nothing, whatever quantity it is called with, so a redelivered
@@ -43,14 +43,14 @@
 //
 // # Key layout
 //
-// Other clients rely on this layout. All keys of a SKU carry the hash tag {SKU}, and every script gets
+// Other clients rely on this layout (package stock reads and sets the stock hash). All keys of a SKU carry the hash tag {SKU}, and every script gets
 // all the keys it touches in KEYS, so it runs in one Redis Cluster slot.
 //
 //	stock:{SKU}             hash    available (HINCRBY target), reserved, fulfilled, fence (highest fencing
 //	                                token seen)
 //	order:{SKU}:<order_id>  string  the outcome recorded for the order, expiring after the outcome TTL:
 //	                                {"status":"reserved","reason":"","quantity":2,"available_after":8,"fence":7}
-//	stock:{SKU}:latch:<id>  string  the reply of stock write <id> (SetStock, Restock), for a minute
+//	stock:{SKU}:latch:<id>  string  the reply of stock write <id> (SetStock, stock.Set, Restock), for a minute
 //
 // An order id is scoped to its SKU. The outcome TTL (DefaultOutcomeTTL, WithOutcomeTTL) is the
 // idempotency window: it must outlast the longest time an order can be redelivered, and a Release must

@@ -24,7 +24,7 @@ var (
 // SetStock sets the available stock of sku to available (0..stock.MaxStock) as stock.Set does, and with
 // replica acks (WithReplicaAcks) waits for them.
 func (s *Store) SetStock(ctx context.Context, sku string, available int64) error {
-	if err := stock.CheckWrite(sku, "available", available, 0); err != nil {
+	if err := checkStockWrite(sku, "available", available, 0); err != nil {
 		return err
 	}
 	keys := []string{stock.Key(sku), stock.LatchKey(sku)}
@@ -34,12 +34,12 @@ func (s *Store) SetStock(ctx context.Context, sku string, available int64) error
 	return nil
 }
 
-// Restock adds quantity (1..MaxStock) to the available stock of sku, creating the SKU if it does not
+// Restock adds quantity (1..stock.MaxStock) to the available stock of sku, creating the SKU if it does not
 // exist, and returns the new available count. It fails with order.ErrInvalid, writing nothing, if available
 // would exceed stock.MaxStock. go-redis's resend of the call after a lost reply adds nothing again and returns
 // the count the first send left (a request id and a latch); a second call adds again.
 func (s *Store) Restock(ctx context.Context, sku string, quantity int64) (available int64, err error) {
-	if err := stock.CheckWrite(sku, "quantity", quantity, 1); err != nil {
+	if err := checkStockWrite(sku, "quantity", quantity, 1); err != nil {
 		return 0, err
 	}
 	keys := []string{stock.Key(sku), stock.LatchKey(sku)}
@@ -70,6 +70,15 @@ func (s *Store) Get(ctx context.Context, sku string) (stock.Stock, error) {
 		return stock.Stock{}, scriptError("get", "", sku, 0, err)
 	}
 	return stock.Decode(sku, reply)
+}
+
+// checkStockWrite checks the arguments of a stock write before any Redis call: the SKU, and the number
+// n, named field, within lo..stock.MaxStock.
+func checkStockWrite(sku, field string, n, lo int64) error {
+	if err := order.ValidateSKU(sku); err != nil {
+		return err
+	}
+	return checkRange(field, n, lo, stock.MaxStock)
 }
 
 func skuSubject(sku string) string { return fmt.Sprintf("sku %q", sku) }

@@ -73,13 +73,13 @@ func TestCorruptStockIsRefusedBeforeAnyWrite(t *testing.T) {
 	}
 }
 
-// ReadStock reads what Get reads, with HMGET: a client that may not run scripts reads the same stock.
-func TestReadStockReadsWhatGetReads(t *testing.T) {
+// stock.Read reads what Get reads, with HMGET: a client that may not run scripts reads the same stock.
+func TestStockReadReadsWhatGetReads(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
 	store := inventory.New(rdb)
 	if _, err := stock.Read(ctx, rdb, "SKU-1"); !errors.Is(err, stock.ErrUnknownSKU) {
-		t.Fatalf("ReadStock before stocking: got %v, want stock.ErrUnknownSKU", err)
+		t.Fatalf("stock.Read before stocking: got %v, want stock.ErrUnknownSKU", err)
 	}
 	if err := store.SetStock(ctx, "SKU-1", 10); err != nil {
 		t.Fatal(err)
@@ -89,9 +89,9 @@ func TestReadStockReadsWhatGetReads(t *testing.T) {
 	}
 	got, err := stock.Read(ctx, rdb, "SKU-1")
 	if want, _ := store.Get(ctx, "SKU-1"); err != nil || got != want || got != (stock.Stock{Available: 6, Reserved: 4, Fence: 9}) {
-		t.Fatalf("ReadStock: %+v, %v; want what Get reads, %+v", got, err, want)
+		t.Fatalf("stock.Read: %+v, %v; want what Get reads, %+v", got, err, want)
 	}
 	if _, err := stock.Read(ctx, rdb, "a b"); !errors.Is(err, order.ErrInvalid) {
-		t.Errorf("ReadStock of an invalid SKU: %v, want ErrInvalid", err)
+		t.Errorf("stock.Read of an invalid SKU: %v, want ErrInvalid", err)
 	}
 }

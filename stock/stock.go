@@ -1,7 +1,8 @@
 // Package stock is a SKU's stock as Redis holds it, for the processes that set and read it without
-// deciding orders (the producer, stockctl, a dashboard of another language): the hash stock:{SKU} (Key) and
-// its fields (Stock), read with one HMGET (Read), and the write of its available count (Set), safe to
-// resend. The engine, package inventory, decides orders with scripts of its own on the same hash.
+// deciding orders (the producer; a dashboard, whose Redis user may not run scripts): the hash stock:{SKU}
+// (Key) and its fields (Stock), read with one HMGET (Read), and the write of its available count (Set),
+// safe to resend. The engine, package inventory, decides orders with scripts of its own on the same hash,
+// and sets it with Set's script (SetScript) when it must wait for replica acks.
 package stock
 
 import (
@@ -60,9 +61,11 @@ var SetScript = redis.NewScript(setSrc)
 // does not exist. The reserved count and the fence stay as they are: reservations already made are not
 // undone by a stock count. The call is safe to resend (a request id and a latch): go-redis's resend after
 // a lost reply does not set available again over the reservations made since. Bad arguments wrap
-// order.ErrInvalid, and nothing is written.
+// order.ErrInvalid, and nothing is written. On a Redis Cluster whose slot of the SKU is being moved, Set
+// fails with the server's TRYAGAIN or ASK error where inventory.Store.SetStock retries for a while: call it
+// again.
 func Set(ctx context.Context, rdb redis.Scripter, sku string, available int64) error {
-	if err := CheckWrite(sku, "available", available, 0); err != nil {
+	if err := checkWrite(sku, available); err != nil {
 		return err
 	}
 	keys := []string{Key(sku), LatchKey(sku)}
@@ -72,14 +75,14 @@ func Set(ctx context.Context, rdb redis.Scripter, sku string, available int64) e
 	return nil
 }
 
-// CheckWrite checks the arguments of a stock write before any Redis call: the SKU, and the number n,
-// named field, within lo..MaxStock. A bad one wraps order.ErrInvalid.
-func CheckWrite(sku, field string, n, lo int64) error {
+// checkWrite checks Set's arguments before any Redis call: the SKU, and available within 0..MaxStock. A
+// bad one wraps order.ErrInvalid.
+func checkWrite(sku string, available int64) error {
 	if err := order.ValidateSKU(sku); err != nil {
 		return err
 	}
-	if n < lo || n > MaxStock {
-		return fmt.Errorf("%w %s %d: want %d-%d", order.ErrInvalid, field, n, lo, int64(MaxStock))
+	if available < 0 || available > MaxStock {
+		return fmt.Errorf("%w available %d: want 0-%d", order.ErrInvalid, available, int64(MaxStock))
 	}
 	return nil
 }
@@ -91,20 +94,22 @@ func Read(ctx context.Context, rdb redis.HashCmdable, sku string) (Stock, error)
 	if err := order.ValidateSKU(sku); err != nil {
 		return Stock{}, err
 	}
-	reply, err := rdb.HMGet(ctx, Key(sku), Fields[:]...).Result()
+	reply, err := rdb.HMGet(ctx, Key(sku), fields[:]...).Result()
 	if err != nil {
 		return Stock{}, fmt.Errorf("stock: get sku %q: %w", sku, err)
 	}
 	return Decode(sku, reply)
 }
 
-// Fields are the fields of the stock hash that Read reads, in this order.
-var Fields = [...]string{"available", "reserved", "fence", "fulfilled"}
+// fields are the fields of the stock hash that Read reads and Decode decodes, in this order.
+var fields = [...]string{"available", "reserved", "fence", "fulfilled"}
 
-// Decode reads the values of Fields, in order, each nil when missing (an HMGET's reply). A missing
-// available count means the SKU was never stocked (ErrUnknownSKU); any other missing field reads as 0.
+// Decode reads the stock from the reply of an HMGET of its fields available, reserved, fence and
+// fulfilled, in this order, each a string or nil when missing (as inventory's get_stock.lua returns them
+// too). A missing available count means the SKU was never stocked (ErrUnknownSKU); any other missing
+// field reads as 0.
 func Decode(sku string, reply []any) (Stock, error) {
-	if len(reply) != len(Fields) {
+	if len(reply) != len(fields) {
 		return Stock{}, fmt.Errorf("stock: get sku %q: unexpected reply %v", sku, reply)
 	}
 	if reply[0] == nil {
@@ -114,7 +119,7 @@ func Decode(sku string, reply []any) (Stock, error) {
 	for i, dst := range []*int64{&st.Available, &st.Reserved, &st.Fence, &st.Fulfilled} {
 		n, err := field(reply[i])
 		if err != nil {
-			return Stock{}, fmt.Errorf("stock: get sku %q: stock field %s: %w", sku, Fields[i], err)
+			return Stock{}, fmt.Errorf("stock: get sku %q: stock field %s: %w", sku, fields[i], err)
 		}
 		*dst = n
 	}
@@ -123,9 +128,14 @@ func Decode(sku string, reply []any) (Stock, error) {
 
 // field is one field of the stock hash; a missing one reads as 0.
 func field(v any) (int64, error) {
-	s, _ := v.(string)
-	if s == "" {
+	switch v := v.(type) {
+	case nil:
 		return 0, nil
+	case string:
+		if v == "" {
+			return 0, nil
+		}
+		return strconv.ParseInt(v, 10, 64)
 	}
-	return strconv.ParseInt(s, 10, 64)
+	return 0, fmt.Errorf("%v is not a string", v)
 }

@@ -3,6 +3,7 @@ package stock_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -27,6 +28,9 @@ func TestSetThenRead(t *testing.T) {
 	if got, err := stock.Read(ctx, rdb, "A"); err != nil || got != (stock.Stock{Available: 10}) {
 		t.Fatalf("Read = %+v, %v; want available 10, the rest 0", got, err)
 	}
+	if h := rdb.HGetAll(ctx, stock.Key("A")).Val(); !maps.Equal(h, map[string]string{"available": "10", "reserved": "0"}) {
+		t.Fatalf("the new SKU's hash is %v; want available 10 and reserved 0", h)
+	}
 	rdb.HSet(ctx, stock.Key("A"), "reserved", 4, "fence", 7, "fulfilled", 2)
 	if err := stock.Set(ctx, rdb, "A", 20); err != nil {
 		t.Fatal(err)
@@ -37,8 +41,7 @@ func TestSetThenRead(t *testing.T) {
 	}
 }
 
-// A bad SKU or count is order.ErrInvalid, and nothing is written; a field that is not an integer is an
-// error naming it, not a zero.
+// A bad SKU or count is order.ErrInvalid, and nothing is written.
 func TestBadInputIsRefused(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
@@ -53,9 +56,24 @@ func TestBadInputIsRefused(t *testing.T) {
 	if n := rdb.DBSize(ctx).Val(); n != 0 {
 		t.Errorf("the refused writes left %d keys", n)
 	}
-	rdb.HSet(ctx, stock.Key("B"), "available", 1, "reserved", "many")
-	if _, err := stock.Read(ctx, rdb, "B"); err == nil || !strings.Contains(err.Error(), "reserved") {
-		t.Fatalf("Read of a corrupt hash: %v; want an error", err)
+}
+
+// A stock hash whose field is not an integer reads as an error that names the field, never as a zero or
+// an unknown SKU; a bad SKU is order.ErrInvalid.
+func TestACorruptStockIsAnError(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	for _, field := range []string{"available", "reserved", "fence", "fulfilled"} {
+		sku := "SKU-" + field
+		rdb.HSet(ctx, stock.Key(sku), "available", 1)
+		rdb.HSet(ctx, stock.Key(sku), field, "many")
+		_, err := stock.Read(ctx, rdb, sku)
+		if err == nil || !strings.Contains(err.Error(), "field "+field) || errors.Is(err, stock.ErrUnknownSKU) {
+			t.Errorf("Read with %s corrupt: %v; want an error naming the field", field, err)
+		}
+	}
+	if _, err := stock.Read(ctx, rdb, "a b"); !errors.Is(err, order.ErrInvalid) {
+		t.Errorf("Read of an invalid SKU: %v; want order.ErrInvalid", err)
 	}
 }
 
