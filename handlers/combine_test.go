@@ -24,15 +24,17 @@ import (
 )
 
 // countingStore counts the batches of a store, and fails them with err when set; before runs before each
-// batch with its number (from 1), after after each batch that succeeded; panics panics instead of deciding.
+// batch with its number (from 1), after after each batch that succeeded; panics panics instead of deciding,
+// and so does panicsOn, for a batch that holds the order of that id.
 type countingStore struct {
 	*inventory.Store
-	mu      sync.Mutex
-	batches []int
-	err     error
-	before  func(batch int)
-	after   func()
-	panics  bool
+	mu       sync.Mutex
+	batches  []int
+	err      error
+	before   func(batch int)
+	after    func()
+	panics   bool
+	panicsOn string
 }
 
 func (s *countingStore) ReserveBatches(ctx context.Context, batches []inventory.Batch) []inventory.BatchResult {
@@ -56,7 +58,7 @@ func (s *countingStore) reserveBatch(ctx context.Context, orders []inventory.Ord
 		s.before(n)
 	}
 	switch {
-	case s.panics:
+	case s.panics || slices.ContainsFunc(orders, func(o inventory.Order) bool { return o.ID == s.panicsOn }):
 		panic("boom")
 	case s.err != nil:
 		return nil, s.err
@@ -308,8 +310,8 @@ func TestOutcomesRefusedLeaveTheEntriesPending(t *testing.T) {
 	}
 }
 
-// A batch whose decision panics fails each of its orders with ErrPanicked, the leader's too: none waits for
-// its outcome forever, and each retry counts towards MAX_ATTEMPTS.
+// A batch whose decision panics for every order fails each of them with ErrPanicked, the leader's too: none
+// waits for its outcome forever, and each retry counts towards MAX_ATTEMPTS.
 func TestAPanicFailsEveryOrderOfItsBatch(t *testing.T) {
 	e := newCombineEnv(t, 0)
 	e.store.panics = true
@@ -319,6 +321,22 @@ func TestAPanicFailsEveryOrderOfItsBatch(t *testing.T) {
 		if !errors.Is(err, ErrPanicked) {
 			t.Errorf("order %d: %v, want ErrPanicked (the committer recovers the panic)", i+1, err)
 		}
+	}
+}
+
+// One order whose decision panics fails its batch with ErrPanicked; the batch is then decided one order at
+// a time, so only that order fails (and counts an attempt) and the others get their outcomes.
+func TestAPanicOfOneOrderFailsThatOrderAlone(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	e.store.panicsOn = "o-2"
+	wait := e.run(t, e.order(t, "o-1"), e.order(t, "o-2"), e.order(t, "o-3"))
+	close(e.gate)
+	errs := wait()
+	if errs[0] != nil || !errors.Is(errs[1], ErrPanicked) || errs[2] != nil {
+		t.Fatalf("errors %v; want only o-2's, ErrPanicked", errs)
+	}
+	if r := e.results(t); len(r) != 2 || r["o-1"].Status != order.StatusReserved || r["o-3"].Status != order.StatusReserved {
+		t.Fatalf("outcomes %v; want o-1 and o-3 reserved", r)
 	}
 }
 

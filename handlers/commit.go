@@ -56,6 +56,9 @@ type commit struct {
 	basket  *inventory.Basket  // a basket, the round reserves it (reserveBasket): batch is its one order
 	results []*message.Message // the outcome events: given (decided), or of the round's reservation
 	err     error
+	// errs is each order's error when the round's publish failed for some of its orders only (ErrClaimed
+	// for an entry another consumer claimed meanwhile); nil: err is every order's.
+	errs []error
 	// wake is what a batch that waits for its round (another leader commits) is told, once: false, its
 	// round is done (err is set); true, its leader commits the next round. nil for one that commits.
 	wake chan bool
@@ -181,8 +184,9 @@ func (h *Handler) decideRound(ctx context.Context, round []*commit) {
 	if errs == nil {
 		return
 	}
-	for _, b := range decided { // a batch fails when any of its orders did
-		b.err = cmp.Or(errs[:len(b.batch)]...)
+	for _, b := range decided { // a batch fails when any of its orders did, each order with its own error
+		b.errs = errs[:len(b.batch)]
+		b.err = cmp.Or(b.errs...)
 		errs = errs[len(b.batch):]
 	}
 }

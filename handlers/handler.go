@@ -207,12 +207,13 @@ func (h *Handler) lead(msg *message.Message, sku string, sec *lockmw.Section) er
 
 // decideEach decides a batch of sku's waiting orders (taken when the group commit's round starts, so that it
 // holds every order of the SKU waiting by then) and hands each order its outcome. A batch that failed permanently
-// (one order's corrupt record, say) is decided again one order at a time, so that only the orders that
-// fail on their own count the failure. A batch whose decision panicked fails with ErrPanicked (decideRound
-// recovers), every order of it, the leader's too.
+// (one order's corrupt record, say) or whose decision panicked (ErrPanicked: decideRound recovers) is decided
+// again one order at a time, so that only the orders that fail on their own count the failure (a retry
+// counts towards MAX_ATTEMPTS) and the others are decided.
 func (h *Handler) decideEach(leader *message.Message, sku string, fence int64) ([]*queued, error) {
-	batch, err := h.committer.decide(&commit{ctx: leader.Context(), sku: sku, leader: leader, fence: fence})
-	switch oneByOne := len(batch) > 1 && inventory.IsPermanent(err); {
+	c := &commit{ctx: leader.Context(), sku: sku, leader: leader, fence: fence}
+	batch, err := h.committer.decide(c)
+	switch oneByOne := len(batch) > 1 && (inventory.IsPermanent(err) || errors.Is(err, ErrPanicked)); {
 	case len(batch) == 0:
 		return nil, nil
 	case errors.Is(err, lockmw.ErrLocked) || oneByOne && fence == inventory.ElideLock:
@@ -220,10 +221,26 @@ func (h *Handler) decideEach(leader *message.Message, sku string, fence int64) (
 		// permanently is decided order by order (an elided order could meet the lock taken meanwhile).
 		return batch, fmt.Errorf("%w: %w", errTakeLock, err)
 	case !oneByOne:
-		h.cfg.Batcher.Done(sku, leader, places(batch), err)
-		return batch, err
+		return batch, h.settle(sku, leader, batch, err, c.errs)
 	}
 	return batch, h.decideOneByOne(leader, sku, batch, fence)
+}
+
+// settle hands each order of batch its outcome (Batcher.Done): err, or with errs each order its own (a
+// publish that failed for some orders only). It returns the leader's error when the batch holds the
+// leader's order, else err.
+func (h *Handler) settle(sku string, leader *message.Message, batch []*queued, err error, errs []error) error {
+	if errs == nil {
+		h.cfg.Batcher.Done(sku, leader, places(batch), err)
+		return err
+	}
+	for i, p := range batch {
+		h.cfg.Batcher.Done(sku, leader, places(batch[i:i+1]), errs[i])
+		if p.msg == leader {
+			err = errs[i]
+		}
+	}
+	return err
 }
 
 // decideOneByOne decides each order of batch alone and returns the leader's outcome.

@@ -91,3 +91,27 @@ func TestACommitsLostReplyPublishesEachOutcomeOnce(t *testing.T) {
 		t.Errorf("%d orders without an outcome, want none", n)
 	}
 }
+
+// In a batch of two orders of one SKU whose round stalled while another consumer claimed one order's
+// entry, only that order fails with ErrClaimed (its entry the claimer's); the other is published and acked,
+// not handed back to be decided and published again.
+func TestAClaimedOrderFailsAloneInItsBatch(t *testing.T) {
+	e := newCombineEnv(t, 0)
+	ctx := context.Background()
+	leader, other := e.order(t, "o-1"), e.order(t, "o-2")
+	e.store.before = func(int) { // the round stalls; meanwhile another consumer claims o-2's entry
+		e.rdb.XClaim(ctx, &redis.XClaimArgs{Stream: "orders", Group: "g", Consumer: "other", Messages: []string{redisstream.EntryID(other)}})
+	}
+	wait := e.run(t, leader, other)
+	close(e.gate)
+	errs := wait()
+	if errs[0] != nil || !errors.Is(errs[1], ErrClaimed) {
+		t.Fatalf("errors %v; want o-1 decided and o-2 ErrClaimed alone", errs)
+	}
+	if r := e.results(t); len(r) != 1 || r["o-1"].Status == "" {
+		t.Errorf("outcomes %v; want o-1's alone", r)
+	}
+	if p := e.pending(t); len(p) != 1 || p[0].Consumer != "other" {
+		t.Errorf("pending %+v; want o-2's entry alone, the claimer's (o-1's acked)", p)
+	}
+}

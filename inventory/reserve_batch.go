@@ -80,7 +80,8 @@ type BatchResult struct {
 
 // ReserveBatches decides batches, of different SKUs, as ReserveBatch decides each (ReserveLines a basket),
 // with their script calls in one pipeline (one batch too): one round trip (per node of a cluster) for all of
-// them (group commit). Each batch succeeds or fails on its own, as alone; ctx bounds the round trip. With
+// them (group commit). Each batch succeeds or fails on its own, as alone; ctx bounds the round trip, a
+// batch's Ctx only its span (a batch decided alone, below, is not cancelled with it either). With
 // WithReplicaAcks, whose WAIT must follow each write on its connection, or on a client without pipelines,
 // the batches are decided one after the other; a basket the store reserves line by line (a cluster) is
 // decided alone after the others.
@@ -179,10 +180,13 @@ func (s *Store) pipelined() (interface{ Pipeline() redis.Pipeliner }, bool) {
 
 // reserveAlone decides b on its own: ReserveBatch, or ReserveLines for a basket.
 func (s *Store) reserveAlone(b Batch) (r BatchResult) {
+	// Not cancelled with b.Ctx, as the pipeline is not: the batch is sent and judged by its fence (b.Ctx of
+	// a lock's section ends when its lease is lost), whichever way it goes.
+	ctx := context.WithoutCancel(b.Ctx)
 	if b.Basket != nil {
-		r.Order, r.Err = s.ReserveLines(b.Ctx, b.Basket.OrderID, b.Basket.Lines, b.Basket.Fences)
+		r.Order, r.Err = s.ReserveLines(ctx, b.Basket.OrderID, b.Basket.Lines, b.Basket.Fences)
 	} else {
-		r.Outcomes, r.Err = s.ReserveBatch(b.Ctx, b.Orders, b.Fence)
+		r.Outcomes, r.Err = s.ReserveBatch(ctx, b.Orders, b.Fence)
 	}
 	return r
 }

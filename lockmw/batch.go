@@ -212,7 +212,8 @@ func (b *Batcher) PutBack(key string, batch []*Queued) {
 
 // Done hands a batch's outcome to its followers, and records each follower's wait for key (PathBatched:
 // from joining until its batch was taken) when the leader runs in a section of the middleware, which
-// records the leader's own.
+// records the leader's own. A leader whose orders have outcomes of their own calls it for each of them
+// (batch a part of the batch taken).
 func (b *Batcher) Done(key string, leader *message.Message, batch []*Queued, err error) {
 	sec, inSection := SectionFrom(leader.Context())
 	for _, p := range batch {
@@ -222,7 +223,7 @@ func (b *Batcher) Done(key string, leader *message.Message, batch []*Queued, err
 		if err == nil && inSection {
 			sec.RecordWait(p.Msg.Context(), Wait{Keys: []string{key}, From: p.Since, Until: p.Taken, Path: PathBatched})
 		}
-		select { // once: a second call (a batch handled again after a panic) finds the outcome there
+		select { // a follower's outcome is handed over once (wake holds one)
 		case p.wake <- err:
 		default:
 		}

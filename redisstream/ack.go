@@ -93,6 +93,9 @@ type acks struct {
 	idle    *sync.Cond
 	queued  []*message.Message
 	running bool
+	// added counts the messages ever queued, done those whose acks were sent (or given up), so that flush
+	// waits for the acks queued before it, not for a queue that acks given since keep full.
+	added, done uint64
 }
 
 func newAcks(rdb redis.UniversalClient, cfg readerConfig) *acks {
@@ -106,6 +109,7 @@ func (a *acks) add(msg *message.Message) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.queued = append(a.queued, msg)
+	a.added++
 	if !a.running {
 		a.running = true
 		go a.run()
@@ -120,20 +124,33 @@ func (a *acks) run() {
 		a.queued = nil
 		if len(batch) == 0 {
 			a.running = false
-			a.idle.Broadcast()
 			a.mu.Unlock()
 			return
 		}
 		a.mu.Unlock()
 		a.send(a.byPartition(batch))
+		a.mu.Lock()
+		a.done += uint64(len(batch))
+		a.idle.Broadcast()
+		a.mu.Unlock()
 	}
 }
 
-// flush waits until every ack queued so far is sent (or given up).
-func (a *acks) flush() {
+// flush waits until every ack queued so far is sent (or given up), however many are queued since.
+func (a *acks) flush() { a.waitFor(a.queuedSoFar()) }
+
+// queuedSoFar is how many acks were queued so far, for waitFor.
+func (a *acks) queuedSoFar() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for a.running {
+	return a.added
+}
+
+// waitFor waits until the first n acks queued are sent (or given up).
+func (a *acks) waitFor(n uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.done < n {
 		a.idle.Wait()
 	}
 }

@@ -398,3 +398,34 @@ func TestAResentAnswerCallWaitsForTheReplicasToo(t *testing.T) {
 		t.Errorf("the note expires in %v after the call made again, want about a minute: it wrote nothing, so its WAIT had nothing of its own to wait for", ttl)
 	}
 }
+
+// ReplicaAcks needs a client whose reads wait longer than the WAIT: a Client, ClusterClient or Ring with
+// go-redis's default ReadTimeout (5 s) is refused with a ReplicaAckTimeout of 5 s, and one without a read
+// timeout is not. (A Ring keeps its options as given, 0 for the default its shards turn into 5 s.)
+func TestReplicaAcksNeedAReadTimeoutLongerThanTheirs(t *testing.T) {
+	clients := map[string]func(readTimeout time.Duration) redis.UniversalClient{
+		"client": func(rt time.Duration) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ReadTimeout: rt})
+		},
+		"cluster": func(rt time.Duration) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadTimeout: rt})
+		},
+		"ring": func(rt time.Duration) redis.UniversalClient {
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ReadTimeout: rt})
+		},
+	}
+	for name, client := range clients {
+		for _, tc := range []struct {
+			readTimeout time.Duration
+			refused     bool
+		}{{0, true}, {5 * time.Second, true}, {6 * time.Second, false}, {-1, false}} {
+			rdb := client(tc.readTimeout)
+			_, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, ReplicaAcks: 1,
+				ReplicaAckTimeout: 5 * time.Second}, nil)
+			_ = rdb.Close()
+			if refused := err != nil && strings.Contains(err.Error(), "ReadTimeout"); refused != tc.refused {
+				t.Errorf("%s with ReadTimeout %v: %v; refused want %v", name, tc.readTimeout, err, tc.refused)
+			}
+		}
+	}
+}

@@ -107,11 +107,12 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 //
 // A message marked as an answer (Answer) goes to topic's partition of its question, in the question's
 // slot, only while the question's entry is pending to the Consumer: the answers to one stream's entries in
-// one script call, in the same round trip, in order among themselves, the other messages after them. An
-// answer not written gets ErrNotPending, in a PublishErrors (each message's error by its position), and its
-// question is marked MetadataNotPending (the Subscriber then leaves its entry to the claimer). An
-// answer's call is safe to send again after a lost reply (go-redis does): it finds its note and writes
-// nothing twice. The note is one per answered stream and consumer, so a Publisher sends one Publish of
+// one script call, in the same round trip, in order among themselves, the other messages after them (the
+// other messages first when Redis did not know the script, after a restart or failover: the answers' calls
+// are then sent again, with the script's body, in a second round trip). An answer not written gets
+// ErrNotPending, in a PublishErrors (each message's error by its position), and its question is marked
+// MetadataNotPending (the Subscriber then leaves its entry to the claimer). An answer's call is safe to
+// send again after a lost reply (go-redis does): it finds its note and writes nothing twice. The note is one per answered stream and consumer, so a Publisher sends one Publish of
 // answers at a time, and a consumer's answers go through one Publisher.
 //
 // Each message is traced with a producer span, "send <stream>", under its context, by the global

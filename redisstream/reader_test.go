@@ -495,3 +495,45 @@ func TestAnEventWakesAReadOfItsPartitionOnly(t *testing.T) {
 	}
 	t.Logf("%d script calls for 20 entries", scriptCalls(t, rdb))
 }
+
+// FlushAcks waits for the acks given before it, not for a queue that later messages keep busy: here the
+// message released after the flush started never gets the router's verdict, and the flush still returns
+// once the first one's ack is sent.
+func TestAFlushWaitsForTheAcksBeforeItOnly(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	parts := []partition{{Orders: "orders"}}
+	if err := rdb.XGroupCreateMkStream(ctx, "orders", "g", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	id := rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "x"}}).Val()
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"orders", ">"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := newAcks(rdb, readerConfig{Group: "g", Partitions: parts, Logger: slog.Default()})
+	first := Entry{ID: id, Stream: "orders", Deliveries: 1, Values: map[string]any{"payload": "x"}}.Message()
+	a.add(first) // the sender waits for its verdict
+	before := a.queuedSoFar() // what a flush called now waits for (flush is waitFor(queuedSoFar()))
+	flushed := make(chan struct{})
+	go func() {
+		a.waitFor(before)
+		close(flushed)
+	}()
+	for taken := false; !taken; time.Sleep(time.Millisecond) { // the sender has the first in its batch
+		a.mu.Lock()
+		taken = len(a.queued) == 0
+		a.mu.Unlock()
+	}
+	hung := Entry{ID: "0-1", Stream: "orders", Deliveries: 1, Values: map[string]any{"payload": "y"}}.Message()
+	a.add(hung) // never acked nor nacked
+	first.Ack()
+	select {
+	case <-flushed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flush waited for a message released after it")
+	}
+	if n := rdb.XPending(ctx, "orders", "g").Val().Count; n != 0 {
+		t.Errorf("%d entries pending after the flush; want the first acked", n)
+	}
+	hung.Nack()
+}

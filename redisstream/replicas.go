@@ -166,7 +166,7 @@ func (c PublisherConfig) checkReplicaAcks() error {
 	case *redis.ClusterClient:
 		rt = cl.Options().ReadTimeout
 	case *redis.Ring:
-		rt = cl.Options().ReadTimeout
+		rt = shardReadTimeout(cl.Options().ReadTimeout)
 	default:
 		return fmt.Errorf("redisstream: PublisherConfig.ReplicaAcks needs a *redis.Client, *redis.ClusterClient or *redis.Ring, not a %T", c.Client)
 	}
@@ -174,4 +174,16 @@ func (c PublisherConfig) checkReplicaAcks() error {
 		return fmt.Errorf("redisstream: PublisherConfig.ReplicaAckTimeout %v needs a client ReadTimeout of at least %v, not %v", timeout, timeout+replicaAckMargin, rt)
 	}
 	return nil
+}
+
+// shardReadTimeout is the ReadTimeout that a Ring's shard clients get from the Ring's own, which go-redis
+// keeps as given: a client's options turn 0 into go-redis's default (5 s), -1 and -2 into none.
+func shardReadTimeout(rt time.Duration) time.Duration {
+	switch rt {
+	case 0:
+		return 5 * time.Second
+	case -1, -2:
+		return 0
+	}
+	return rt
 }
