@@ -25,7 +25,8 @@
 //     also returns each entry's delivery count. While up to MaxInFlight messages are out, the next read
 //     waits until half of them are back, or 2 ms after one is, so reads stay large under load. Messages are
 //     handed out in stream order, but a Router handles them concurrently (GuaranteedOrder is false for both).
-//   - Memory is bounded by MaxInFlight times MaxEntryBytes: an entry larger than MaxEntryBytes is moved,
+//   - Memory is bounded by MaxInFlight times MaxEntryBytes (one read more after a lost read reply, whose
+//     entries the call made again hands over): an entry larger than MaxEntryBytes is moved,
 //     inside Redis, to PoisonTopicOf(stream) (or SubscriberConfig.PoisonTopic) with its size, field names and a prefix of its payload, and acked,
 //     so that no subscriber ever holds it.
 //   - A read or claim whose reply was lost (go-redis sends it again after a broken connection) hands the

@@ -7,7 +7,7 @@
 -- the consumer, with their delivery counts as they are, rather than reading or claiming the next ones and
 -- leaving these pending, unseen, until a claim: a lost reply costs no delivery, so it never counts towards
 -- MAX_ATTEMPTS. The call notes what it handed over in KEYS[3] (request id, cursor, ids, deleted ids), for
--- a minute; an empty read or claim notes nothing.
+-- ARGV[10] milliseconds (at most half the claim idle time); an empty read or claim notes nothing.
 -- KEYS[1] stream
 -- KEYS[2] poison stream
 -- KEYS[3] what the consumer's last call of this mode handed over (FetchedKey)

@@ -85,7 +85,14 @@ func (s *reader) send(ctx context.Context, out chan<- *message.Message, msg *mes
 		handling = s.cfg.Handling
 	}
 	end := s.setContext(msg, handling)
-	s.slots <- struct{}{} // never blocks: the read took no more than the free places
+	// A place is free unless a call made again handed over the entries of the call whose reply was lost,
+	// more than the places free now: then this one waits for the first to be freed.
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		end()
+		return false
+	}
 	if !s.cfg.Released {
 		s.out.Store(msg, nil)
 	}
@@ -324,7 +331,7 @@ func (c *fetchCall) keys(s *reader) []string {
 
 func (c *fetchCall) args(s *reader) []any {
 	args := []any{c.mode, s.cfg.Group, s.cfg.Consumer, s.cfg.MaxEntryBytes, s.cfg.PoisonMaxLen, c.count,
-		s.cfg.ClaimIdle.Milliseconds(), c.cursor, c.req, fetchedFor.Milliseconds()}
+		s.cfg.ClaimIdle.Milliseconds(), c.cursor, c.req, s.fetchedFor().Milliseconds()}
 	if c.mode == "claim" && s.cfg.ShouldClaim != nil {
 		args = append(args, strings.Join(c.ids, ","))
 	}
@@ -332,9 +339,12 @@ func (c *fetchCall) args(s *reader) []any {
 }
 
 // fetchedFor is how long fetch.lua keeps what a call handed over (FetchedKey): longer than go-redis's resends
-// and the subscriber's next call of the partition take. (Kept longer than the claim idle time, the entries are
-// handed over again only while still pending to the consumer.)
-const fetchedFor = time.Minute
+// and the subscriber's next call of the partition take, and at most half the claim idle time, so that an
+// entry handed over again was idle for less than half of it: no consumer can have claimed it meanwhile (this
+// one neither, which would have it out already), and its handler has half the claim idle time left before
+// keepAlive's first reset. A call made again later finds no note: it reads anew, and the entries of the lost
+// reply are claimed once idle, a delivery counted.
+func (s *reader) fetchedFor() time.Duration { return min(time.Minute, s.cfg.ClaimIdle/2) }
 
 // queue queues the call on pipe.
 func (c *fetchCall) queue(ctx context.Context, pipe redis.Pipeliner, s *reader) {

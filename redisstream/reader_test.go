@@ -537,3 +537,46 @@ func TestAFlushWaitsForTheAcksBeforeItOnly(t *testing.T) {
 	}
 	hung.Nack()
 }
+
+// What a read handed over is noted for at most half the claim idle time, so that an entry handed over
+// again by a call made after a lost reply was idle for less than that: no consumer can have claimed it
+// meanwhile (this one neither, which would have it out twice).
+func TestAReadsNoteOutlivesNoHalfOfTheClaimIdleTime(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	parts := testParts(1, false)
+	if err := rdb.XGroupCreateMkStream(ctx, "orders", "g", "$").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "x"}})
+	s := newTestSubscriber(t, rdb, parts, func(c *readerConfig) { c.ClaimIdle = 10 * time.Second })
+	receive(t, subscribe(t, s))
+	ttl := rdb.PTTL(ctx, FetchedKey("orders", "g", "c1", "read")).Val()
+	if ttl <= 0 || ttl > 5*time.Second {
+		t.Fatalf("the read's note expires in %v; want at most half the claim idle time (5 s)", ttl)
+	}
+}
+
+// A place in flight is waited for only while the subscription lasts: with every place taken (a call made
+// again after a lost reply can hand over more entries than there are places), a message waiting for one
+// gives up when the subscription ends, rather than hold its reader (and Close) until a handler is done.
+func TestAMessageWaitingForAPlaceGivesUpWhenTheSubscriptionEnds(t *testing.T) {
+	s := newTestSubscriber(t, redistest.Start(t).Client(), testParts(1, false), func(c *readerConfig) { c.MaxInFlight = 1 })
+	s.slots <- struct{}{} // the one place, taken
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sent := make(chan bool, 1)
+	go func() { sent <- s.send(ctx, make(chan *message.Message), message.NewMessage("u", nil)) }()
+	select {
+	case ok := <-sent:
+		if ok {
+			t.Errorf("send reported the message sent")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the message still waits for a place after the subscription ended")
+	}
+	if n := len(s.slots); n != 1 {
+		t.Errorf("%d places taken after the send gave up; want the one it found taken", n)
+	}
+	<-s.slots
+}

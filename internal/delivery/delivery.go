@@ -225,7 +225,8 @@ func sleep(ctx context.Context, d time.Duration, err error) error {
 
 // keepAlive keeps the entry from going idle in Redis while it is handled, so a slow order (waiting for a
 // hot lock) is not claimed by another worker: one loop per consumer (resetIdle) resets, in one pipeline,
-// the idle time of every entry not reset for a sixth of the claim idle time, every sixth of it, so that an
+// the idle time of every entry not reset for half a tick (a twelfth of the claim idle time), every sixth of
+// it, so that an
 // entry being handled is never idle for much more than a quarter of it (HandBackPending counts on under a
 // half). It returns only once a reset of its entry under way is done: a reset after the attempt was handed
 // back would delay the retry by a whole claim idle time. The resets read what they need of the message

@@ -88,9 +88,21 @@ func (c *Consumer) reclaim(ctx context.Context, p order.Partition, msgID string,
 // keeps its count, so a restart never erases a counted failure.
 func (c *Consumer) HandBackPending(ctx context.Context) (n int, err error) {
 	for _, p := range c.parts {
-		pending, perr := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: c.group, Start: "-",
+		handed, perr := c.handBackPartition(ctx, p)
+		n, err = n+handed, cmp.Or(err, perr)
+	}
+	return n, err
+}
+
+// handBackPartition hands back the consumer's pending entries of partition p, 100 at a time.
+func (c *Consumer) handBackPartition(ctx context.Context, p order.Partition) (n int, err error) {
+	for start := "-"; ; {
+		pending, perr := c.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: p.Orders, Group: c.group, Start: start,
 			End: "+", Count: 100, Consumer: c.name}).Result()
-		err = cmp.Or(err, perr)
+		if perr != nil || len(pending) == 0 {
+			return n, cmp.Or(err, perr)
+		}
+		start = "(" + pending[len(pending)-1].ID
 		for _, e := range pending {
 			var uncount int64
 			if e.Idle < c.claimIdle/2 {
@@ -103,5 +115,4 @@ func (c *Consumer) HandBackPending(ctx context.Context) (n int, err error) {
 			}
 		}
 	}
-	return n, err
 }

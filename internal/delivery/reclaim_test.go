@@ -66,3 +66,23 @@ func TestHandBackPendingKeepsTheCountOfAFailedAttempt(t *testing.T) {
 		t.Fatalf("delivery counts %v; want %s uncounted (0) and %s's failed attempt still counted (1)", counts, fresh, failed)
 	}
 }
+
+// A consumer hands back every entry it has pending at shutdown, however many: here 250, read 100 at a time.
+func TestHandBackPendingHandsBackEveryEntry(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	for range 250 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", Values: []string{"payload", "x"}})
+	}
+	rdb.XGroupCreate(ctx, "orders", "g", "0")
+	rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{"orders", ">"}, Count: 250})
+	c := testConsumer(rdb)
+	if n, err := c.HandBackPending(ctx); err != nil || n != 250 {
+		t.Fatalf("handed back %d, %v; want 250", n, err)
+	}
+	for _, p := range rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "orders", Group: "g", Start: "-", End: "+", Count: 300}).Val() {
+		if p.Idle < c.claimIdle-time.Second {
+			t.Fatalf("entry %s idle %v: not handed back (want about %v, claimable at once)", p.ID, p.Idle, c.claimIdle)
+		}
+	}
+}

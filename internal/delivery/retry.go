@@ -37,8 +37,9 @@ const replicaRetryDelay = 5 * time.Second
 //   - permanent (a corrupt stock hash, a key of the wrong type, a script error): handed back the same way
 //     but counted; the MaxAttempts-th delivery sends it to the poison stream with the error as reason.
 //
-// An entry delivered more than MaxAttempts times (its workers died or hung each time) is poisoned before
-// it runs (retry).
+// An entry delivered more than MaxAttempts times (its workers died or froze before finishing each time: a
+// graceful stop hands its entries back uncounted, and a handler that hangs in a live worker keeps its
+// entry, whose idle time keepAlive resets) is poisoned before it runs (retry).
 
 // failed decides on a failed attempt before it is handed back: a permanent failure on the last allowed
 // delivery becomes a *permanentError, for the poison stream; a stale fence raises the lock's counter.
@@ -128,7 +129,7 @@ type permanentError struct {
 
 func (e *permanentError) Error() string {
 	if e.err == nil {
-		return fmt.Sprintf("delivered %d times without an outcome: each time its worker crashed, hung or was stopped before finishing", e.deliveries)
+		return fmt.Sprintf("delivered %d times without an outcome: each time its worker died or froze before finishing", e.deliveries)
 	}
 	return fmt.Sprintf("failed permanently on attempt %d: %v", e.deliveries, e.err)
 }

@@ -37,13 +37,14 @@ func TestLockElisionSkipsTheLockScripts(t *testing.T) {
 		})
 		after := commandCalls(t, s)
 		calls[elision] = map[string]int{}
-		for _, cmd := range []string{"evalsha", "publish", "hset", "xreadgroup", "xautoclaim", "zadd"} {
+		for _, cmd := range []string{"evalsha", "publish", "hset", "xreadgroup", "xautoclaim", "zadd", "xpending"} {
 			calls[elision][cmd] = after[cmd] - before[cmd]
 		}
 		// The scripts that are not the lock's nor the stock's: reads and claims (fetch.lua: one XREADGROUP
-		// or XAUTOCLAIM each), and the worker saying it is live (live.lua: one ZADD), as many as the run's
-		// length and timing make them.
-		calls[elision]["evalsha"] -= calls[elision]["xreadgroup"] + calls[elision]["xautoclaim"] + calls[elision]["zadd"]
+		// or XAUTOCLAIM each), the outcome events of a round (answer.lua: one XPENDING each), and the worker
+		// saying it is live (live.lua: one ZADD), as many as the run's length and timing make them.
+		calls[elision]["evalsha"] -= calls[elision]["xreadgroup"] + calls[elision]["xautoclaim"] + calls[elision]["zadd"] +
+			calls[elision]["xpending"]
 	}
 	t.Logf("commands for 100 orders: elision %v, no elision %v", calls["true"], calls["false"])
 	// HSET: the stock's fence once per order, and without elision the lock's hash once more.
