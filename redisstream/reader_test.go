@@ -512,7 +512,7 @@ func TestAFlushWaitsForTheAcksBeforeItOnly(t *testing.T) {
 	}
 	a := newAcks(rdb, readerConfig{Group: "g", Partitions: parts, Logger: slog.Default()})
 	first := Entry{ID: id, Stream: "orders", Deliveries: 1, Values: map[string]any{"payload": "x"}}.Message()
-	a.add(first) // the sender waits for its verdict
+	a.add(first)              // the sender waits for its verdict
 	before := a.queuedSoFar() // what a flush called now waits for (flush is waitFor(queuedSoFar()))
 	flushed := make(chan struct{})
 	go func() {
