@@ -203,8 +203,8 @@ func (c Config) validateLifetime() error {
 		config.Check(c.OutcomeTTL >= time.Minute, "OUTCOME_TTL", c.OutcomeTTL, "want at least 1m"),
 		// A trimmed entry can no longer be delivered; one still in the stream can, to a new group or a
 		// replay, and must then find its record.
-		config.Check(c.StreamRetention > 0 && c.StreamRetention < c.OutcomeTTL, "STREAM_RETENTION", c.StreamRetention, fmt.Sprintf(
-			"want more than 0 and less than OUTCOME_TTL (%v), or an order still in the stream could be reserved twice once its outcome record expired", c.OutcomeTTL)),
+		config.Check(c.StreamRetention >= time.Second && c.StreamRetention < c.OutcomeTTL, "STREAM_RETENTION", c.StreamRetention, fmt.Sprintf(
+			"want at least 1s and less than OUTCOME_TTL (%v), or an order still in the stream could be reserved twice once its outcome record expired", c.OutcomeTTL)),
 		config.Check(c.GroupStart == "$" || c.GroupStart == "0", "CONSUMER_GROUP_START", fmt.Sprintf("%q", c.GroupStart), "want $ or 0"),
 		config.Check(c.ResultsMaxLen >= 100, "RESULTS_MAXLEN", c.ResultsMaxLen, "want at least 100"),
 		config.Check(c.PoisonMaxLen >= 100, "POISON_MAXLEN", c.PoisonMaxLen, "want at least 100"),
@@ -215,10 +215,12 @@ func (c Config) validateLifetime() error {
 // minMetricsToken is the length of the shortest METRICS_TOKEN accepted.
 const minMetricsToken = 16
 
-// validateEndpoints checks PPROF_ADDR and METRICS_TOKEN; the messages never show the token.
+// validateEndpoints checks METRICS_ADDR, PPROF_ADDR and METRICS_TOKEN; the messages never show the token.
 func (c Config) validateEndpoints() error {
 	_, _, err := net.SplitHostPort(c.PprofAddr)
+	_, _, merr := net.SplitHostPort(c.MetricsAddr)
 	return errors.Join(
+		config.Check(c.MetricsAddr == "" || merr == nil, "METRICS_ADDR", fmt.Sprintf("%q", c.MetricsAddr), "want host:port, or :port for every address"),
 		config.Check(c.PprofAddr == "" || err == nil, "PPROF_ADDR", fmt.Sprintf("%q", c.PprofAddr), "want host:port, or :port for 127.0.0.1:port"),
 		config.Check(c.MetricsToken == "" || utf8.RuneCountInString(c.MetricsToken) >= minMetricsToken, "METRICS_TOKEN", "(not shown)",
 			fmt.Sprintf("too short, want at least %d characters (openssl rand -hex 32 makes one)", minMetricsToken)),

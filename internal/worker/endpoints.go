@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -12,26 +13,38 @@ import (
 )
 
 // serveHTTP serves /metrics and the probes on METRICS_ADDR and the profiles on PPROF_ADDR, each if set,
-// until the returned function is called.
-func (w *Worker) serveHTTP() (stop func()) {
-	stopProbes := w.serve("metrics", w.cfg.MetricsAddr, w.httpHandler())
-	stopPprof := w.serve("pprof", pprofListenAddr(w.cfg.PprofAddr), pprofHandler())
-	return func() { stopProbes(); stopPprof() }
+// until the returned function is called. An address it cannot listen on (in use, not this host's) is an
+// error: a worker without its probes would never be ready, and say so only in its log.
+func (w *Worker) serveHTTP() (stop func(), err error) {
+	stopProbes, err := w.serve("metrics", w.cfg.MetricsAddr, w.httpHandler())
+	if err != nil {
+		return nil, err
+	}
+	stopPprof, err := w.serve("pprof", pprofListenAddr(w.cfg.PprofAddr), pprofHandler())
+	if err != nil {
+		stopProbes()
+		return nil, err
+	}
+	return func() { stopProbes(); stopPprof() }, nil
 }
 
 // serve serves h on addr, unless addr is empty, until the returned function is called.
-func (w *Worker) serve(name, addr string, h http.Handler) (stop func()) {
+func (w *Worker) serve(name, addr string, h http.Handler) (stop func(), err error) {
 	if addr == "" {
-		return func() {}
+		return func() {}, nil
 	}
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	w.logger.Info("serving "+name, "addr", addr)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s server: %w", name, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	w.logger.Info("serving "+name, "addr", ln.Addr().String())
 	go func() {
-		if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			w.logger.Error(name+" server", "addr", addr, "err", err)
 		}
 	}()
-	return func() { _ = srv.Close() }
+	return func() { _ = srv.Close() }, nil
 }
 
 // httpHandler serves /metrics (behind METRICS_TOKEN, if set), /healthz and /readyz. Profiles are not

@@ -230,3 +230,28 @@ func TestMetricsTokenIsNeverShown(t *testing.T) {
 		t.Fatalf("METRICS_TOKEN read as %q", c.MetricsToken)
 	}
 }
+
+// A METRICS_ADDR the worker cannot listen on (another process has it) fails Run at once, with the address:
+// a worker without its probes would never be ready, and say why only in its log.
+func TestRunFailsWhenItCannotServeItsProbes(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := settings(t, map[string]string{"REDIS_URL": redistest.Start(t).URL(), "METRICS_ADDR": taken.Addr().String()})
+	w, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Options{Locker: NoLock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
+			t.Fatalf("Run: %v; want the address it could not listen on", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not fail on a METRICS_ADDR in use")
+	}
+}

@@ -1,5 +1,5 @@
 -- Trim a stream to its retention, never past an entry that some consumer group has not been delivered yet
--- or still has pending, and report one group's backlog.
+-- or still has pending, and report one group's backlog; without that group, trim nothing.
 --
 -- How old an entry is does not come from its id alone: a producer may XADD an explicit id in the future (the
 -- year 2100), and every later entry's id then carries that time too. So each run also notes, in a sorted set
@@ -84,4 +84,8 @@ for _, g in ipairs(groups) do
     if summary[1] > 0 then oldest = summary[2] end
   end
 end
-return {redis.call('XTRIM', KEYS[1], 'MINID', minid), found, pending, lag, oldest, holder}
+-- Without the group (lost in a failover to a replica that never had it, or destroyed), nothing is trimmed:
+-- the group, created again by the next read from the replay point, must find the entries it had not decided.
+local trimmed = 0
+if found == 1 then trimmed = redis.call('XTRIM', KEYS[1], 'MINID', minid) end
+return {trimmed, found, pending, lag, oldest, holder}

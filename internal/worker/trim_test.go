@@ -91,3 +91,26 @@ func TestTrimDoesNotTrustFutureIDs(t *testing.T) {
 		t.Fatalf("the notes expire in %v, want within twice the retention", ttl)
 	}
 }
+
+// Without the worker's own group (lost in a failover to a replica that never had it), nothing is trimmed,
+// however old the entries and whatever other groups were delivered: the group created again from the
+// replay point must find the orders it had not decided.
+func TestTrimTrimsNothingWithoutTheGroup(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	for i := range 5 {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: "orders", ID: fmt.Sprintf("%d-%d", old, i), Values: []string{"k", "v"}})
+	}
+	rdb.XGroupCreate(ctx, "orders", "audit", "$") // another group, delivered everything
+	r, err := trimScript.Run(ctx, rdb, trimKeys, time.Minute.Milliseconds(), "g").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.XLen(ctx, "orders").Val(); n != 5 || r[0] != int64(0) {
+		t.Fatalf("trimmed %v, %d entries left; want none trimmed without group g", r[0], n)
+	}
+	if b := parseBacklog(r); b.found {
+		t.Fatalf("backlog %+v, want group g not found", b)
+	}
+}

@@ -338,7 +338,11 @@ func (w *Worker) fenceCounterAtStore() bool {
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.Close()
 	// Probes are answered from the start: /healthz while the worker waits for Redis, /readyz says why not.
-	defer w.serveHTTP()()
+	stopHTTP, err := w.serveHTTP()
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
 	if err := w.prepare(ctx); err != nil {
 		return err
 	}
@@ -349,7 +353,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopped := make(chan struct{})
 	go w.shutDownWhenDone(ctx, stopped)
 	// The router runs under its own context: cancelling it would skip closing the subscribers.
-	err := w.router.Run(context.Background())
+	err = w.router.Run(context.Background())
 	close(stopped)
 	if err != nil {
 		return err

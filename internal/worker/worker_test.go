@@ -3,6 +3,7 @@ package worker
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stockflow/stockflow/internal/config"
 )
@@ -36,6 +37,8 @@ func TestConfigValidate(t *testing.T) {
 		{"a metrics token under 16 characters is refused", func(c *Config) { c.MetricsToken = "0123456789abcde" }, "METRICS_TOKEN"},
 		{"a metrics token ending in a line break is refused", func(c *Config) { c.MetricsToken = "0123456789abcdef\n" }, "METRICS_TOKEN"},
 		{"a pprof address without a port is refused", func(c *Config) { c.PprofAddr = "localhost" }, "PPROF_ADDR"},
+		{"a metrics address without a port is refused", func(c *Config) { c.MetricsAddr = "9090" }, "METRICS_ADDR"},
+		{"a retention under a second is refused (trimming runs every quarter of it)", func(c *Config) { c.StreamRetention = time.Millisecond }, "STREAM_RETENTION"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
