@@ -1,12 +1,10 @@
 package redisstream
 
 import (
-	"context"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 )
 
 // The entry format is watermill-redisstream's own, so that either side's publisher and subscriber
@@ -62,13 +60,4 @@ func Stream(msg *message.Message) string { return msg.Metadata.Get(MetadataStrea
 func Deliveries(msg *message.Message) int64 {
 	n, _ := strconv.ParseInt(msg.Metadata.Get(MetadataDeliveries), 10, 64)
 	return n
-}
-
-// EarlierPending reports whether an entry of stream before entryID is pending in group: delivered to a
-// consumer and not yet acked. (The range ends at entryID, inclusive, and the entry itself does not count:
-// Redis before 6.2 and miniredis know no exclusive bound.)
-func EarlierPending(ctx context.Context, rdb redis.Cmdable, stream, group, entryID string) (bool, error) {
-	p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: "-", End: entryID,
-		Count: 1}).Result()
-	return len(p) > 0 && p[0].ID != entryID, err
 }

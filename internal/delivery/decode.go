@@ -2,10 +2,9 @@ package delivery
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -38,8 +37,8 @@ type Decoder struct {
 	Partitions []order.Partition
 	Group      string
 	// ClaimIdle is how long an entry stays pending before another consumer claims it. A cancel or fulfil of
-	// an order not known yet waits, up to earlierPendingWait, while an entry before its own in its partition
-	// is pending (earlierPending), one published less than twice ClaimIdle ago; 0: it waits for none.
+	// an order not known yet waits, up to earlierPendingWait at a time and twice ClaimIdle in all, while an
+	// entry before its own in its partition is pending (earlierPending); 0: it waits for none.
 	ClaimIdle time.Duration
 	// Elide: the lock lives on the stock's Redis, and an order's stock script may take it itself when it is
 	// free (lock elision: a single-SKU order's batch script, or on one Redis a basket's one script). A
@@ -126,24 +125,26 @@ const (
 	earlierPendingPoll = 5 * time.Millisecond
 )
 
-// earlierPending reports whether an entry of msg's partition before msg's own is pending in the group, for
-// an entry published less than twice ClaimIdle ago: an earlier entry that stays pending longer than that
-// (failing again and again, or stuck behind a lock held elsewhere) no longer holds the event back, which is
-// then decided as it finds its order. An id more than ClaimIdle ahead of the clock (a producer chose it:
-// every later entry of the partition then has its time too) says nothing of when the entry was published,
-// so the event waits for none either: the bound holds, and the decision is the one a wait would end in.
+// earlierPending reports whether msg, a cancel or fulfil whose order is not known yet, waits for an entry of
+// its partition before its own that is still pending: for at most twice ClaimIdle in all, from the first
+// time it asked (earlier.lua, in Redis's time), so that an earlier entry that stays pending that long
+// (failing again and again, or stuck behind a lock held elsewhere) no longer holds the event back, while in
+// a backlog, however old its entries, the event still waits for its order being decided.
 func (d *Decoder) earlierPending(ctx context.Context, msg *message.Message) (bool, error) {
-	id := redisstream.EntryID(msg)
-	if ms, _, ok := strings.Cut(id, "-"); ok {
-		if t, err := strconv.ParseInt(ms, 10, 64); err == nil {
-			if age := time.Since(time.UnixMilli(t)); age > 2*d.ClaimIdle || age < -d.ClaimIdle {
-				return false, nil
-			}
-		}
-	}
 	part := d.Partitions[redisstream.EntryPartition(msg)]
-	return redisstream.EarlierPending(ctx, d.Redis, part.Orders, d.Group, id)
+	keys := []string{part.Orders, WaitsKey(part.Orders, d.Group)}
+	wait, err := earlierScript.Run(ctx, d.Redis, keys, d.Group, redisstream.EntryID(msg), (2 * d.ClaimIdle).Milliseconds()).Int()
+	return wait == 1, err
 }
+
+// WaitsKey is where the cancels and fulfils of stream that wait for its earlier entries note when they
+// first asked (earlier.lua), in the stream's slot.
+func WaitsKey(stream, group string) string { return stream + ":waits:" + group }
+
+//go:embed earlier.lua
+var earlierLua string
+
+var earlierScript = redis.NewScript(earlierLua)
 
 func ignoreUnknown(err error) error {
 	if errors.Is(err, inventory.ErrUnknownOrder) {

@@ -55,26 +55,38 @@ func TestAnEventsOwnEntryIsNotAnEarlierPendingOne(t *testing.T) {
 	}
 }
 
-// An event published more than twice CLAIM_IDLE ago waits for no earlier entry, pending or not: one that
-// stays pending that long (failing again and again) no longer holds the event back.
-func TestAnEventOlderThanTwiceClaimIdleWaitsForNoEarlierEntry(t *testing.T) {
+// In a backlog, however old the entries (published in 1970 here), an event still waits for the earlier
+// entry that is pending, its order perhaps being decided by another worker right now.
+func TestAnOldEventStillWaitsForAnEarlierEntry(t *testing.T) {
 	w, rdb := earlierDecoder(t)
 	pend(t, rdb, "1000-0")
-	old := pend(t, rdb, "2000-0") // published in 1970
-	if earlier, err := w.earlierPending(context.Background(), entryMessage(old)); err != nil || earlier {
-		t.Fatalf("an event published long before twice CLAIM_IDLE ago: earlier %v, %v; want false", earlier, err)
+	old := pend(t, rdb, "2000-0")
+	if earlier, err := w.earlierPending(context.Background(), entryMessage(old)); err != nil || !earlier {
+		t.Fatalf("an old event behind a pending entry: earlier %v, %v; want true", earlier, err)
+	}
+	if first := rdb.HGet(context.Background(), WaitsKey("orders", "g"), old).Val(); first == "" {
+		t.Fatalf("the event's first ask is not noted")
 	}
 }
 
-// An event whose id a producer set in the future (the year 2100; every later entry of the partition then gets
-// an id in 2100 too) waits for no earlier entry either: its id cannot say when it was published, and the
-// bound of twice CLAIM_IDLE on an event's wait must hold.
-func TestAnEventWithAFutureIDWaitsForNoEarlierEntry(t *testing.T) {
+// An event waits at most twice CLAIM_IDLE in all, from the first time it asked, whatever its id says (an id
+// a producer set in the year 2100 too): an earlier entry that stays pending that long (failing again and
+// again) no longer holds it back; its note is then removed.
+func TestAnEventWaitsTwiceClaimIdleAtMostFromItsFirstAsk(t *testing.T) {
 	w, rdb := earlierDecoder(t)
-	pend(t, rdb, "4102444800000-0")
-	event := pend(t, rdb, "*")
-	if earlier, err := w.earlierPending(context.Background(), entryMessage(event)); err != nil || earlier {
-		t.Fatalf("an event with id %s: earlier %v, %v; want false", event, earlier, err)
+	ctx := context.Background()
+	pend(t, rdb, "*")
+	event := pend(t, rdb, "4102444800000-0")
+	if earlier, err := w.earlierPending(ctx, entryMessage(event)); err != nil || !earlier {
+		t.Fatalf("first ask: earlier %v, %v; want true", earlier, err)
+	}
+	asked := time.Now().Add(-2*w.ClaimIdle - time.Second).UnixMilli() // as if it first asked a minute ago
+	rdb.HSet(ctx, WaitsKey("orders", "g"), event, asked)
+	if earlier, err := w.earlierPending(ctx, entryMessage(event)); err != nil || earlier {
+		t.Fatalf("after twice CLAIM_IDLE of waiting: earlier %v, %v; want false", earlier, err)
+	}
+	if n := rdb.HLen(ctx, WaitsKey("orders", "g")).Val(); n != 0 {
+		t.Errorf("%d first asks noted after the event went ahead; want none", n)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockflow/stockflow/internal/delivery"
 	"github.com/stockflow/stockflow/internal/hot"
 	"github.com/stockflow/stockflow/inventory"
 	"github.com/stockflow/stockflow/lockmw/rlock"
@@ -93,6 +94,7 @@ func (w *Worker) streamCommands() [][]string {
 	p := w.parts[0]
 	o, g := p.Orders, w.cfg.ConsumerGroup
 	hotKey, hotStats := hot.Key(time.Unix(0, 0)), hot.StatsKey(time.Unix(0, 0))
+	waits := delivery.WaitsKey(o, g)
 	commands := [][]string{
 		{"XREADGROUP", "GROUP", g, "probe", "COUNT", "1", "STREAMS", o, ">"},
 		{"XCLAIM", o, g, "probe", "0", "0-1"}, {"XPENDING", o, g}, {"XACK", o, g, "0-1"},
@@ -111,6 +113,8 @@ func (w *Worker) streamCommands() [][]string {
 		{"GET", redisstream.FetchedKey(o, g, "read", "probe")}, {"SET", redisstream.FetchedKey(o, g, "read", "probe"), "probe"},
 		{"ZADD", DeliveredTimesKey(o), "NX", "0", "0-1"}, {"ZRANGE", DeliveredTimesKey(o), "0", "-1"},
 		{"ZREMRANGEBYSCORE", DeliveredTimesKey(o), "-inf", "0"}, {"PEXPIRE", DeliveredTimesKey(o), "1"},
+		// When the cancels and fulfils waiting for earlier entries first asked (earlier.lua).
+		{"TIME"}, {"HGET", waits, "probe"}, {"HSET", waits, "probe", "1"}, {"HDEL", waits, "probe"}, {"PEXPIRE", waits, "1"},
 		// The hot-SKU windows (internal/hot's publish.lua).
 		{"ZINCRBY", hotKey, "1", "probe"}, {"ZCARD", hotKey}, {"ZRANGE", hotKey, "0", "-1"}, {"ZREMRANGEBYRANK", hotKey, "0", "0"},
 		{"HINCRBY", hotStats, "probe", "1"}, {"HGET", hotStats, "probe"}, {"HSET", hotStats, "probe", "1"},
