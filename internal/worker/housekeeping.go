@@ -122,24 +122,23 @@ func idTime(id string) time.Time {
 	return time.UnixMilli(n)
 }
 
-// noteHolder warns once each time another consumer group starts keeping entries older than the retention:
-// an abandoned group makes the stream grow without bound, and keeps entries past their outcome records.
+// noteHolder warns once each time another consumer group starts keeping entries of stream older than the
+// retention: an abandoned group makes the stream grow without bound, and keeps entries past their outcome
+// records.
 func (w *Worker) noteHolder(stream string, reply any) {
 	holder, _ := reply.(string)
 	if holder == w.cfg.ConsumerGroup {
 		holder = "" // our own backlog shows in the pending gauges
 	}
-	if prev := w.holder.Swap(&holder); holder != "" && holder != deref(prev) {
+	if w.holders == nil {
+		w.holders = map[string]string{}
+	}
+	prev := w.holders[stream]
+	w.holders[stream] = holder
+	if holder != "" && holder != prev {
 		w.logger.Warn("housekeeping: another consumer group keeps orders older than STREAM_RETENTION; delete it if nobody reads it",
 			"stream", stream, "group", holder)
 	}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // observeBacklog reports the last backlog on the gauges.

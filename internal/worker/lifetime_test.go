@@ -155,3 +155,33 @@ func TestAShutdownWhileWaitingForRedisIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// A group that holds trimming back in one partition is warned about once, not at every round because another
+// partition has no such group.
+func TestAGroupHoldingTrimmingBackIsWarnedAboutOnce(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	cfg := validConfig(t)
+	cfg.RedisURL = "redis://" + rdb.Options().Addr
+	cfg.ConsumerGroup, cfg.StreamRetention, cfg.OrdersPartitions = "g", time.Second, 2
+	var logs strings.Builder
+	w, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), Options{Locker: NoLock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	for _, p := range w.parts {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: p.Orders, ID: fmt.Sprintf("%d-0", old), Values: []string{"k", "v"}})
+		rdb.XGroupCreate(ctx, p.Orders, "g", "0")
+	}
+	rdb.XGroupCreate(ctx, w.parts[0].Orders, "slow", "0") // never reads: holds partition 0's old entry
+	for range 3 {
+		if err := w.trim(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "another consumer group keeps"); n != 1 {
+		t.Fatalf("warned %d times in 3 rounds, want once:\n%s", n, logs.String())
+	}
+}

@@ -59,7 +59,9 @@ type Worker struct {
 	metrics   http.Handler
 	consumer  *delivery.Consumer
 	backlog   atomic.Pointer[backlog]
-	holder    atomic.Pointer[string] // the other group that holds trimming back, as last warned about
+	// holders are the other groups that hold trimming back, by stream, as last warned about (housekeeping's
+	// goroutine only).
+	holders map[string]string
 	gauges    metric.Registration
 	pools     chan struct{} // closed to stop the connection pool metrics (instrumentPools)
 }
