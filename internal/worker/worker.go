@@ -62,8 +62,8 @@ type Worker struct {
 	// holders are the other groups that hold trimming back, by stream, as last warned about (housekeeping's
 	// goroutine only).
 	holders map[string]string
-	gauges    metric.Registration
-	pools     chan struct{} // closed to stop the connection pool metrics (instrumentPools)
+	gauges  metric.Registration
+	pools   chan struct{} // closed to stop the connection pool metrics (instrumentPools)
 }
 
 // Options are what the worker takes from its embedder rather than from settings.
