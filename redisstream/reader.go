@@ -343,6 +343,18 @@ func (s *reader) FlushAcks(ctx context.Context) error {
 	}
 }
 
+// held adds to ids the entry ids of stream's messages out in a handler and not nacked (those of an ended
+// subscription until their late verdict; those acked until their ack is queued). Empty with Released,
+// which keeps no list.
+func (s *reader) held(stream string, ids map[string]bool) {
+	s.out.Range(func(k, _ any) bool {
+		if msg := k.(*message.Message); Stream(msg) == stream && !isNacked(msg) {
+			ids[EntryID(msg)] = true
+		}
+		return true
+	})
+}
+
 func isAcked(msg *message.Message) bool  { return closed(msg.Acked()) }
 func isNacked(msg *message.Message) bool { return closed(msg.Nacked()) }
 

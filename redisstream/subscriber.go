@@ -446,31 +446,52 @@ func roomLinger(contract bool) time.Duration {
 }
 
 // reclaimOwn marks the entries this consumer left pending on stream name (it restarted under the same
-// name) idle for MaxIdleTime, so that the reader's first claim, at once, hands them out again rather than
-// one after MaxIdleTime (XCLAIM ... IDLE JUSTID, which counts no delivery: the claim does).
+// name, or an earlier subscription of this Subscriber ended) idle for MaxIdleTime, so that the reader's
+// first claim, at once, hands them out again rather than one after MaxIdleTime (XCLAIM ... IDLE JUSTID,
+// which counts no delivery: the claim does). Entries still in a handler of an ended subscription are left
+// alone: their ack is still sent (lateVerdict), and handing them out again would run them twice at once;
+// those acked already are acked in Redis first.
 func (s *Subscriber) reclaimOwn(ctx context.Context, name string) error {
 	const page = 1000
+	held := s.held(name)
+	if err := s.FlushAcks(ctx); err != nil { // the acks of those no longer held, so that they are not pending
+		return err
+	}
 	for start := "-"; ; {
 		pending, err := s.config.Client.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: name,
 			Group: s.config.ConsumerGroup, Start: start, End: "+", Count: page, Consumer: s.config.Consumer}).Result()
 		if err != nil || len(pending) == 0 {
 			return wrapErr("look at the pending entries of "+name, err)
 		}
-		args := []any{"XCLAIM", name, s.config.ConsumerGroup, s.config.Consumer, 0}
-		for _, p := range pending {
-			args = append(args, p.ID)
+		left := slices.DeleteFunc(slices.Clone(pending), func(p redis.XPendingExt) bool { return held[p.ID] })
+		if len(left) > 0 {
+			args := []any{"XCLAIM", name, s.config.ConsumerGroup, s.config.Consumer, 0}
+			for _, p := range left {
+				args = append(args, p.ID)
+			}
+			args = append(args, "IDLE", s.config.MaxIdleTime.Milliseconds(), "JUSTID")
+			claimed, err := s.config.Client.Do(ctx, args...).StringSlice()
+			if err != nil {
+				return wrapErr("reclaim the pending entries of "+name, err)
+			}
+			s.noteDeleted(ctx, name, left, claimed)
 		}
-		args = append(args, "IDLE", s.config.MaxIdleTime.Milliseconds(), "JUSTID")
-		claimed, err := s.config.Client.Do(ctx, args...).StringSlice()
-		if err != nil {
-			return wrapErr("reclaim the pending entries of "+name, err)
-		}
-		s.noteDeleted(ctx, name, pending, claimed)
 		if len(pending) < page {
 			return nil
 		}
 		start = "(" + pending[len(pending)-1].ID
 	}
+}
+
+// held returns the ids of stream name's entries that this Subscriber's readers have out in a handler.
+func (s *Subscriber) held(name string) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := map[string]bool{}
+	for _, gs := range s.groups {
+		gs.reader.held(name, ids)
+	}
+	return ids
 }
 
 // noteDeleted logs and counts the pending entries an XCLAIM did not return: their entries were deleted from

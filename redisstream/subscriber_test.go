@@ -364,3 +364,91 @@ func TestTheAcksOfHandlersFinishingAfterCloseAreSent(t *testing.T) {
 		}
 	}
 }
+
+func TestSubscribingAgainDoesNotHandOutAMessageStillHeld(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	sentMsgs := publish(t, rdb, "t", 2)
+	sub := newSubscriber(t, redisstream.SubscriberConfig{Client: rdb, ConsumerGroup: "g", Consumer: "c", MaxIdleTime: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	out, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := receive(t, out) // still in its handler when the subscription ends
+	cancel()
+	eventually(t, "the first subscription ended", func() bool {
+		select {
+		case _, ok := <-out:
+			return !ok
+		default:
+			return false
+		}
+	})
+	again := subscribe(t, sub, "t")
+	m := receive(t, again)
+	if m.UUID == held.UUID {
+		t.Fatalf("the message %s still held by its handler was handed out again", held.UUID)
+	}
+	if m.UUID != sentMsgs[1].UUID {
+		t.Fatalf("got %s, want the second message %s", m.UUID, sentMsgs[1].UUID)
+	}
+	m.Ack()
+	held.Ack()
+	eventually(t, "both entries acked", func() bool { return pendingCount(t, rdb, "t", "g") == 0 })
+	select {
+	case m := <-again:
+		t.Fatalf("message %s handed out again after its ack", m.UUID)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// slowAcks delays every XACK of its client by d.
+type slowAcks struct{ d time.Duration }
+
+func (slowAcks) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowAcks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "xack" {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h slowAcks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == "xack" {
+				time.Sleep(h.d)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func TestSubscribingAgainAfterAnAckSendsTheAckFirst(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	publish(t, rdb, "t", 1)
+	slow := redis.NewClient(rdb.Options())
+	t.Cleanup(func() { _ = slow.Close() })
+	slow.AddHook(slowAcks{500 * time.Millisecond})
+	sub := newSubscriber(t, redisstream.SubscriberConfig{Client: slow, ConsumerGroup: "g", Consumer: "c", MaxIdleTime: time.Hour})
+	ctx, cancel := context.WithCancel(t.Context())
+	out, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := receive(t, out)
+	cancel()
+	m.Ack() // its XACK takes 500 ms
+	time.Sleep(100 * time.Millisecond)
+	again := subscribe(t, sub, "t")
+	select {
+	case m2 := <-again:
+		t.Fatalf("message %s acked before the subscription was handed out again", m2.UUID)
+	case <-time.After(time.Second):
+	}
+	if n := pendingCount(t, rdb, "t", "g"); n != 0 {
+		t.Fatalf("%d entries pending, want 0", n)
+	}
+}
