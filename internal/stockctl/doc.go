@@ -9,7 +9,8 @@
 //	stockctl stock add SKU N                    add to the available stock (inventory Restock)
 //	stockctl order ORDER_ID --sku SKU           the outcome recorded for an order
 //	stockctl lock SKU                           lock holder, lease, fencing counter and stored fence
-//	stockctl hot [--since D] [--limit N]        the SKUs that waited longest for their lock (package hot)
+//	stockctl hot [--since D] [--limit N] [--sort-by wait|orders|worst]
+//	                                            the SKUs that waited longest for their lock (package hot)
 //	stockctl pending [--limit N]                consumer group, its consumers and pending entries
 //	stockctl consumers                          the group's consumers
 //	stockctl consumers prune [--idle D] [--dry-run]

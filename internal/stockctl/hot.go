@@ -1,9 +1,11 @@
 package stockctl
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,12 +20,20 @@ const (
 	DefaultHotLimit = 10          // --limit
 )
 
+// The orders of hot's --sort-by: by total wait (the default), by orders (with the lock elided and orders
+// batched, a busy SKU's waits can be short), or by the worst wait.
+var hotSorts = []string{"wait", "orders", "worst"}
+
+// hotSortNames say in hot's heading what each --sort-by orders by.
+var hotSortNames = map[string]string{"wait": "total wait", "orders": "orders", "worst": "worst wait"}
+
 type hotReport struct {
 	SinceMS int64     `json:"since_ms"`
 	From    time.Time `json:"from"` // the start of the oldest window read (windows of hot.Window)
 	Until   time.Time `json:"until"`
 	Total   int       `json:"skus_total"` // SKUs that waited in the span, of which SKUs shows the first --limit
-	SKUs    []hot.SKU `json:"skus"`       // most total wait first
+	SortBy  string    `json:"sort_by"`    // wait, orders or worst: how SKUs is ordered, most first
+	SKUs    []hot.SKU `json:"skus"`
 	jaeger  string    // --jaeger-url
 }
 
@@ -32,7 +42,9 @@ func (o *options) hotCommand() *cobra.Command {
 		"stockctl hot --since 5m --jaeger-url http://localhost:16686", noArgs, runHot)
 	f := c.Flags()
 	f.DurationVar(&o.since, "since", DefaultHotSince, fmt.Sprintf("the recent `duration` to show, at most %s (windows of %s)", hot.Retention, hot.Window))
-	f.IntVar(&o.top, "limit", DefaultHotLimit, "show at most `n` SKUs, those of most total wait")
+	f.IntVar(&o.top, "limit", DefaultHotLimit, "show at most `n` SKUs, the first by --sort-by")
+	f.StringVar(&o.sortBy, "sort-by", hotSorts[0], "order the SKUs by `key`, most first: wait (total wait), orders or worst (worst wait)")
+	_ = c.RegisterFlagCompletionFunc("sort-by", cobra.FixedCompletions(hotSorts, cobra.ShellCompDirectiveNoFileComp))
 	f.StringVar(&o.jaegerURL, "jaeger-url", "", "Jaeger UI `url`: show each trace as a link, <url>/trace/<id>")
 	return c
 }
@@ -45,8 +57,21 @@ func runHot(ctx context.Context, a *app, _ []string) (report, error) {
 	if err != nil {
 		return nil, err
 	}
+	sortHot(skus, a.opts.sortBy)
 	return hotReport{SinceMS: millis(a.opts.since), From: hot.WindowOf(now.Add(-a.opts.since)), Until: now,
-		Total: len(skus), SKUs: skus[:min(len(skus), a.opts.top)], jaeger: strings.TrimSuffix(a.opts.jaegerURL, "/")}, nil
+		Total: len(skus), SortBy: a.opts.sortBy, SKUs: skus[:min(len(skus), a.opts.top)],
+		jaeger: strings.TrimSuffix(a.opts.jaegerURL, "/")}, nil
+}
+
+// sortHot orders skus, most total wait first (hot.Read's order), by key, most first; ties keep their order.
+func sortHot(skus []hot.SKU, key string) {
+	by := map[string]func(hot.SKU) float64{
+		"orders": func(s hot.SKU) float64 { return float64(s.Orders) },
+		"worst":  func(s hot.SKU) float64 { return s.WorstWaitMS },
+	}[key]
+	if by != nil {
+		slices.SortStableFunc(skus, func(a, b hot.SKU) int { return cmp.Compare(by(b), by(a)) })
+	}
 }
 
 func (r hotReport) writeText(w io.Writer) { r.write(w, false) }
@@ -60,8 +85,8 @@ func (r hotReport) write(w io.Writer, wide bool) {
 		fmt.Fprintf(w, "no lock waits recorded in the last %s: no order was decided, or no worker publishes them\n", since)
 		return
 	}
-	fmt.Fprintf(w, "lock waits in the last %s (%s to %s), all workers, most total wait first; %d of %d SKUs\n",
-		since, r.From.Format(time.TimeOnly), r.Until.Format(time.TimeOnly), len(r.SKUs), r.Total)
+	fmt.Fprintf(w, "lock waits in the last %s (%s to %s), all workers, most %s first; %d of %d SKUs\n",
+		since, r.From.Format(time.TimeOnly), r.Until.Format(time.TimeOnly), hotSortNames[r.SortBy], len(r.SKUs), r.Total)
 	tw := table(w)
 	fmt.Fprint(tw, "SKU\tORDERS\tTOTAL WAIT\tWORST WAIT\tMEAN WAIT\tWORST WAIT'S TRACE")
 	if wide {

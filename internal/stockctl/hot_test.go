@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,4 +57,43 @@ func TestHotShowsTheSKUsThatWaitedLongest(t *testing.T) {
 		"SKU-2  1       400µs")
 	wantContains(t, "hot -o wide", e.run("hot", "-o", "wide").stdout, "LAST TRACE")
 	wantCode(t, e.run("hot", "--since", "11m"), stockctl.ExitUsage)
+}
+
+// --sort-by orders ranks a SKU of many orders that hardly waited (batched, its lock elided) first; worst by
+// the worst wait; anything else is refused.
+func TestHotSortsByOrdersOrWorstWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := hot.NewRecorder(e.rdb, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t0 := time.Unix(0, 0)
+	record := func(sku string, orders int, wait time.Duration) {
+		for range orders {
+			r.RecordWait(context.Background(), lockmw.Wait{Keys: []string{sku}, From: t0, Until: t0.Add(wait)})
+		}
+	}
+	record("SKU-busy", 50, 100*time.Microsecond) // 5 ms in all
+	record("SKU-slow", 2, 40*time.Millisecond)   // 80 ms in all, worst 40 ms
+	record("SKU-spike", 1, 60*time.Millisecond)  // 60 ms in all, worst 60 ms
+	if err := r.Publish(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sortBy string
+		want   []string
+	}{{"wait", []string{"SKU-slow", "SKU-spike", "SKU-busy"}}, {"orders", []string{"SKU-busy", "SKU-slow", "SKU-spike"}},
+		{"worst", []string{"SKU-spike", "SKU-slow", "SKU-busy"}}} {
+		var got hotJSON
+		wantCode(t, e.runJSON(&got, "hot", "--sort-by", c.sortBy), stockctl.ExitOK)
+		var names []string
+		for _, s := range got.SKUs {
+			names = append(names, s.SKU)
+		}
+		if !slices.Equal(names, c.want) {
+			t.Errorf("hot --sort-by %s: %v, want %v", c.sortBy, names, c.want)
+		}
+	}
+	wantContains(t, "hot --sort-by orders", e.run("hot", "--sort-by", "orders").stdout, "most orders first")
+	bad := e.run("hot", "--sort-by", "cpu")
+	wantCode(t, bad, stockctl.ExitUsage)
+	wantContains(t, "hot --sort-by cpu", bad.stderr, "--sort-by", "want wait, orders, worst")
 }

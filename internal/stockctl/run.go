@@ -46,6 +46,7 @@ type options struct {
 	since          time.Duration  // hot
 	top            int            // hot's --limit
 	jaegerURL      string         // hot
+	sortBy         string         // hot
 	flags          *pflag.FlagSet // the command's, parsed
 	settings       *config.Set    // the settings read from the environment, global flags too
 	stdout         io.Writer
@@ -115,6 +116,7 @@ func (o *options) check() error {
 		config.Check(o.limit >= 1, "--limit", o.limit, "want at least 1"),
 		config.Check(o.idle >= 0, "--idle", o.idle, "must not be negative"),
 		config.Check(o.top >= 1, "--limit", o.top, "want at least 1"),
+		config.Check(slices.Contains(hotSorts, o.sortBy), "--sort-by", o.sortBy, "want "+strings.Join(hotSorts, ", ")),
 		config.Check(o.since > 0 && o.since <= hot.Retention, "--since", o.since, fmt.Sprintf("want more than 0s and at most %s (what the workers keep)", hot.Retention)),
 		config.Check(o.outcomeTTL >= time.Minute, "OUTCOME_TTL", o.outcomeTTL, "want at least 1m, as the worker"),
 		config.CheckNotEmpty("ORDERS_STREAM", o.OrdersStream),
