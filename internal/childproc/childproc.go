@@ -89,9 +89,6 @@ func (p *Process) Wait(timeout time.Duration) (exited bool, err error) {
 	}
 }
 
-// Exited is closed once the child has exited.
-func (p *Process) Exited() <-chan struct{} { return p.done }
-
 // WaitReady calls ready every interval until it returns nil. It fails with ErrExitedEarly when the child
 // exits first, and with the cause of ctx (and ready's last error) when ctx ends first.
 func (p *Process) WaitReady(ctx context.Context, interval time.Duration, ready func(context.Context) error) error {

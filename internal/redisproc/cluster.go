@@ -44,8 +44,6 @@ type ClusterOptions struct {
 	ReplicasPerMaster int
 	// NodeTimeout is every node's cluster-node-timeout. Default DefaultNodeTimeout (1 s).
 	NodeTimeout time.Duration
-	// Persist turns on every node's append-only persistence with fsync on every write (Options.Persist).
-	Persist bool
 	// Dir holds the nodes' directories (node-0, node-1, ...); empty: a temporary directory per node, removed
 	// by Stop.
 	Dir string
@@ -82,7 +80,7 @@ func StartCluster(o ClusterOptions) (*Cluster, error) {
 
 func (c *Cluster) start(o ClusterOptions) error {
 	for i := range o.Masters * (1 + o.ReplicasPerMaster) {
-		opts := Options{Cluster: true, NodeTimeout: o.NodeTimeout, Persist: o.Persist}
+		opts := Options{Cluster: true, NodeTimeout: o.NodeTimeout}
 		if o.Dir != "" {
 			opts.Dir = filepath.Join(o.Dir, "node-"+strconv.Itoa(i))
 			if err := os.MkdirAll(opts.Dir, 0o755); err != nil {

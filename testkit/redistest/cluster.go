@@ -22,16 +22,6 @@ func WithShards(masters, replicasPerMaster int) ClusterOption {
 	return func(o *redisproc.ClusterOptions) { o.Masters, o.ReplicasPerMaster = masters, replicasPerMaster }
 }
 
-// WithNodeTimeout sets every node's cluster-node-timeout.
-func WithNodeTimeout(d time.Duration) ClusterOption {
-	return func(o *redisproc.ClusterOptions) { o.NodeTimeout = d }
-}
-
-// WithClusterPersistence turns on every node's append-only persistence (WithPersistence).
-func WithClusterPersistence() ClusterOption {
-	return func(o *redisproc.ClusterOptions) { o.Persist = true }
-}
-
 // Cluster is a Redis Cluster of a test.
 type Cluster struct {
 	*redisproc.Cluster
