@@ -175,7 +175,7 @@ func (b *bench) uncontended(ctx context.Context) error {
 		}
 		err := b.runLocks(ctx, lockRun{table: t, addrs: []string{b.mainAddr}, lockers: 1, perLocker: par,
 			duration:   b.cfg.Uncontended,
-			contenders: []contender{stockflowReentrant(), redsyncDefaults(), redislockRetry(0), twoEvalSha()}})
+			contenders: []contender{stockflowReentrant(), redsyncDefaults(), redislockRetry(0), redissonScripts(), twoEvalSha()}})
 		if err != nil {
 			return err
 		}
