@@ -94,7 +94,7 @@ func (s *reader) send(ctx context.Context, out chan<- *message.Message, msg *mes
 		return false
 	}
 	if !s.cfg.Released {
-		s.out.Store(msg, nil)
+		s.out.Store(msg, refOf(msg))
 	}
 	select {
 	case out <- msg:

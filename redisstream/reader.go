@@ -203,8 +203,11 @@ type reader struct {
 	// closes once they are done.
 	resending sync.WaitGroup
 	// out holds the messages out whose ack awaitAck waits for (without Released), for FlushAcks: an ack
-	// given just before it may not have reached awaitAck yet.
+	// given just before it may not have reached awaitAck yet. Each maps to its entryRef, taken before the
+	// message went out: its handler may write its metadata meanwhile.
 	out sync.Map
+	// sendsEnded is closed once the subscription sends nothing more (its channel is closed).
+	sendsEnded chan struct{}
 
 	// The read loop's state; only the read loop (readLoop) touches it.
 	next     int           // the partition the next read starts at
@@ -245,7 +248,8 @@ func newReader(rdb redis.UniversalClient, cfg readerConfig) (*reader, error) {
 	}
 	n := len(cfg.Partitions)
 	return &reader{rdb: rdb, cfg: cfg, next: rand.IntN(n), failed: make([]failure, n),
-		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n), requests: newRequests(), acks: newAcks(rdb, cfg)}, nil
+		slots: make(chan struct{}, cfg.MaxInFlight), freed: make(chan struct{}, 1), claims: newClaims(n), requests: newRequests(), acks: newAcks(rdb, cfg),
+		sendsEnded: make(chan struct{})}, nil
 }
 
 // Subscribe starts reading; topic is a name for the orders, whose partitions the config lists. The
@@ -270,6 +274,7 @@ func (s *reader) Subscribe(ctx context.Context, _ string) (<-chan *message.Messa
 	s.running.Add(2)
 	go func() {
 		defer s.running.Done()
+		defer close(s.sendsEnded)
 		defer close(out)
 		defer s.resending.Wait()
 		s.readLoop(ctx, out)
@@ -343,13 +348,18 @@ func (s *reader) FlushAcks(ctx context.Context) error {
 	}
 }
 
+// entryRef names the entry of a message out.
+type entryRef struct{ stream, id string }
+
+func refOf(msg *message.Message) entryRef { return entryRef{Stream(msg), EntryID(msg)} }
+
 // held adds to ids the entry ids of stream's messages out in a handler and not nacked (those of an ended
 // subscription until their late verdict; those acked until their ack is queued). Empty with Released,
 // which keeps no list.
 func (s *reader) held(stream string, ids map[string]bool) {
-	s.out.Range(func(k, _ any) bool {
-		if msg := k.(*message.Message); Stream(msg) == stream && !isNacked(msg) {
-			ids[EntryID(msg)] = true
+	s.out.Range(func(k, v any) bool {
+		if ref := v.(entryRef); ref.stream == stream && !isNacked(k.(*message.Message)) {
+			ids[ref.id] = true
 		}
 		return true
 	})
@@ -467,7 +477,7 @@ func (s *reader) resend(ctx context.Context, out chan<- *message.Message, msg *m
 	}
 	again := msg.Copy()
 	end := s.setContext(again, handling)
-	s.out.Store(again, nil)
+	s.out.Store(again, refOf(again))
 	select {
 	case out <- again:
 		return again, end

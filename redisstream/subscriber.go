@@ -450,11 +450,11 @@ func roomLinger(contract bool) time.Duration {
 // first claim, at once, hands them out again rather than one after MaxIdleTime (XCLAIM ... IDLE JUSTID,
 // which counts no delivery: the claim does). Entries still in a handler of an ended subscription are left
 // alone: their ack is still sent (lateVerdict), and handing them out again would run them twice at once;
-// those acked already are acked in Redis first.
+// those acked already are acked in Redis first (settleEnded).
 func (s *Subscriber) reclaimOwn(ctx context.Context, name string) error {
 	const page = 1000
-	held := s.held(name)
-	if err := s.FlushAcks(ctx); err != nil { // the acks of those no longer held, so that they are not pending
+	held, err := s.settleEnded(ctx, name)
+	if err != nil {
 		return err
 	}
 	for start := "-"; ; {
@@ -483,15 +483,30 @@ func (s *Subscriber) reclaimOwn(ctx context.Context, name string) error {
 	}
 }
 
-// held returns the ids of stream name's entries that this Subscriber's readers have out in a handler.
-func (s *Subscriber) held(name string) map[string]bool {
+// settleEnded waits until the readers of the ended subscriptions of stream name send nothing more, sends
+// the acks their handlers gave so far, and returns the ids of name's entries still out in those handlers.
+func (s *Subscriber) settleEnded(ctx context.Context, name string) (held map[string]bool, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	ids := map[string]bool{}
+	var readers []*reader
 	for _, gs := range s.groups {
-		gs.reader.held(name, ids)
+		if _, ok := gs.index[name]; ok { // ended: name is subscribed afresh
+			readers = append(readers, gs.reader)
+		}
 	}
-	return ids
+	s.mu.Unlock()
+	held = map[string]bool{}
+	for _, r := range readers {
+		select {
+		case <-r.sendsEnded:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		r.held(name, held) // before the flush: an ack given after it is in held, one given before is flushed
+		if err := r.FlushAcks(ctx); err != nil {
+			return nil, fmt.Errorf("redisstream: acks not sent: %w", err)
+		}
+	}
+	return held, nil
 }
 
 // noteDeleted logs and counts the pending entries an XCLAIM did not return: their entries were deleted from
