@@ -76,7 +76,10 @@ func testLostClaimReplies(t *testing.T, chosen bool) {
 	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{parts[0].Orders, ">"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(350 * time.Millisecond) // idle past ClaimIdle
+	// ClaimIdle 1.2 s: the read's note of what a claim handed over lives half of it (600 ms), the time the
+	// call made again has to reach Redis after the first, through 4 lost replies and reconnections.
+	const claimIdle = 1200 * time.Millisecond
+	time.Sleep(claimIdle + 50*time.Millisecond) // idle past ClaimIdle
 	// Loaded: else the first claims are refused (NOSCRIPT) and run nothing.
 	if err := fetchScript.Load(ctx, rdb).Err(); err != nil {
 		t.Fatal(err)
@@ -87,7 +90,7 @@ func testLostClaimReplies(t *testing.T, chosen bool) {
 	proxy.DropReplyTo("$5\r\nclaim\r\n", 4) // the first call and go-redis's 3 resends
 	var log syncBuffer
 	msgs := subscribe(t, newTestSubscriber(t, lossy, parts, func(c *readerConfig) {
-		c.ClaimIdle, c.ClaimInterval = 300*time.Millisecond, 20*time.Millisecond
+		c.ClaimIdle, c.ClaimInterval = claimIdle, 20*time.Millisecond
 		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
 		if chosen {
 			c.ShouldClaim = func(p redis.XPendingExt) bool {
