@@ -31,8 +31,11 @@
 //     so that no subscriber ever holds it.
 //   - A read or claim whose reply was lost (go-redis sends it again after a broken connection) hands the
 //     same entries over again rather than the next ones, without another delivery.
-//   - Idle, a subscription polls its streams every 10 ms, doubling to 100 ms (one script call a stream);
-//     there is no blocking read, so Close returns at once. BlockTime applies to fan-out reads only.
+//   - Idle, a subscription reads its streams again after 10 ms, doubling to 100 ms; from then on the
+//     Subscriber looks at the streams of all its idle subscriptions together every 100 ms, one pipeline of
+//     XINFO GROUPS (a command that carries no entry), and a subscription reads again when its group's lag
+//     is above 0 or unknown (an entry a look misses is read after the next claim round, ClaimInterval).
+//     There is no blocking read, so Close returns at once. BlockTime applies to fan-out reads only.
 //   - Every ClaimInterval it claims the entries pending longer than MaxIdleTime (a dead consumer's), with
 //     their delivery counts (with KeyspaceEvents, on the streams this consumer owns among the live ones); ClaimBatchSize is not used (ReadBatchSize bounds a claim too).
 //   - The first subscription of a stream marks the entries its consumer name left pending (a restart under

@@ -233,10 +233,16 @@ func (s *reader) readReplies(ctx context.Context, reads []fetchCall) (msgs []*me
 
 // idle waits for an entry: for a keyspace event when Redis sends them (the first time it subscribes, and
 // returns at once for a last read: an entry may have come meanwhile), or a poll pause, 10 ms doubling up
-// to 100 ms. It returns by the next claim round at the latest.
+// to 100 ms, and then, with a Peeker, the peeker's next look that finds something. It returns by the next
+// claim round at the latest.
 func (s *reader) idle(ctx context.Context) {
 	untilClaims := max(time.Until(s.claims.due), time.Millisecond)
 	if s.bell == nil || s.bell.off {
+		if s.pause == maxReadPause && s.cfg.Peeker != nil {
+			streams, until := s.peekable(untilClaims)
+			s.cfg.Peeker.wait(ctx, s.cfg.Group, streams, until)
+			return
+		}
 		s.pause = min(max(2*s.pause, minReadPause), maxReadPause)
 		pauseFor(ctx, min(s.pause, untilClaims))
 		return
@@ -245,6 +251,19 @@ func (s *reader) idle(ctx context.Context) {
 		return
 	}
 	s.bell.wait(ctx, min(s.bell.untilAll(), untilClaims))
+}
+
+// peekable lists the streams of the partitions whose reads are not skipped, for the peeker, and how long
+// to wait with it: d, or less when a skipped partition is to be read again sooner.
+func (s *reader) peekable(d time.Duration) (streams []string, until time.Duration) {
+	for _, p := range s.cfg.Partitions {
+		if s.skipped(p) {
+			d = min(d, time.Until(s.failed[p.Index].until))
+			continue
+		}
+		streams = append(streams, p.Orders)
+	}
+	return streams, max(d, time.Millisecond)
 }
 
 // noteRead records how a read of partition p went: a failure skips the partition for a while, longer

@@ -103,6 +103,9 @@ type readerConfig struct {
 	// StopOnReadError, if set, is asked about each read that failed: true ends the subscription
 	// (SubscriberConfig.ShouldStopOnReadErrors). nil: the partition is skipped for a while and read again.
 	StopOnReadError func(error) bool
+	// Peeker, if set, looks for entries for the subscription while it polls idle, together with the
+	// Subscriber's other subscriptions (peeker). nil: it reads every maxReadPause.
+	Peeker *peeker
 }
 
 func (c *readerConfig) setDefaults() {
@@ -158,7 +161,8 @@ func (c readerConfig) Validate() error {
 //     (an XADD: it carries no payload) unless readerConfig.Events is off, and then reads with the script
 //     again; it still looks every idlePoll in case an event was missed (with KeyspaceEventsAuto, a look that finds
 //     entries checks that Redis still publishes the events, and turns them on again when an operator
-//     turned them off). Without keyspace events it polls, every 10 ms doubling to 100 ms.
+//     turned them off). Without keyspace events it polls, every 10 ms doubling to 100 ms, and then
+//     with the Subscriber's peeker, which looks at every idle subscription's streams in one pipeline.
 //   - A message keeps its publisher's UUID (a plain entry's is its entry id), as Watermill's contract has
 //     it; EntryID and EntryPartition say where it came from (the public Pub/Sub's metadata keys); its
 //     metadata and trace context are the entry's (Entry.Message). An entry that cannot be read is marked

@@ -136,7 +136,8 @@ type KeyspaceEvents int
 
 // The values of KeyspaceEvents.
 const (
-	// KeyspaceEventsOff: an idle subscription polls, every 10 ms doubling to 100 ms.
+	// KeyspaceEventsOff: an idle subscription polls: it reads every 10 ms doubling to 100 ms, then the
+	// Subscriber looks at all its idle subscriptions' streams in one pipeline every 100 ms (XINFO GROUPS).
 	KeyspaceEventsOff KeyspaceEvents = iota
 	// KeyspaceEventsOn: Redis publishes keyspace events of streams (notify-keyspace-events has K and t, or K
 	// and A): it waits for one.
@@ -232,6 +233,8 @@ type Subscriber struct {
 	live   map[string]int       // the group subscriptions reading each stream, until their ctx ends
 	// only is the one group subscription's reader while there is one (Release without a lock).
 	only atomic.Pointer[reader]
+	// peeker looks for entries for every idle group subscription that polls, in one pipeline.
+	peeker *peeker
 }
 
 // groupSub is one Subscribe in a consumer group: its reader, and what the Subscriber's methods ask of it.
@@ -257,7 +260,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		log = l.Slog()
 	}
 	return &Subscriber{config: config, logger: logger, slog: log, closing: make(chan struct{}),
-		first: map[string]*groupSub{}, live: map[string]int{}}, nil
+		first: map[string]*groupSub{}, live: map[string]int{}, peeker: newPeeker(config.Client)}, nil
 }
 
 // Subscribe reads topic (its partitions, with Partitions >= 1) until ctx ends or the Subscriber closes; the
@@ -391,7 +394,8 @@ func (s *Subscriber) configFor(topic string, streams []string, failing *atomic.I
 		Logger: s.slog.With("topic", topic), Failing: failing, ReplayFrom: recreateFrom, Handling: c.HandlingContext,
 		Released: c.ReleasedByHandler, MessageContexts: contract && !c.SharedContext,
 		ResendNacked: contract && !c.NackLeavesPending, ResendPause: max(c.NackResendSleep, 0), RoomLinger: roomLinger(contract),
-		Unmarshaller: u, ShouldClaim: c.ShouldClaimPendingMessage, StopOnReadError: c.ShouldStopOnReadErrors}
+		Unmarshaller: u, ShouldClaim: c.ShouldClaimPendingMessage, StopOnReadError: c.ShouldStopOnReadErrors,
+		Peeker: s.peeker}
 }
 
 // FlushAcks waits until the acks given so far are sent to Redis, or ctx ends: Close does, and a caller

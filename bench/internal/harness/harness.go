@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -123,6 +124,8 @@ type bench struct {
 	report       *Report
 	checks       checks
 	waits        []waitSet // for the plot
+	// groupLooks counts the harness's own XINFO GROUPS (group), which the Pub/Sub's counts leave out.
+	groupLooks atomic.Int64
 }
 
 // Run runs the comparisons and writes <Out>/<Mode>.json and <Out>/<Mode>-lock-waits.png (a run of some

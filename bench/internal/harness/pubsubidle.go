@@ -75,6 +75,7 @@ func (b *bench) pubSubIdleRound(ctx context.Context, t *Table, ic pubSubIdleCase
 	if err := b.main.ConfigResetStat(ctx).Err(); err != nil {
 		return err
 	}
+	looks := b.groupLooks.Load()
 	window := b.cfg.PubSubIdle
 	cpu, err := b.measureCPU(ctx, []string{b.mainAddr}, nil, func() error { time.Sleep(window); return nil })
 	if err != nil {
@@ -84,7 +85,7 @@ func (b *bench) pubSubIdleRound(ctx context.Context, t *Table, ic pubSubIdleCase
 	if err != nil {
 		return err
 	}
-	_, commands := stats.contenders()
+	_, commands := stats.contenders(b.groupLooks.Load() - looks)
 	v := map[string]float64{"redis_cpu_pct": 100 * cpu.redis.Seconds() / window.Seconds(), "commands_per_s": commands / window.Seconds()}
 	b.progress("pubsub-idle round %d/%d %-52s Redis %5.2f %% of a core, %6.1f commands/s; per s, calls × µs each: %s", round+1,
 		b.cfg.Rounds, ic.name, v["redis_cpu_pct"], v["commands_per_s"], stats.topCommands(window.Seconds(), 4))
