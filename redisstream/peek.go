@@ -20,6 +20,8 @@ const peekTimeout = time.Second
 // after a quiet spell come as fast as before), until a look finds something to read or its claim round is
 // due; a claim round reads after it, so an entry a look missed waits at most ClaimInterval.
 //
+// A look waits for every node it asks: on a Redis Cluster with a node that does not answer, the idle
+// subscriptions of the other nodes wake late too, by the client's timeouts (bounded by their claim rounds).
 // A stream is worth reading when its group's lag (Redis 7.0 and later) is above 0 or unknown (null: the
 // stream has tombstones ahead of the group; missing: an older Redis), when the group or the stream is
 // missing (the read creates the group again), or when the look failed (the read fails on its own and skips
@@ -67,8 +69,9 @@ func (p *peeker) wait(ctx context.Context, group string, streams []string, d tim
 
 // loop looks every maxReadPause while some subscription waits.
 func (p *peeker) loop() {
-	for {
-		time.Sleep(maxReadPause)
+	tick := time.NewTicker(maxReadPause)
+	defer tick.Stop()
+	for range tick.C {
 		p.mu.Lock()
 		if len(p.waiting) == 0 {
 			p.running = false
