@@ -463,8 +463,8 @@ func (b *bench) idleCost(ctx context.Context) error {
 		}
 		v := map[string]float64{"redis_cpu_pct": 100 * cpu.redis.Seconds() / idleWindow.Seconds(),
 			"commands_per_s": stats.commands / idleWindow.Seconds()}
-		b.progress("cost-idle round %d/%d %-30s Redis %5.2f %% of a core, %5.0f commands/s", round+1, b.cfg.Rounds,
-			modes[i].name, v["redis_cpu_pct"], v["commands_per_s"])
+		b.progress("cost-idle round %d/%d %-30s Redis %5.2f %% of a core, %5.0f commands/s; per s, calls × µs each: %s", round+1, b.cfg.Rounds,
+			modes[i].name, v["redis_cpu_pct"], v["commands_per_s"], stats.topCommands(idleWindow.Seconds(), 5))
 		t.add(modes[i].name, v)
 		return procs.stop(30 * time.Second)
 	})
