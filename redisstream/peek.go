@@ -21,7 +21,8 @@ const peekTimeout = time.Second
 // due; a claim round reads after it, so an entry a look missed waits at most ClaimInterval.
 //
 // A look waits for every node it asks: on a Redis Cluster with a node that does not answer, the idle
-// subscriptions of the other nodes wake late too, by the client's timeouts (bounded by their claim rounds).
+// subscriptions of the other nodes wake late too, by the client's timeouts, until the subscriptions of
+// that node's streams have failed a read and skip them (peekable), a look or two.
 // A stream is worth reading when its group's lag (Redis 7.0 and later) is above 0 or unknown (null: the
 // stream has tombstones ahead of the group; missing: an older Redis), when the group or the stream is
 // missing (the read creates the group again), or when the look failed (the read fails on its own and skips
