@@ -33,7 +33,21 @@ func idleTopics(t *testing.T, rdb *redis.Client, n int) []<-chan *message.Messag
 // core that way), and an entry published while they wait still comes at once.
 func TestIdleSubscriptionsLookForEntriesTogether(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := srv.Client()
+	for _, protocol := range []int{3, 2} { // XINFO GROUPS replies maps, or lists of names and values
+		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) {
+			opts := *srv.Client().Options()
+			opts.Protocol = protocol
+			rdb := redis.NewClient(&opts)
+			t.Cleanup(func() { _ = rdb.Close() })
+			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			idleTopicsLookTogether(t, rdb)
+		})
+	}
+}
+
+func idleTopicsLookTogether(t *testing.T, rdb *redis.Client) {
 	const topics = 8
 	outs := idleTopics(t, rdb, topics)
 	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
