@@ -425,6 +425,7 @@ func (b *bench) lightCost(ctx context.Context) error {
 			"p50_ms": float64(sum.LatencyP50.Microseconds()) / 1000, "p99_ms": float64(sum.LatencyP99.Microseconds()) / 1000}
 		b.progress("cost-light round %d/%d %-20s Redis %6.1f µs  %5.2f reads  p50 %5.2f ms  p99 %6.1f ms", round+1,
 			b.cfg.Rounds, c.name, v["redis_cpu_us"], v["reads"], v["p50_ms"], v["p99_ms"])
+		b.progress("cost-light round %d/%d %-20s per order, calls × µs each: %s", round+1, b.cfg.Rounds, c.name, stats.topCommands(n, 12))
 		t.add(c.name, v)
 		return procs.stop(30 * time.Second)
 	})
